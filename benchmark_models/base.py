@@ -1,0 +1,122 @@
+"""The one small interface every model suite implements.
+
+A suite has two halves. The catalog half (`model_names`, `skip_rules`, `source`) is read
+by the parent and must not import torch: it reads the suite's data files. The loading
+half (`load`) runs only inside the experiment's child process.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
+from experiment_runner.matrix import SkipRule
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """What the worker asks a suite for."""
+
+    model_name: str
+    test: str  # "eval" or "train"
+    device: str  # a torch device string: "cpu", "cuda", or the XLA device string
+    accelerator: str  # "cpu", "cuda" or "tpu": which batch-size table applies
+    precision: str  # "fp32", "bf16", "fp16" or "amp"
+    batch_size: int | None = None  # None: the suite's default for this model and accelerator
+
+
+@dataclass
+class BenchmarkModel:
+    """A loaded model, ready on its device, with the inputs one iteration uses.
+
+    `forward` and `loss` carry the suite's semantics (torchbench sums the output,
+    timm uses cross-entropy, huggingface takes the model's own loss).
+    """
+
+    module: "torch.nn.Module"
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    batch_size: int = 1
+    source: str = "builtin"
+    forward: Callable[["torch.nn.Module", tuple, dict], Any] | None = None
+    loss: Callable[[Any], "torch.Tensor"] | None = None
+    make_optimizer: Callable[[Any], "torch.optim.Optimizer"] | None = None
+
+    def run_forward(self, module: "torch.nn.Module", args: tuple, kwargs: dict) -> Any:
+        if self.forward is not None:
+            return self.forward(module, args, kwargs)
+        return module(*args, **kwargs)
+
+    def compute_loss(self, output: Any) -> "torch.Tensor":
+        if self.loss is not None:
+            return self.loss(output)
+        return sum_outputs(output)
+
+    def optimizer(self, params: Any) -> "torch.optim.Optimizer":
+        import torch
+
+        if self.make_optimizer is not None:
+            return self.make_optimizer(params)
+        return torch.optim.Adam(params, lr=0.01)
+
+
+def sum_outputs(output: Any) -> "torch.Tensor":
+    """Torchbench's training loss: the sum of every floating output tensor."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output.float().sum() if output.is_floating_point() else output.new_zeros((), dtype=torch.float32)
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (list, tuple)):
+        parts = [sum_outputs(o) for o in output if o is not None]
+        return sum(parts[1:], parts[0]) if parts else torch.zeros(())
+    if hasattr(output, "to_tuple"):
+        return sum_outputs(output.to_tuple())
+    raise TypeError(f"cannot build a loss from output of type {type(output).__name__}")
+
+
+class ModelNotFound(LookupError):
+    """The suite has no model of that name."""
+
+
+class ModelSkipped(Exception):
+    """The model cannot run in this configuration (e.g. torchbench's NotImplementedError).
+
+    The worker turns it into a `skipped` record carrying the message as the reason.
+    """
+
+
+class Suite(ABC):
+    """A named collection of models. Subclasses register in benchmark_models.registry."""
+
+    name: ClassVar[str]
+    source: ClassVar[str] = "builtin"
+
+    @abstractmethod
+    def model_names(self) -> list[str]:
+        """Every model of the suite, without importing torch."""
+
+    def skip_rules(self) -> list[SkipRule]:
+        """Model × configuration combinations that cannot run, as data."""
+        return []
+
+    @abstractmethod
+    def load(self, request: LoadRequest) -> BenchmarkModel:
+        """Build the model and its inputs on request.device (child process only)."""
+
+
+def read_data(filename: str) -> Any:
+    """Read a JSON data file shipped in benchmark_models/data."""
+    text = resources.files("benchmark_models").joinpath("data", filename).read_text()
+    return json.loads(text)
+
+
+def skip_rules_from(entries: list[dict]) -> list[SkipRule]:
+    return [SkipRule(**entry) for entry in entries]

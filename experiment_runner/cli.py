@@ -1,0 +1,285 @@
+"""Command line: drop-in compatible with PyTorch/XLA's benchmarks/experiment_runner.py.
+
+`experiment_runner [run flags]` runs a matrix; `experiment_runner report ...` and
+`experiment_runner compare ...` analyse results files. Bad input is one line on stderr
+and a non-zero exit (see EXIT_* below), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import NoReturn, Sequence
+
+from experiment_runner import matrix
+from experiment_runner.protocol import RunOptions
+
+EXIT_OK = 0  # the runner did its job; failed experiments are data, not exit codes
+EXIT_INTERNAL = 1  # a bug in the runner itself
+EXIT_USAGE = 2  # bad input: flags, suite, regex, model, unavailable accelerator or backend
+EXIT_RESULTS_IO = 3  # the results file or output folder cannot be read or written
+EXIT_INTERRUPTED = 130  # Ctrl-C: the current experiment is recorded as interrupted
+
+SUBCOMMANDS = ("report", "compare")
+
+
+class UsageError(Exception):
+    """Bad input; the message is the one line the user sees."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        fail(f"{message} (see --help)", EXIT_USAGE)
+
+
+def fail(message: str, code: int) -> NoReturn:
+    print(f"experiment_runner: error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def _none_or(value: str) -> str | None:
+    return matrix.parse_none(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from benchmark_models import available_suites
+
+    p = _Parser(
+        prog="experiment_runner",
+        description="Run an accelerator x xla x dynamo x test matrix of PyTorch model benchmarks, "
+                    "one child process per experiment, one JSON line per experiment. "
+                    "Subcommands: 'experiment_runner report FILE...' and 'experiment_runner compare A B'.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    g = p.add_argument_group("matrix")
+    g.add_argument("--suite-name", required=True, help=f"model suite: {', '.join(available_suites())}")
+    g.add_argument("--filter", "-k", action="append", default=[], metavar="REGEX",
+                   help="run models whose name matches (repeatable, OR-ed, case-insensitive)")
+    g.add_argument("--exclude", "-x", action="append", default=[], metavar="REGEX",
+                   help="skip models whose name matches (repeatable, OR-ed, case-insensitive)")
+    g.add_argument("--accelerator", action="append", choices=matrix.ACCELERATORS,
+                   help="default: every accelerator usable here")
+    g.add_argument("--xla", action="append", type=_none_or, choices=matrix.XLA_MODES,
+                   help="None or PJRT; default: both where torch_xla is usable")
+    g.add_argument("--dynamo", action="append", type=_none_or, metavar="BACKEND",
+                   help="None, inductor, openxla or any torch._dynamo.list_backends() name; "
+                        "default: None, inductor, openxla")
+    g.add_argument("--test", action="append", choices=matrix.TESTS, help="default: eval and train")
+    g.add_argument("--precision", action="append", choices=matrix.PRECISIONS,
+                   help="default per accelerator: cpu fp32; cuda and tpu bf16 for eval, amp for train")
+    g.add_argument("--xla-flags", action="append", type=_none_or, metavar="FLAGS",
+                   help="one value of the XLA_FLAGS dimension (repeatable); only for xla experiments")
+    g.add_argument("--batch-size", type=int, help="override every model's default batch size")
+    g.add_argument("--total-partitions", type=int, default=1, help="shard the model list over N hosts")
+    g.add_argument("--partition-id", type=int, default=0, help="which shard this host runs (0-based)")
+    g.add_argument("--no-skip", action="store_true", help="run models the suite's skip list excludes")
+    g.add_argument("--dry-run", action="store_true",
+                   help="print the expanded matrix and what was dropped and why; run nothing")
+
+    g = p.add_argument_group("timing")
+    g.add_argument("--repeat", type=int, default=10, help="timed runs per experiment")
+    g.add_argument("--iterations-per-run", type=int, default=1, help="iterations inside one timed run")
+    g.add_argument("--warmup-iterations", type=int, default=2,
+                   help="untimed iterations first (they hold compilation; their times are recorded apart)")
+    g.add_argument("--randomize-input", action="store_true",
+                   help="random input values of the same shapes and dtypes")
+    g.add_argument("--collect-full-output", action="store_true",
+                   help="training iterations return the model output beside the loss")
+    g.add_argument("--matmul-precision", choices=("highest", "high", "medium"),
+                   help="torch.set_float32_matmul_precision for every experiment")
+    g.add_argument("--disable-tf32", action="store_true", help="float32 matmuls at full precision")
+
+    g = p.add_argument_group("processes and output")
+    g.add_argument("--subprocess-timeout", type=float, default=60 * 60,
+                   help="seconds per experiment; then the child's whole process group is killed")
+    g.add_argument("--print-subprocess", action="store_true", help="stream children's output here too")
+    g.add_argument("--progress-bar", action=argparse.BooleanOptionalAction, default=None,
+                   help="tqdm progress bar (default: on when stderr is a terminal)")
+    g.add_argument("--output-dirname", default="output", help="folder for results and artifacts")
+    g.add_argument("--output-basename", default="results.jsonl", help="results file inside the folder")
+    resume = g.add_mutually_exclusive_group()
+    resume.add_argument("--resume", action="store_true",
+                        help="continue the latest run in the results file, skipping finished experiments")
+    resume.add_argument("--no-resume", dest="resume", action="store_false",
+                        help="start a new run (the default); earlier records are always kept")
+    g.add_argument("--retry-failed", action="store_true",
+                   help="with --resume, also run again experiments whose record is not ok or skipped")
+    return p
+
+
+def options_from_args(args: argparse.Namespace) -> RunOptions:
+    """RunOptions take every parsed flag whose name matches one of their fields."""
+    values = vars(args)
+    return RunOptions(**{f.name: values[f.name] for f in fields(RunOptions) if f.name in values})
+
+
+def validate(args: argparse.Namespace) -> None:
+    for name in ("repeat", "iterations_per_run"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.warmup_iterations < 0:
+        raise UsageError("--warmup-iterations must not be negative")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UsageError("--batch-size must be at least 1")
+    if args.total_partitions < 1 or not 0 <= args.partition_id < args.total_partitions:
+        raise UsageError("--partition-id must be in [0, --total-partitions)")
+    if args.subprocess_timeout <= 0:
+        raise UsageError("--subprocess-timeout must be positive")
+    if args.retry_failed and not args.resume:
+        raise UsageError("--retry-failed needs --resume")
+
+
+def compile_or_fail(patterns: Sequence[str], flag: str) -> list[re.Pattern[str]]:
+    try:
+        return matrix.compile_patterns(patterns)
+    except re.error as exc:
+        bad = next(p for p in patterns if _invalid(p))
+        raise UsageError(f"invalid regex for {flag}: {bad!r}: {exc}") from None
+
+
+def _invalid(pattern: str) -> bool:
+    try:
+        re.compile(pattern)
+        return False
+    except re.error:
+        return True
+
+
+def check_requested(args: argparse.Namespace, caps: matrix.HostCapabilities) -> None:
+    """Explicit requests that cannot run here are errors; defaults are silently narrowed."""
+    if "cuda" in (args.accelerator or []) and not caps.cuda:
+        raise UsageError("--accelerator=cuda, but CUDA is not available on this host "
+                         "(torch.cuda.is_available() is False)")
+    if "PJRT" in (args.xla or []) and not caps.torch_xla:
+        raise UsageError("--xla=PJRT, but torch_xla cannot be imported here")
+    xla_accelerators = args.accelerator if "PJRT" in (args.xla or []) else ["tpu"]
+    for acc in set(args.accelerator or []) & set(xla_accelerators):
+        if caps.torch_xla and acc not in caps.xla_accelerators:
+            raise UsageError(f"--accelerator={acc} with xla, but torch_xla found no {acc} PJRT device")
+    for backend in args.dynamo or []:
+        if backend not in (None, "openxla") and backend not in caps.dynamo_backends:
+            known = ", ".join(sorted(caps.dynamo_backends))
+            raise UsageError(f"unknown dynamo backend {backend!r}; known: None, openxla, {known}")
+
+
+def print_dry_run(plan: matrix.Plan, done: set[str]) -> None:
+    planned = plan.planned
+    print(f"{len(planned)} experiment(s):")
+    for i, p in enumerate(planned, start=1):
+        exp = p.experiment
+        mark = ""
+        if p.skip_reason is not None:
+            mark = f"  [skipped: {p.skip_reason}]"
+        elif exp.experiment_id in done:
+            mark = "  [already done in the run being resumed]"
+        print(f"{i:4d}. {exp.model_name}: {exp.config.label()}{mark}")
+    if plan.dropped:
+        print(f"\n{len(plan.dropped)} combination(s) dropped:")
+        reasons: dict[tuple[str, str], list[str]] = {}
+        for d in plan.dropped:
+            reasons.setdefault((d.config.label(), d.reason), []).append(d.model_name)
+        for (label, reason), models in reasons.items():
+            who = f"{len(models)} models" if len(models) > 3 else ", ".join(models)
+            print(f"  - {label} ({who}): {reason}")
+
+
+def run_command(argv: Sequence[str]) -> int:
+    from benchmark_models.registry import UnknownSuite, get_suite
+    from experiment_runner.environment import ProbeError, probe_capabilities
+    from experiment_runner.results import ResultsFileError, iter_records, latest_run_id, new_run_id
+
+    args = build_parser().parse_args(argv)
+    try:
+        validate(args)
+        filters = compile_or_fail(args.filter, "--filter")
+        excludes = compile_or_fail(args.exclude, "--exclude")
+        try:
+            suite = get_suite(args.suite_name)
+        except UnknownSuite as exc:
+            raise UsageError(exc.args[0]) from None
+        names = suite.model_names()
+        models = matrix.select_models(names, filters, excludes, args.total_partitions, args.partition_id)
+        if not models:
+            shown = ", ".join(sorted(names)[:40]) + (" ..." if len(names) > 40 else "")
+            raise UsageError(f"no {args.suite_name} model matches the filters; models: {shown}")
+        try:
+            caps = probe_capabilities()
+        except ProbeError as exc:
+            raise UsageError(f"cannot probe this host (is torch installed?): {exc}") from None
+        check_requested(args, caps)
+    except UsageError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+    choices = matrix.MatrixChoices(
+        accelerators=args.accelerator, xla=args.xla, dynamo=args.dynamo, tests=args.test,
+        precisions=args.precision, xla_flags=args.xla_flags, batch_size=args.batch_size,
+    )
+    plan = matrix.expand(args.suite_name, models, choices, caps, suite.skip_rules(), args.no_skip)
+    results_path = Path(args.output_dirname) / args.output_basename
+
+    done: set[str] = set()
+    run_id = new_run_id()
+    try:
+        if args.resume and results_path.exists():
+            from experiment_runner.results import finished_experiments
+
+            previous = latest_run_id(iter_records(results_path, bad_lines=[]))
+            if previous is not None:
+                run_id = previous
+                done = finished_experiments(results_path, run_id, args.retry_failed)
+    except ResultsFileError as exc:
+        fail(str(exc), EXIT_RESULTS_IO)
+
+    if args.dry_run:
+        print_dry_run(plan, done)
+        return EXIT_OK
+    if not plan.planned:
+        fail("every combination was dropped as invalid here; --dry-run shows why", EXIT_USAGE)
+    return execute(args, plan, results_path, run_id, done, suite.source)
+
+
+def execute(args: argparse.Namespace, plan: matrix.Plan, results_path: Path, run_id: str,
+            done: set[str], source: str) -> int:
+    from experiment_runner.environment import describe_environment
+    from experiment_runner.launcher import RecordContext, SubprocessLauncher
+    from experiment_runner.results import ResultsFileError
+    from experiment_runner.runner import Runner
+    from experiment_runner.summary import render_summary
+
+    output_dir = Path(args.output_dirname)
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        with open(results_path, "ab"):
+            pass
+    except OSError as exc:
+        fail(f"cannot write results file {results_path}: {exc.strerror or exc}", EXIT_RESULTS_IO)
+
+    ctx = RecordContext(run_id=run_id, options=options_from_args(args), output_dir=output_dir,
+                        host_environment=describe_environment())
+    launcher = SubprocessLauncher(timeout_s=args.subprocess_timeout, print_subprocess=args.print_subprocess)
+    progress = sys.stderr.isatty() if args.progress_bar is None else args.progress_bar
+    runner = Runner(ctx, results_path, launcher, timeout_s=args.subprocess_timeout, progress_bar=progress)
+    print(f"run {run_id}: {len(plan.planned) - len(done)} experiment(s) to run, "
+          f"{len(done)} already done; records go to {results_path}", file=sys.stderr)
+    try:
+        outcome = runner.run(plan, done, source)
+    except ResultsFileError as exc:
+        fail(str(exc), EXIT_RESULTS_IO)
+    print(render_summary(outcome.records, results_path, run_id, outcome.interrupted))
+    return EXIT_INTERRUPTED if outcome.interrupted else EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        from importlib import import_module
+
+        return import_module(f"experiment_runner.{argv[0]}").main(argv[1:])
+    return run_command(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""What this host can run, and what a record says about the machine it ran on.
+
+The parent must not import torch or initialize a device (a CUDA context in the parent
+would leak into every forked child and cost seconds). So capabilities are probed in
+short-lived child processes and cached on disk, keyed on everything that can change
+the answer (interpreter, installed torch, visible devices).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from experiment_runner.matrix import HostCapabilities
+
+PROBE_TIMEOUT_S = 180
+
+_TORCH_PROBE = r"""
+import json, torch, torch._dynamo
+print(json.dumps({
+    "cuda": torch.cuda.is_available(),
+    "cuda_device_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+    "dynamo_backends": sorted(torch._dynamo.list_backends(exclude_tags=())),
+}))
+"""
+
+# Runs with PJRT_DEVICE set to the accelerator under test; prints the device it got.
+_XLA_PROBE = r"""
+import torch_xla, torch_xla.core.xla_model as xm
+print(xm.xla_device())
+"""
+
+PJRT_DEVICE = {"cpu": "CPU", "cuda": "CUDA", "tpu": "TPU"}
+
+
+class ProbeError(RuntimeError):
+    pass
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "experiment_runner"
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cache_key() -> str:
+    parts = [
+        sys.executable,
+        str(_dist_version("torch")),
+        str(_dist_version("torch_xla")),
+        os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"),
+        os.environ.get("PJRT_DEVICE", "<unset>"),
+        str(Path("/dev/nvidiactl").exists()),
+        str(Path("/dev/accel0").exists() or Path("/dev/vfio").exists()),
+    ]
+    return hashlib.sha1("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def torch_xla_importable() -> bool:
+    """Whether torch_xla is installed, without importing it (importing it is slow)."""
+    return importlib.util.find_spec("torch_xla") is not None
+
+
+def _run_probe(code: str, env: dict[str, str] | None = None) -> str:
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True,
+            timeout=PROBE_TIMEOUT_S, env=env,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ProbeError(f"device probe timed out after {PROBE_TIMEOUT_S}s") from exc
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ProbeError(tail)
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def probe_xla_device(accelerator: str) -> bool:
+    """Whether torch_xla finds a PJRT device for `accelerator` (in a child process)."""
+    env = dict(os.environ, PJRT_DEVICE=PJRT_DEVICE[accelerator])
+    env.pop("XLA_FLAGS", None)
+    try:
+        return _run_probe(_XLA_PROBE, env).startswith("xla")
+    except ProbeError:
+        return False
+
+
+def probe_capabilities(use_cache: bool = True) -> HostCapabilities:
+    """Probe (or read from the cache) what this host can run."""
+    cache = _cache_dir() / f"capabilities-{_cache_key()}.json"
+    if use_cache:
+        try:
+            return _capabilities_from_json(json.loads(cache.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    data = json.loads(_run_probe(_TORCH_PROBE))
+    data["torch_xla"] = torch_xla_importable()
+    data["xla_accelerators"] = (
+        [acc for acc in ("cpu", "cuda", "tpu") if probe_xla_device(acc)] if data["torch_xla"] else []
+    )
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # a read-only home only costs the probe next time
+    return _capabilities_from_json(data)
+
+
+def _capabilities_from_json(data: dict) -> HostCapabilities:
+    return HostCapabilities(
+        cuda=bool(data["cuda"]),
+        cuda_device_count=int(data["cuda_device_count"]),
+        torch_xla=bool(data["torch_xla"]),
+        xla_accelerators=frozenset(data["xla_accelerators"]),
+        dynamo_backends=frozenset(data["dynamo_backends"]),
+    )
+
+
+def describe_environment() -> dict[str, str | None]:
+    """The record's `environment` block. Versions come from package metadata so that
+    describing the machine never imports (and initializes) torch_xla or transformers."""
+    driver = None
+    try:
+        driver = Path("/proc/driver/nvidia/version").read_text().splitlines()[0].strip()
+    except OSError:
+        pass
+    return {
+        "hostname": socket.gethostname(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": _dist_version("torch"),
+        "torch_xla": _dist_version("torch_xla"),
+        "transformers": _dist_version("transformers"),
+        "timm": _dist_version("timm"),
+        "torchbenchmark": _dist_version("torchbenchmark"),
+        "device driver": driver,
+    }

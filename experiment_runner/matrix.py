@@ -1,0 +1,270 @@
+"""The experiment matrix: configurations, validity rules, filters, order and shards.
+
+Pure Python on purpose (no torch): the parent expands and prints the matrix, and
+`--dry-run` must stay instant and never touch a device.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import asdict, dataclass, field
+from itertools import product
+from typing import Iterable, Sequence
+
+ACCELERATORS: tuple[str, ...] = ("cpu", "cuda", "tpu")
+XLA_MODES: tuple[str | None, ...] = (None, "PJRT")
+DYNAMO_BUILTINS: tuple[str | None, ...] = (None, "inductor", "openxla")
+TESTS: tuple[str, ...] = ("eval", "train")
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "amp")
+
+# Per-accelerator precision when --precision is not given. GPUs and TPUs follow the
+# PyTorch/XLA reference runner (inference converted to bf16, training under AMP); CPUs
+# follow PyTorch's CPU dashboard, which measures fp32.
+DEFAULT_PRECISION: dict[tuple[str, str], str] = {
+    ("cpu", "eval"): "fp32",
+    ("cpu", "train"): "fp32",
+    ("cuda", "eval"): "bf16",
+    ("cuda", "train"): "amp",
+    ("tpu", "eval"): "bf16",
+    ("tpu", "train"): "amp",
+}
+
+
+def parse_none(value: str | None) -> str | None:
+    """The CLI spells the absent value 'None', as the reference runner does."""
+    if value is None or value.strip().lower() in ("none", "null", ""):
+        return None
+    return value
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """One point of the configuration space, independent of the model."""
+
+    accelerator: str
+    xla: str | None
+    xla_flags: str | None
+    dynamo: str | None
+    test: str
+    precision: str
+    batch_size: int | None = None  # None: the suite's default for this model and device
+    torch_xla2: str | None = None
+
+    def key(self) -> str:
+        bs = "default" if self.batch_size is None else str(self.batch_size)
+        flags = "" if self.xla_flags is None else f"[{self.xla_flags}]"
+        return (
+            f"{self.accelerator}-{self.xla}{flags}-{self.dynamo}-{self.test}"
+            f"-{self.precision}-bs{bs}"
+        )
+
+    def label(self) -> str:
+        """Short human label used in progress lines and summary tables."""
+        parts = [self.accelerator, f"xla={self.xla}", f"dynamo={self.dynamo}", self.test, self.precision]
+        if self.xla_flags:
+            parts.append(f"XLA_FLAGS={self.xla_flags}")
+        if self.batch_size is not None:
+            parts.append(f"bs={self.batch_size}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    suite_name: str
+    model_name: str
+    config: ExperimentConfig
+
+    @property
+    def experiment_id(self) -> str:
+        """Stable key of model + configuration: equal across runs, shards and resumes."""
+        return f"{self.suite_name}/{self.model_name}/{self.config.key()}"
+
+    @property
+    def dirname(self) -> str:
+        """A file-system-safe, stable folder name for this experiment's artifacts."""
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{self.model_name}-{self.config.key()}")[:120]
+        digest = hashlib.sha1(self.experiment_id.encode()).hexdigest()[:8]
+        return f"{safe}-{digest}"
+
+    def to_dict(self) -> dict:
+        return {"suite_name": self.suite_name, "model_name": self.model_name, "config": asdict(self.config)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Experiment":
+        return cls(data["suite_name"], data["model_name"], ExperimentConfig(**data["config"]))
+
+
+@dataclass(frozen=True)
+class SkipRule:
+    """A model that cannot run in some configurations; data from the suite's files.
+
+    A field left as None matches every value. `model` is an exact name.
+    """
+
+    model: str
+    reason: str
+    test: str | None = None
+    accelerator: str | None = None
+    xla: str | None = None
+    dynamo: str | None = None
+
+    def matches(self, exp: Experiment) -> bool:
+        c = exp.config
+        return (
+            self.model == exp.model_name
+            and self.test in (None, c.test)
+            and self.accelerator in (None, c.accelerator)
+            and (self.xla is None or self.xla == str(c.xla))
+            and (self.dynamo is None or self.dynamo == str(c.dynamo))
+        )
+
+
+@dataclass(frozen=True)
+class HostCapabilities:
+    """What this host can run, probed once in a child process (see environment.py)."""
+
+    cuda: bool = False
+    cuda_device_count: int = 0
+    torch_xla: bool = False
+    xla_accelerators: frozenset[str] = frozenset()
+    dynamo_backends: frozenset[str] = frozenset({"inductor"})
+
+
+@dataclass(frozen=True)
+class MatrixChoices:
+    """The dimension values asked for on the command line; None means "the default"."""
+
+    accelerators: Sequence[str] | None = None
+    xla: Sequence[str | None] | None = None
+    dynamo: Sequence[str | None] | None = None
+    tests: Sequence[str] | None = None
+    precisions: Sequence[str] | None = None
+    xla_flags: Sequence[str | None] | None = None
+    batch_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A combination that cannot run here, with the reason `--dry-run` shows."""
+
+    suite_name: str
+    model_name: str
+    config: ExperimentConfig
+    reason: str
+
+
+@dataclass(frozen=True)
+class Planned:
+    """An experiment that gets a record: run it, or record it as skipped with the reason."""
+
+    experiment: Experiment
+    skip_reason: str | None = None
+
+
+@dataclass
+class Plan:
+    """The expanded matrix in order; dropped combinations are kept for `--dry-run`."""
+
+    planned: list[Planned] = field(default_factory=list)
+    dropped: list[Dropped] = field(default_factory=list)
+
+    @property
+    def to_run(self) -> list[Experiment]:
+        return [p.experiment for p in self.planned if p.skip_reason is None]
+
+    @property
+    def skipped(self) -> list[Planned]:
+        return [p for p in self.planned if p.skip_reason is not None]
+
+
+def invalid_reason(config: ExperimentConfig, caps: HostCapabilities) -> str | None:
+    """Why a configuration cannot run on this host, or None when it can."""
+    acc, xla, dynamo = config.accelerator, config.xla, config.dynamo
+    if acc == "tpu" and xla is None:
+        return "tpu requires xla=PJRT"
+    if acc == "cuda" and not caps.cuda:
+        return "cuda requires torch.cuda.is_available()"
+    if dynamo == "inductor" and xla is not None:
+        return "inductor requires xla=None"
+    if dynamo == "inductor" and acc == "tpu":
+        return "inductor does not run on tpu"
+    if dynamo == "openxla" and xla is None:
+        return "openxla requires xla=PJRT"
+    if dynamo not in (None, "inductor", "openxla") and xla is not None:
+        return f"dynamo backend {dynamo!r} runs without xla only"
+    if dynamo not in (None, "openxla") and dynamo not in caps.dynamo_backends:
+        return f"dynamo backend {dynamo!r} is not in torch._dynamo.list_backends()"
+    if xla is not None:
+        if not caps.torch_xla:
+            return "xla=PJRT requires torch_xla, which is not importable"
+        if acc not in caps.xla_accelerators:
+            return f"xla=PJRT found no PJRT device for accelerator {acc}"
+    if config.precision not in PRECISIONS:
+        return f"unknown precision {config.precision!r}"
+    return None
+
+
+def compile_patterns(patterns: Iterable[str]) -> list[re.Pattern[str]]:
+    """Compile user regexes (case-insensitive); re.error propagates for the CLI to report."""
+    return [re.compile(p, re.IGNORECASE) for p in patterns]
+
+
+def select_models(
+    names: Iterable[str],
+    filters: Sequence[re.Pattern[str]] = (),
+    excludes: Sequence[re.Pattern[str]] = (),
+    total_partitions: int = 1,
+    partition_id: int = 0,
+) -> list[str]:
+    """Filter, sort and shard model names. Shards are round-robin over the sorted,
+    filtered list so every host gets a similar mix and shards never overlap."""
+    chosen = sorted(
+        (n for n in set(names)
+         if (not filters or any(f.search(n) for f in filters))
+         and not any(x.search(n) for x in excludes)),
+        key=lambda n: (n.lower(), n),
+    )
+    return chosen[partition_id::total_partitions]
+
+
+def configurations(choices: MatrixChoices) -> list[ExperimentConfig]:
+    """The cartesian product in a fixed order: accelerator, xla, dynamo, test, precision, flags."""
+    accelerators = list(choices.accelerators or ACCELERATORS)
+    xla_modes = list(choices.xla if choices.xla is not None else XLA_MODES)
+    dynamos = list(choices.dynamo if choices.dynamo is not None else DYNAMO_BUILTINS)
+    tests = list(choices.tests or TESTS)
+    flags = list(choices.xla_flags or [None])
+    configs = []
+    for acc, xla, dynamo, test, xla_flags in product(accelerators, xla_modes, dynamos, tests, flags):
+        precisions = choices.precisions or [DEFAULT_PRECISION[(acc, test)]]
+        for precision in precisions:
+            configs.append(ExperimentConfig(
+                accelerator=acc, xla=xla, xla_flags=xla_flags if xla else None, dynamo=dynamo,
+                test=test, precision=precision, batch_size=choices.batch_size,
+            ))
+    # xla_flags only mean something with xla: collapse the duplicates that leaves behind.
+    return list(dict.fromkeys(configs))
+
+
+def expand(
+    suite_name: str,
+    models: Sequence[str],
+    choices: MatrixChoices,
+    caps: HostCapabilities,
+    skip_rules: Sequence[SkipRule] = (),
+    no_skip: bool = False,
+) -> Plan:
+    """Models × configurations, split into runnable, skipped (recorded) and dropped (invalid)."""
+    plan = Plan()
+    configs = configurations(choices)
+    for model in models:
+        for config in configs:
+            reason = invalid_reason(config, caps)
+            if reason is not None:
+                plan.dropped.append(Dropped(suite_name, model, config, reason))
+                continue
+            exp = Experiment(suite_name, model, config)
+            rule = None if no_skip else next((r for r in skip_rules if r.matches(exp)), None)
+            plan.planned.append(Planned(exp, None if rule is None else rule.reason))
+    return plan

@@ -1,0 +1,39 @@
+"""The end-of-run table: what ran, how it went, and where the records are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+
+def summary_rows(records: Iterable[dict[str, Any]]) -> list[list[Any]]:
+    rows = []
+    for r in records:
+        e = r["experiment"]
+        stats = (r.get("stats") or {}).get("per_iter_time") or {}
+        median = f"{stats['median'] * 1e3:.3f}" if stats else "-"
+        if stats.get("unstable"):
+            median += " ~"
+        config = f"{e['accelerator']} xla={e['xla']} dynamo={e['dynamo']} {e['test']} {e['precision']}"
+        rows.append([r["model"]["model_name"], config, e.get("batch_size") or "-", r["status"], median,
+                     r["verification_code"]])
+    return rows
+
+
+def render_summary(records: list[dict[str, Any]], results_path: Path, run_id: str,
+                   interrupted: bool = False) -> str:
+    from tabulate import tabulate
+
+    table = tabulate(summary_rows(records),
+                     headers=["model", "configuration", "batch", "status", "median ms/iter", "verification"],
+                     tablefmt="simple")
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    tally = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "nothing ran"
+    lines = [table, "", f"{len(records)} record(s) appended to {results_path} (run {run_id}): {tally}."]
+    if any("~" in str(row[4]) for row in summary_rows(records)):
+        lines.append("~ marks an unstable median (interquartile range above 10% of the median).")
+    if interrupted:
+        lines.append("Interrupted: resume with the same command plus --resume.")
+    return "\n".join(lines)
