@@ -1,0 +1,255 @@
+"""Results files as flat rows: one per experiment, for reports, `compare` and pandas users.
+
+Records are streamed through `results.iter_records` and flattened at once, so only the
+few fields the reports need stay in memory, never whole records. Older records of the
+reference runner (no schema_version, run_id, experiment_id, status or stats) are
+accepted: a file of them is one run, `legacy:<file name>`; their experiment key is
+derived from the model and configuration fields; their status is `ok` when they hold
+per_iter_time samples, else `error`.
+
+`load_dataframe` needs pandas; nothing here needs torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+
+from experiment_runner.results import BadLine, final_records, iter_records
+from experiment_runner.stats import summarize
+
+if TYPE_CHECKING:
+    import pandas
+
+# Configuration dimensions besides the accelerator, test and precision: what tells a
+# compiler setup apart within one (model, accelerator, test, precision).
+CONFIG_FIELDS: tuple[str, ...] = ("xla", "xla_flags", "dynamo", "torch_xla2")
+# Verification codes that mean "not verified" rather than "verified and failed".
+UNVERIFIED_CODES = frozenset({None, "VERIFIER_SKIPPED"})
+
+
+@dataclass(slots=True)
+class Row:
+    """One experiment's final record, flattened; `per_iter_time` keeps the raw samples."""
+
+    run_id: str
+    experiment_id: str
+    timestamp: float | None
+    suite: str | None
+    model: str | None
+    source: str | None
+    accelerator: str | None
+    accelerator_model: str | None
+    xla: str | None
+    xla_flags: str | None
+    dynamo: str | None
+    torch_xla2: str | None
+    test: str | None
+    precision: str | None
+    batch_size: int | None
+    repeat: int | None
+    iterations_per_run: int | None
+    status: str
+    verification_code: str | None
+    error_type: str | None
+    error_message: str | None
+    n_samples: int
+    median_per_iter_time_s: float | None
+    min_per_iter_time_s: float | None
+    q1_per_iter_time_s: float | None
+    q3_per_iter_time_s: float | None
+    relative_iqr: float | None
+    unstable: bool | None
+    compile_time_s: float | None
+    compile_time_estimated: bool | None
+    peak_allocated_bytes: int | None
+    peak_rss_bytes: int | None
+    per_iter_time: tuple[float, ...]
+
+    @property
+    def configuration(self) -> str:
+        """The compiler setup as a short label, e.g. `xla=None dynamo=inductor`."""
+        parts = [f"xla={self.xla}", f"dynamo={self.dynamo}"]
+        if self.xla_flags:
+            parts.append(f"XLA_FLAGS={self.xla_flags}")
+        if self.torch_xla2:
+            parts.append(f"torch_xla2={self.torch_xla2}")
+        return " ".join(parts)
+
+    @property
+    def passed(self) -> bool:
+        """ok and, when verification ran, PASS: the dashboard's notion of a passing model."""
+        return self.status == "ok" and (self.verification_code in UNVERIFIED_CODES
+                                         or self.verification_code == "PASS")
+
+
+# Columns of `load_dataframe`: every scalar field plus the configuration label.
+COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Row) if f.name != "per_iter_time") + ("configuration",)
+
+
+def legacy_experiment_id(suite: Any, model: Any, exp: dict[str, Any]) -> str:
+    """The same shape as our experiment ids, so old and new runs of one experiment match.
+
+    The batch size is left out (`bsdefault`): the reference records the size it used,
+    while our ids only name a size given with --batch-size.
+    """
+    flags = "" if exp.get("xla_flags") is None else f"[{exp.get('xla_flags')}]"
+    return (f"{suite}/{model}/{exp.get('accelerator')}-{exp.get('xla')}{flags}-{exp.get('dynamo')}"
+            f"-{exp.get('test')}-{exp.get('precision')}-bsdefault")
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _compile_time(metrics: dict[str, Any], median: float | None) -> tuple[float | None, bool | None]:
+    """metrics.compile_time_s when recorded (a list is summed), else an estimate.
+
+    The estimate is the first warm-up iteration minus the median timed iteration: the
+    first call holds tracing and compilation, the median is what a call costs after.
+    """
+    recorded = metrics.get("compile_time_s")
+    if isinstance(recorded, list):
+        values = [v for v in map(_number, recorded) if v is not None]
+        recorded = sum(values) if values else None
+    recorded = _number(recorded)
+    if recorded is not None:
+        return recorded, False
+    warmup = metrics.get("warmup_time")
+    first = _number(warmup[0]) if isinstance(warmup, list) and warmup else None
+    if first is None or median is None:
+        return None, None
+    return max(first - median, 0.0), True
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def flatten(record: dict[str, Any], legacy_run_id: str) -> Row:
+    """One record as a Row; missing or mistyped fields become None instead of errors."""
+    model = record.get("model") if isinstance(record.get("model"), dict) else {}
+    exp = record.get("experiment") if isinstance(record.get("experiment"), dict) else {}
+    metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
+    raw = metrics.get("per_iter_time")
+    samples = tuple(v for v in map(_number, raw) if v is not None) if isinstance(raw, list) else ()
+    stored = (record.get("stats") or {}).get("per_iter_time") if isinstance(record.get("stats"), dict) else None
+    stats = stored if isinstance(stored, dict) and stored.get("n") == len(samples) else summarize(samples)
+    stats = stats or {}
+    median = _number(stats.get("median"))
+    compile_time, estimated = _compile_time(metrics, median)
+    error = record.get("error") if isinstance(record.get("error"), dict) else {}
+    status = record.get("status")
+    if not isinstance(status, str):
+        status = "ok" if samples else "error"
+    if not error and "error" in metrics:
+        error = {"type": None, "message": metrics.get("error")}
+    suite, model_name = _str(model.get("suite_name")), _str(model.get("model_name"))
+    experiment_id = record.get("experiment_id")
+    if not isinstance(experiment_id, str):
+        experiment_id = legacy_experiment_id(suite, model_name, exp)
+    run_id = record.get("run_id")
+    return Row(
+        run_id=run_id if isinstance(run_id, str) else legacy_run_id,
+        experiment_id=experiment_id,
+        timestamp=_number(record.get("timestamp")),
+        suite=suite,
+        model=model_name,
+        source=_str(model.get("source")),
+        accelerator=_str(exp.get("accelerator")),
+        accelerator_model=_str(exp.get("accelerator_model")),
+        xla=_str(exp.get("xla")),
+        xla_flags=_str(exp.get("xla_flags")),
+        dynamo=_str(exp.get("dynamo")),
+        torch_xla2=_str(exp.get("torch_xla2")),
+        test=_str(exp.get("test")),
+        precision=_str(exp.get("precision")),
+        batch_size=_int(exp.get("batch_size")),
+        repeat=_int(record.get("repeat")),
+        iterations_per_run=_int(record.get("iterations_per_run")),
+        status=status,
+        verification_code=_str(record.get("verification_code")),
+        error_type=_str(error.get("type")),
+        error_message=_str(error.get("message")),
+        n_samples=len(samples),
+        median_per_iter_time_s=median,
+        min_per_iter_time_s=_number(stats.get("min")),
+        q1_per_iter_time_s=_number(stats.get("q1")),
+        q3_per_iter_time_s=_number(stats.get("q3")),
+        relative_iqr=_number(stats.get("relative_iqr")),
+        unstable=stats.get("unstable") if isinstance(stats.get("unstable"), bool) else None,
+        compile_time_s=compile_time,
+        compile_time_estimated=estimated,
+        peak_allocated_bytes=_int(metrics.get("peak_allocated_bytes")),
+        peak_rss_bytes=_int(metrics.get("peak_rss_bytes")),
+        per_iter_time=samples,
+    )
+
+
+def iter_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | None = None) -> Iterator[Row]:
+    """Every record of every file as a Row, in file order; torn lines go to `bad_lines`."""
+    for path in paths:
+        path = Path(path)
+        sink = None if bad_lines is None else bad_lines.setdefault(path, [])
+        legacy_run_id = f"legacy:{path.name}"
+        for record in iter_records(path, bad_lines=sink):
+            yield flatten(record, legacy_run_id)
+
+
+def final_rows(rows: Iterable[Row]) -> list[Row]:
+    """The last row per (run, experiment), through `results.final_records`: retries win."""
+    latest = final_records({"run_id": r.run_id, "experiment_id": r.experiment_id, "row": r} for r in rows)
+    return [entry["row"] for entry in latest.values()]
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    timestamp: float | None  # the run's last record, for "latest" and plots over time
+    experiments: int
+
+
+def runs_of(rows: Iterable[Row]) -> list[RunInfo]:
+    """The runs among `rows`, oldest first: by last timestamp, then by order of appearance."""
+    seen: dict[str, tuple[float | None, int, int]] = {}
+    for order, row in enumerate(rows):
+        stamp, _, count = seen.get(row.run_id, (None, 0, 0))
+        if row.timestamp is not None:
+            stamp = row.timestamp if stamp is None else max(stamp, row.timestamp)
+        seen[row.run_id] = (stamp, order, count + 1)
+    ordered = sorted(seen.items(), key=lambda item: (item[1][0] is not None, item[1][0] or 0.0, item[1][1]))
+    return [RunInfo(run_id, stamp, count) for run_id, (stamp, _, count) in ordered]
+
+
+def load_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | None = None) -> list[Row]:
+    """The final row of every experiment of every run in `paths`."""
+    return final_rows(iter_rows(paths, bad_lines))
+
+
+def load_dataframe(paths: Sequence[str | Path] | str | Path, run_id: str | None = None,
+                   samples: bool = False) -> "pandas.DataFrame":
+    """One flat row per experiment (final record per run), with the columns of COLUMNS.
+
+    run_id None keeps every run; "latest" keeps the latest one. With samples=True a
+    `per_iter_time` column holds the raw timed samples as tuples.
+    """
+    import pandas as pd
+
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    rows = load_rows([Path(p) for p in paths], bad_lines=None)
+    if run_id == "latest":
+        runs = runs_of(rows)
+        run_id = runs[-1].run_id if runs else None
+    if run_id is not None:
+        rows = [r for r in rows if r.run_id == run_id]
+    columns = COLUMNS + (("per_iter_time",) if samples else ())
+    return pd.DataFrame([[getattr(r, c) for c in columns] for r in rows], columns=list(columns))

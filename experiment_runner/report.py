@@ -1,0 +1,464 @@
+"""`experiment_runner report`: the dashboard's metrics of one run against a baseline.
+
+Pure Python over flat rows (see loader.py) so that a 100,000-record file reports in
+seconds without pandas, numpy or torch; matplotlib is imported only for --plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, NoReturn, Sequence
+
+from experiment_runner.cli import EXIT_OK, EXIT_RESULTS_IO, EXIT_USAGE
+from experiment_runner.loader import CONFIG_FIELDS, Row, RunInfo, load_rows, runs_of
+from experiment_runner.matrix import parse_none
+from experiment_runner.results import BadLine, ResultsFileError
+
+DESCRIPTION = """\
+Report one run of a results file with the metrics of PyTorch's compiler dashboard, per
+suite, accelerator, test, precision and configuration, against a baseline configuration
+of the same model:
+
+  pass rate      n/N models that are ok and, when verification ran, PASS
+  speedup        geometric mean over models of baseline median / configuration median,
+                 over models that pass and whose baseline is ok
+  compile time   mean over passing models of metrics.compile_time_s when recorded, else
+                 of an estimate: first warm-up iteration minus the median iteration
+                 (marked ~)
+  memory ratio   geometric mean of baseline peak / configuration peak, both from
+                 peak_allocated_bytes when both sides have it, else peak_rss_bytes
+
+Samples: the median of metrics.per_iter_time, the timed repeats only; warm-up
+iterations are never mixed in. The baseline of a model matches its suite, model,
+accelerator, test, precision and batch size, with the --baseline fields replaced.
+The last record of an experiment within a run wins, so a retry supersedes a failure.
+Corrupt or torn lines are skipped with a warning naming the line.
+Exit status: 0 done, 2 bad flags or no such run, 3 a file cannot be read."""
+
+BASELINE_KEYS: tuple[str, ...] = ("accelerator", "test", "precision") + CONFIG_FIELDS
+DEFAULT_BASELINE = "xla=None,dynamo=None"
+
+
+class ReportError(Exception):
+    """Bad input: one line for the user and the exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise ReportError(f"{message} (see --help)")
+
+
+def geomean(values: Sequence[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def parse_baseline(spec: str) -> dict[str, str | None]:
+    """`key=value,...` over BASELINE_KEYS; xla, xla_flags, dynamo and torch_xla2 default to None.
+
+    accelerator, test and precision default to the configuration's own value.
+    """
+    fixed: dict[str, str | None] = {key: None for key in CONFIG_FIELDS}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or key not in BASELINE_KEYS:
+            raise ReportError(f"bad --baseline item {part!r}: expected key=value with key in "
+                              f"{', '.join(BASELINE_KEYS)}")
+        fixed[key] = parse_none(value.strip())
+    return fixed
+
+
+def describe_baseline(fixed: dict[str, str | None]) -> str:
+    same = [k for k in ("accelerator", "test", "precision") if k not in fixed]
+    shown = " ".join(f"{k}={v}" for k, v in fixed.items() if v is not None or k in ("xla", "dynamo"))
+    return f"{shown} (same {', '.join(same + ['batch size'])})"
+
+
+def _match_key(row: Row) -> tuple:
+    return (row.suite, row.model, row.accelerator, row.test, row.precision, row.batch_size,
+            row.xla, row.xla_flags, row.dynamo, row.torch_xla2)
+
+
+def _baseline_key(row: Row, fixed: dict[str, str | None]) -> tuple:
+    get = lambda name: fixed[name] if name in fixed else getattr(row, name)  # noqa: E731
+    return (row.suite, row.model, get("accelerator"), get("test"), get("precision"), row.batch_size,
+            get("xla"), get("xla_flags"), get("dynamo"), get("torch_xla2"))
+
+
+def _peaks(row: Row, base: Row) -> tuple[int, int] | None:
+    for name in ("peak_allocated_bytes", "peak_rss_bytes"):
+        mine, theirs = getattr(row, name), getattr(base, name)
+        if mine and theirs:
+            return theirs, mine
+    return None
+
+
+GroupKey = tuple[str, str, str, str]  # suite, accelerator, test, precision
+
+
+@dataclass
+class ModelResult:
+    """One experiment of the run beside its baseline."""
+
+    row: Row
+    baseline: Row | None
+    speedup: float | None
+    memory_ratio: float | None
+
+    @property
+    def group(self) -> GroupKey:
+        r = self.row
+        return (str(r.suite), str(r.accelerator), str(r.test), str(r.precision))
+
+    def cell(self) -> str:
+        """What the per-model table shows: the speedup, or why there is none."""
+        r = self.row
+        if r.status != "ok":
+            return r.status
+        if not r.passed:
+            return str(r.verification_code)
+        if self.speedup is None:
+            return "no baseline" if self.baseline is None or self.baseline.status == "ok" else \
+                f"baseline {self.baseline.status}"
+        return f"{self.speedup:.2f}x"
+
+
+@dataclass
+class Summary:
+    """The dashboard's metrics for one configuration within one group."""
+
+    suite: str
+    accelerator: str
+    test: str
+    precision: str
+    configuration: str
+    is_baseline: bool
+    models: int = 0
+    ok: int = 0
+    passed: int = 0
+    speedups: list[float] = field(default_factory=list)
+    compile_times: list[float] = field(default_factory=list)
+    compile_estimated: bool = False
+    memory_ratios: list[float] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        compile_mean = sum(self.compile_times) / len(self.compile_times) if self.compile_times else None
+        return {
+            "suite": self.suite, "accelerator": self.accelerator, "test": self.test,
+            "precision": self.precision, "configuration": self.configuration,
+            "baseline": self.is_baseline, "models": self.models, "ok": self.ok, "passed": self.passed,
+            "pass_rate": self.passed / self.models if self.models else None,
+            "speedup_geomean": geomean(self.speedups), "speedup_models": len(self.speedups),
+            "compile_time_mean_s": compile_mean, "compile_time_estimated": self.compile_estimated,
+            "memory_ratio_geomean": geomean(self.memory_ratios), "memory_models": len(self.memory_ratios),
+        }
+
+
+def pair_with_baselines(rows: Sequence[Row], fixed: dict[str, str | None]) -> list[ModelResult]:
+    index = {_match_key(r): r for r in rows}
+    results = []
+    for row in rows:
+        base = index.get(_baseline_key(row, fixed))
+        speedup = memory = None
+        if base is not None and row.passed and base.status == "ok":
+            mine, theirs = row.median_per_iter_time_s, base.median_per_iter_time_s
+            if mine and theirs:
+                speedup = theirs / mine
+            peaks = _peaks(row, base)
+            memory = peaks[0] / peaks[1] if peaks else None
+        results.append(ModelResult(row, base, speedup, memory))
+    return results
+
+
+def _is_baseline(row: Row, fixed: dict[str, str | None]) -> bool:
+    return _baseline_key(row, fixed) == _match_key(row)
+
+
+def summarize_run(results: Iterable[ModelResult], fixed: dict[str, str | None]) -> list[Summary]:
+    table: dict[tuple, Summary] = {}
+    for res in results:
+        r = res.row
+        key = (*res.group, r.configuration)
+        summary = table.get(key)
+        if summary is None:
+            summary = table[key] = Summary(*res.group, r.configuration, _is_baseline(r, fixed))
+        summary.models += 1
+        summary.ok += r.status == "ok"
+        summary.passed += r.passed
+        if res.speedup is not None:
+            summary.speedups.append(res.speedup)
+        if res.memory_ratio is not None:
+            summary.memory_ratios.append(res.memory_ratio)
+        if r.passed and r.compile_time_s is not None:
+            summary.compile_times.append(r.compile_time_s)
+            summary.compile_estimated |= bool(r.compile_time_estimated)
+    return sorted(table.values(), key=lambda s: (s.suite, s.accelerator, s.test, s.precision,
+                                                 not s.is_baseline, s.configuration))
+
+
+def select_run(runs: Sequence[RunInfo], run_id: str | None) -> RunInfo:
+    if not runs:
+        raise ReportError("no records in the given file(s)")
+    if run_id is None:
+        return runs[-1]
+    for run in runs:
+        if run.run_id == run_id:
+            return run
+    known = ", ".join(r.run_id for r in runs[-10:])
+    raise ReportError(f"no run {run_id!r} in the given file(s); latest runs: {known}")
+
+
+def read_rows(paths: Sequence[Path]) -> list[Row]:
+    """Final rows of every file; torn or corrupt lines become one warning line each on stderr."""
+    bad: dict[Path, list[BadLine]] = {}
+    try:
+        rows = load_rows(paths, bad)
+    except ResultsFileError as exc:
+        raise ReportError(str(exc), EXIT_RESULTS_IO) from None
+    for path, lines in bad.items():
+        for line in lines:
+            print(f"warning: {path}:{line.lineno}: skipped a corrupt or torn line ({line.reason})",
+                  file=sys.stderr)
+    return rows
+
+
+# ---- rendering ---------------------------------------------------------------------------
+
+def _round(value: Any) -> Any:
+    """Six significant digits: stable output across platforms' last-bit float differences."""
+    return float(f"{value:.6g}") if isinstance(value, float) else value
+
+
+def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def model_records(results: Sequence[ModelResult]) -> list[dict[str, Any]]:
+    out = []
+    for res in sorted(results, key=lambda m: (*m.group, m.row.model or "", m.row.configuration)):
+        r, b = res.row, res.baseline
+        out.append({
+            "suite": r.suite, "accelerator": r.accelerator, "test": r.test, "precision": r.precision,
+            "model": r.model, "batch_size": r.batch_size, "configuration": r.configuration,
+            "status": r.status, "verification_code": r.verification_code, "passed": r.passed,
+            "median_per_iter_time_s": _round(r.median_per_iter_time_s),
+            "baseline_median_per_iter_time_s": _round(b.median_per_iter_time_s) if b else None,
+            "speedup": _round(res.speedup), "compile_time_s": _round(r.compile_time_s),
+            "compile_time_estimated": r.compile_time_estimated,
+            "memory_ratio": _round(res.memory_ratio), "unstable": r.unstable,
+        })
+    return out
+
+
+def summary_records(summaries: Sequence[Summary]) -> list[dict[str, Any]]:
+    return [{k: _round(v) for k, v in s.as_dict().items()} for s in summaries]
+
+
+def render_text(run: RunInfo, fixed: dict[str, str | None], summaries: Sequence[Summary],
+                results: Sequence[ModelResult], tables: str) -> str:
+    from tabulate import tabulate
+
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(run.timestamp)) if run.timestamp else "unknown time"
+    out = [f"run {run.run_id} ({run.experiments} experiments, last record {when})",
+           f"baseline: {describe_baseline(fixed)}", ""]
+    if tables in ("all", "summary"):
+        rows = []
+        for s in summaries:
+            d = s.as_dict()
+            compile_mark = "~" if s.compile_estimated else ""
+            rows.append([s.suite, s.accelerator, s.test, s.precision,
+                         s.configuration + (" (baseline)" if s.is_baseline else ""),
+                         f"{s.passed}/{s.models}", _fmt(d["speedup_geomean"], ".3f", "x"),
+                         len(s.speedups), _fmt(d["compile_time_mean_s"], ".3f", compile_mark),
+                         _fmt(d["memory_ratio_geomean"], ".3f", "x")])
+        out.append(tabulate(rows, headers=["suite", "accelerator", "test", "precision", "configuration",
+                                           "pass", "geomean speedup", "n", "mean compile s",
+                                           "memory ratio"], tablefmt="simple"))
+        out.append("")
+    if tables in ("all", "models"):
+        groups: dict[GroupKey, list[ModelResult]] = {}
+        for res in results:
+            groups.setdefault(res.group, []).append(res)
+        for group in sorted(groups):
+            members = groups[group]
+            configs = sorted({m.row.configuration for m in members if not _is_baseline(m.row, fixed)})
+            if not configs:
+                continue
+            cells: dict[tuple[str, int | None], dict[str, str]] = {}
+            for m in members:
+                cells.setdefault((m.row.model or "", m.row.batch_size), {})[m.row.configuration] = m.cell()
+            rows = [[model, "-" if bs is None else bs, *(by.get(c, "") for c in configs)]
+                    for (model, bs), by in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0))]
+            out.append(f"speedup per model: {' / '.join(group)}")
+            out.append(tabulate(rows, headers=["model", "batch", *configs], tablefmt="simple"))
+            out.append("")
+    out.append("speedup = baseline median / configuration median of per_iter_time (warm-up excluded); "
+               "~ marks compile times estimated from the first warm-up iteration.")
+    return "\n".join(out) + "\n"
+
+
+def render_csv(records: Sequence[dict[str, Any]]) -> str:
+    buffer = io.StringIO()
+    if records:
+        writer = csv.DictWriter(buffer, fieldnames=list(records[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(records)
+    return buffer.getvalue()
+
+
+# ---- plots -------------------------------------------------------------------------------
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise ReportError("--plot needs matplotlib: pip install 'experiment_runner[reports]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _slug(parts: Iterable[str]) -> str:
+    return "_".join("".join(c if c.isalnum() or c in "-." else "-" for c in p) for p in parts)
+
+
+def write_plots(directory: Path, rows: Sequence[Row], run: RunInfo, runs: Sequence[RunInfo],
+                fixed: dict[str, str | None]) -> list[Path]:
+    """Per-model speedup bars of the run and the geomean speedup of every run over time."""
+    plt = _pyplot()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ReportError(f"cannot create plot folder {directory}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
+    written: list[Path] = []
+    by_run: dict[str, list[Row]] = {}
+    for row in rows:
+        by_run.setdefault(row.run_id, []).append(row)
+
+    groups: dict[GroupKey, list[ModelResult]] = {}
+    for res in pair_with_baselines(by_run[run.run_id], fixed):
+        if res.speedup is not None and not _is_baseline(res.row, fixed):
+            groups.setdefault(res.group, []).append(res)
+    for group, members in sorted(groups.items()):
+        models = sorted({m.row.model or "" for m in members})
+        configs = sorted({m.row.configuration for m in members})
+        width = 0.8 / len(configs)
+        fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(models) * len(configs) + 2), 4.5))
+        for i, config in enumerate(configs):
+            values = {m.row.model: m.speedup for m in members if m.row.configuration == config}
+            xs = [j + i * width for j, model in enumerate(models) if model in values]
+            ax.bar(xs, [values[model] for model in models if model in values], width, label=config)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(models))], models, rotation=60, ha="right")
+        ax.set_ylabel("speedup over baseline")
+        ax.set_title(f"{' / '.join(group)} - run {run.run_id}")
+        ax.legend(fontsize="small")
+        written.append(_save(fig, plt, directory / f"speedup_{_slug(group)}.png"))
+
+    series: dict[GroupKey, dict[str, list[tuple[float, float]]]] = {}
+    for info in runs:
+        if info.timestamp is None:
+            continue
+        for s in summarize_run(pair_with_baselines(by_run[info.run_id], fixed), fixed):
+            value = geomean(s.speedups)
+            if value is not None and not s.is_baseline:
+                key = (s.suite, s.accelerator, s.test, s.precision)
+                series.setdefault(key, {}).setdefault(s.configuration, []).append((info.timestamp, value))
+    for group, lines in sorted(series.items()):
+        from datetime import datetime, timezone
+
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for config, points in sorted(lines.items()):
+            ax.plot([datetime.fromtimestamp(t, timezone.utc) for t, _ in points], [v for _, v in points],
+                    marker="o", label=config)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_ylabel("geomean speedup over baseline")
+        ax.set_title(f"{' / '.join(group)} over time")
+        ax.legend(fontsize="small")
+        fig.autofmt_xdate()
+        written.append(_save(fig, plt, directory / f"geomean_over_time_{_slug(group)}.png"))
+    return written
+
+
+def _save(fig: Any, plt: Any, path: Path) -> Path:
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=100)
+    except OSError as exc:
+        raise ReportError(f"cannot write plot {path}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
+    finally:
+        plt.close(fig)
+    return path
+
+
+# ---- command -----------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="experiment_runner report", description=DESCRIPTION,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="results files (JSONL)")
+    p.add_argument("--run-id", help="the run to report (default: the run with the latest record)")
+    p.add_argument("--baseline", default=DEFAULT_BASELINE, metavar="KEY=VALUE,...",
+                   help=f"baseline configuration; keys: {', '.join(BASELINE_KEYS)}. xla, xla_flags, dynamo "
+                        f"and torch_xla2 not given are None; accelerator, test and precision not given "
+                        f"are the configuration's own (default: {DEFAULT_BASELINE}, i.e. eager)")
+    p.add_argument("--format", choices=("text", "csv", "json"), default="text", help="output format")
+    p.add_argument("--table", choices=("all", "summary", "models"),
+                   help="which tables: the summary, the per-model rows, or both (default: all; "
+                        "summary for csv, which holds one table)")
+    p.add_argument("--plot", type=Path, metavar="DIR",
+                   help="also write PNG plots there (needs matplotlib): per-model speedup bars of the "
+                        "run and geomean speedup of every run in the files over time")
+    return p
+
+
+def report(args: argparse.Namespace) -> str:
+    fixed = parse_baseline(args.baseline)
+    tables = args.table or ("summary" if args.format == "csv" else "all")
+    if args.format == "csv" and tables == "all":
+        raise ReportError("csv holds one table: choose --table summary or --table models")
+    rows = read_rows(args.files)
+    runs = runs_of(rows)
+    run = select_run(runs, args.run_id)
+    selected = [r for r in rows if r.run_id == run.run_id]
+    results = pair_with_baselines(selected, fixed)
+    summaries = summarize_run(results, fixed)
+    if args.plot is not None:
+        for path in write_plots(args.plot, rows, run, runs, fixed):
+            print(f"wrote {path}", file=sys.stderr)
+    if args.format == "text":
+        return render_text(run, fixed, summaries, results, tables)
+    if args.format == "csv":
+        return render_csv(summary_records(summaries) if tables == "summary" else model_records(results))
+    document: dict[str, Any] = {"run_id": run.run_id, "timestamp": run.timestamp,
+                                "baseline": describe_baseline(fixed)}
+    if tables in ("all", "summary"):
+        document["summary"] = summary_records(summaries)
+    if tables in ("all", "models"):
+        document["models"] = model_records(results)
+    return json.dumps(document, indent=2) + "\n"
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        args = build_parser().parse_args(list(argv))
+        sys.stdout.write(report(args))
+    except ReportError as exc:
+        print(f"experiment_runner report: error: {exc}", file=sys.stderr)
+        return exc.code
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    return EXIT_OK
