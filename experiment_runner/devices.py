@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import platform
 import random
+import re
 import resource
 from pathlib import Path
 from typing import Any, Callable
@@ -46,11 +47,38 @@ class DeviceRuntime:
         torch.manual_seed(seed)
 
     def reset_peak_memory(self) -> None:
-        """CPU has no resettable peak: ru_maxrss is the child's lifetime peak."""
+        """Reset the kernel's resident high-water mark (Linux: "5" into /proc/self/clear_refs),
+        so `timed_peak_rss_bytes` covers the timed runs, not model loading and compilation."""
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+            self._rss_reset = True
+        except OSError:
+            self._rss_reset = False
 
     def peak_memory(self) -> dict[str, int]:
-        # ru_maxrss is in KiB on Linux.
-        return {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        """`peak_rss_bytes`: the child's lifetime peak (ru_maxrss, KiB on Linux);
+        `timed_peak_rss_bytes`: VmHWM since reset_peak_memory, where the kernel allows the reset."""
+        peaks = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        if getattr(self, "_rss_reset", False):
+            try:
+                status = Path("/proc/self/status").read_text()
+                match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+                if match:
+                    peaks["timed_peak_rss_bytes"] = int(match.group(1)) * 1024
+            except OSError:
+                pass
+        return peaks
+
+    def profiler_activities(self) -> list[Any]:
+        """What torch.profiler records in the profiling pass: the host only, here."""
+        from torch.profiler import ProfilerActivity
+
+        return [ProfilerActivity.CPU]
+
+    def profiled_op(self, name: str) -> bool:
+        """Which profiler events `--profile-cuda-cpu-individual-ops` reports: aten ops here;
+        an XLA runtime narrows this to the ops that fell back to the CPU."""
+        return name.startswith("aten::")
 
     def is_oom(self, exc: BaseException) -> bool:
         return isinstance(exc, MemoryError)
@@ -66,27 +94,42 @@ class DeviceRuntime:
 
 
 class CudaRuntime(DeviceRuntime):
+    """Every torch.cuda call goes through `self.cuda`, the one seam a unit test replaces
+    with a fake so the CUDA logic is exercised on a host without a GPU."""
+
     torch_device = "cuda"
 
-    def synchronize(self) -> None:
-        import torch
+    def __init__(self, config: ExperimentConfig, cuda: Any = None) -> None:
+        super().__init__(config)
+        self._cuda = cuda
 
-        torch.cuda.synchronize()
+    @property
+    def cuda(self) -> Any:
+        if self._cuda is None:
+            import torch
+
+            self._cuda = torch.cuda
+        return self._cuda
+
+    def synchronize(self) -> None:
+        self.cuda.synchronize()
 
     def reset_peak_memory(self) -> None:
-        import torch
-
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
+        self.cuda.synchronize()
+        self.cuda.reset_peak_memory_stats()
+        super().reset_peak_memory()
 
     def peak_memory(self) -> dict[str, int]:
-        import torch
-
         return {
             **super().peak_memory(),
-            "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
-            "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+            "peak_allocated_bytes": int(self.cuda.max_memory_allocated()),
+            "peak_reserved_bytes": int(self.cuda.max_memory_reserved()),
         }
+
+    def profiler_activities(self) -> list[Any]:
+        from torch.profiler import ProfilerActivity
+
+        return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
 
     def is_oom(self, exc: BaseException) -> bool:
         import torch
@@ -96,9 +139,7 @@ class CudaRuntime(DeviceRuntime):
         return isinstance(exc, RuntimeError) and "CUDA out of memory" in str(exc) or super().is_oom(exc)
 
     def accelerator_model(self) -> str:
-        import torch
-
-        return torch.cuda.get_device_name()
+        return self.cuda.get_device_name()
 
 
 def runtime_for(config: ExperimentConfig) -> DeviceRuntime:
