@@ -23,6 +23,7 @@ class DeviceRuntime:
 
     def __init__(self, config: ExperimentConfig) -> None:
         self.config = config
+        self._rss_reset = False
 
     def synchronize(self) -> None:
         """Wait for queued device work, so the clock measures work done, not queued."""
@@ -59,7 +60,7 @@ class DeviceRuntime:
         """`peak_rss_bytes`: the child's lifetime peak (ru_maxrss, KiB on Linux);
         `timed_peak_rss_bytes`: VmHWM since reset_peak_memory, where the kernel allows the reset."""
         peaks = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
-        if getattr(self, "_rss_reset", False):
+        if self._rss_reset:
             try:
                 status = Path("/proc/self/status").read_text()
                 match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
