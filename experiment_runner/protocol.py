@@ -38,6 +38,7 @@ class RunOptions:
     profile_cuda_cpu: bool = False
     profile_cuda_cpu_individual_ops: bool = False
     dump_pytorch_profiles: bool = False
+    cache_bench: bool = False  # cold then warm compile in fresh processes (experiment_runner.cachebench)
     dump_pytorch_xla_metrics: bool = False
     dump_hlo: bool = False
     save_ir_format: str | None = None
