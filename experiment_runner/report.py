@@ -144,6 +144,7 @@ class Summary:
     test: str
     precision: str
     configuration: str
+    config: dict[str, str | None]  # the CONFIG_FIELDS behind the label, for csv and json readers
     is_baseline: bool
     models: int = 0
     ok: int = 0
@@ -157,7 +158,7 @@ class Summary:
         compile_mean = sum(self.compile_times) / len(self.compile_times) if self.compile_times else None
         return {
             "suite": self.suite, "accelerator": self.accelerator, "test": self.test,
-            "precision": self.precision, "configuration": self.configuration,
+            "precision": self.precision, "configuration": self.configuration, **self.config,
             "baseline": self.is_baseline, "models": self.models, "ok": self.ok, "passed": self.passed,
             "pass_rate": self.passed / self.models if self.models else None,
             "speedup_geomean": geomean(self.speedups), "speedup_models": len(self.speedups),
@@ -193,7 +194,8 @@ def summarize_run(results: Iterable[ModelResult], fixed: dict[str, str | None]) 
         key = (*res.group, r.configuration)
         summary = table.get(key)
         if summary is None:
-            summary = table[key] = Summary(*res.group, r.configuration, _is_baseline(r, fixed))
+            config = {name: getattr(r, name) for name in CONFIG_FIELDS}
+            summary = table[key] = Summary(*res.group, r.configuration, config, _is_baseline(r, fixed))
         summary.models += 1
         summary.ok += r.status == "ok"
         summary.passed += r.passed
@@ -252,6 +254,7 @@ def model_records(results: Sequence[ModelResult]) -> list[dict[str, Any]]:
         out.append({
             "suite": r.suite, "accelerator": r.accelerator, "test": r.test, "precision": r.precision,
             "model": r.model, "batch_size": r.batch_size, "configuration": r.configuration,
+            **{name: getattr(r, name) for name in CONFIG_FIELDS},
             "status": r.status, "verification_code": r.verification_code, "passed": r.passed,
             "median_per_iter_time_s": _round(r.median_per_iter_time_s),
             "baseline_median_per_iter_time_s": _round(b.median_per_iter_time_s) if b else None,

@@ -1,0 +1,213 @@
+"""`experiment_runner report` and the loader, against a committed small results file.
+
+Golden outputs are regenerated with EXPERIMENT_RUNNER_UPDATE_GOLDEN=1; review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiment_runner.cli import main as cli_main
+from experiment_runner.loader import COLUMNS, load_dataframe
+
+GOLDEN = Path(__file__).parent / "golden"
+RESULTS = GOLDEN / "results.jsonl"
+OLD_RUN, NEW_RUN = "20250101T000000Z-aaaaaa", "20250102T000000Z-bbbbbb"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli_main(["report", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("EXPERIMENT_RUNNER_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"output differs from {path}"
+
+
+@pytest.mark.parametrize(("name", "flags"), [
+    ("report.txt", []),
+    ("report_summary.csv", ["--format", "csv"]),
+    ("report_models.csv", ["--format", "csv", "--table", "models"]),
+    ("report.json", ["--format", "json"]),
+])
+def test_golden_outputs(capsys: pytest.CaptureFixture[str], name: str, flags: list[str]) -> None:
+    code, out, err = run(capsys, RESULTS, *flags)
+    assert (code, err) == (0, "")
+    check_golden(name, out)
+
+
+def summary_of(capsys: pytest.CaptureFixture[str], *flags: str) -> dict[tuple[str, str, str], dict]:
+    code, out, _ = run(capsys, RESULTS, "--format", "json", *flags)
+    assert code == 0
+    return {(s["accelerator"], s["test"], s["configuration"]): s for s in json.loads(out)["summary"]}
+
+
+def median(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return (ordered[4] + ordered[5]) / 2
+
+
+def records_of(model: str, dynamo: str | None, test: str = "eval", run_id: str = NEW_RUN) -> list[dict]:
+    found = []
+    for line in RESULTS.read_text().splitlines():
+        r = json.loads(line)
+        if (r["run_id"], r["model"]["model_name"], r["experiment"]["dynamo"], r["experiment"]["test"],
+                r["experiment"]["accelerator"], r["experiment"]["xla"]) == (run_id, model, dynamo, test, "cpu", None):
+            found.append(r)
+    return found
+
+
+def test_latest_run_metrics_follow_the_documented_definitions(capsys: pytest.CaptureFixture[str]) -> None:
+    summary = summary_of(capsys)
+    inductor = summary[("cpu", "eval", "xla=None dynamo=inductor")]
+    # llama ok+PASS, nanogpt retried to ok (the retry supersedes the error), resnet50 FAIL, dlrm timeout
+    assert (inductor["models"], inductor["ok"], inductor["passed"]) == (4, 3, 2)
+    assert inductor["pass_rate"] == 0.5
+    speedups = []
+    for model in ("llama", "nanogpt"):
+        eager = records_of(model, None)[-1]["metrics"]["per_iter_time"]
+        compiled = records_of(model, "inductor")[-1]["metrics"]["per_iter_time"]
+        speedups.append(median(eager) / median(compiled))
+    assert inductor["speedup_models"] == 2
+    assert inductor["speedup_geomean"] == pytest.approx((speedups[0] * speedups[1]) ** 0.5, rel=1e-5)
+    # llama records compile_time_s (12.5); nanogpt's is estimated from its first warm-up iteration
+    nanogpt = records_of("nanogpt", "inductor")[-1]["metrics"]
+    estimate = nanogpt["warmup_time"][0] - median(nanogpt["per_iter_time"])
+    assert inductor["compile_time_mean_s"] == pytest.approx((12.5 + estimate) / 2, rel=1e-5)
+    assert inductor["compile_time_estimated"] is True
+    # rss peaks on CPU: 500 MB eager over 400 MB (llama) and 250 MB (nanogpt)
+    assert inductor["memory_ratio_geomean"] == pytest.approx((1.25 * 2.0) ** 0.5, rel=1e-5)
+    # CUDA uses peak_allocated_bytes (2.0 GB / 1.6 GB), not rss (equal on both sides)
+    assert summary[("cuda", "eval", "xla=None dynamo=inductor")]["memory_ratio_geomean"] == pytest.approx(1.25)
+    baseline = summary[("cpu", "eval", "xla=None dynamo=None")]
+    assert baseline["baseline"] is True and baseline["speedup_geomean"] == 1.0
+
+
+def test_run_id_selects_an_older_run(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, RESULTS, "--format", "json", "--run-id", OLD_RUN)
+    document = json.loads(out)
+    assert code == 0 and document["run_id"] == OLD_RUN
+    assert {m["model"] for m in document["models"]} == {"llama", "nanogpt", "resnet50"}
+
+
+def test_any_configuration_can_be_the_baseline(capsys: pytest.CaptureFixture[str]) -> None:
+    summary = summary_of(capsys, "--baseline", "dynamo=inductor")
+    eager = summary[("cpu", "train", "xla=None dynamo=None")]
+    assert summary[("cpu", "train", "xla=None dynamo=inductor")]["baseline"] is True
+    eager_t = median(records_of("llama", None, "train")[0]["metrics"]["per_iter_time"])
+    compiled_t = median(records_of("llama", "inductor", "train")[0]["metrics"]["per_iter_time"])
+    assert eager["speedup_geomean"] == pytest.approx(compiled_t / eager_t, rel=1e-5)
+
+
+def test_torn_last_line_is_skipped_with_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    torn = tmp_path / "results.jsonl"
+    shutil.copy(RESULTS, torn)
+    lines = RESULTS.read_text().count("\n")
+    with open(torn, "a") as handle:
+        handle.write('{"schema_version": 1, "run_id": "20250103T000000Z-cccccc", "metrics": {"per_it')
+    code, out, err = run(capsys, torn)
+    assert code == 0
+    assert f"{torn}:{lines + 1}: skipped a corrupt or torn line" in err
+    assert out == (GOLDEN / "report.txt").read_text()
+
+
+def legacy_record(model: str, dynamo: str | None, samples: list[float] | None, **extra: object) -> str:
+    """A record as PyTorch/XLA's reference runner wrote it: no ids, status, stats or precision."""
+    metrics: dict[str, object] = {"error": "RuntimeError: boom"} if samples is None else {
+        "total_time": samples, "per_iter_time": samples}
+    return json.dumps({
+        "model": {"suite_name": "torchbench", "model_name": model},
+        "experiment": {"accelerator": "cuda", "accelerator_model": "NVIDIA A100-SXM4-40GB", "xla": None,
+                       "xla_flags": None, "dynamo": dynamo, "test": "eval", "batch_size": 8},
+        "repeat": len(samples or []), "iterations_per_run": 1, "metrics": metrics,
+        "outputs_file": None, "timestamp": 1699680738.72, **extra})
+
+
+def test_reference_runner_records_are_accepted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    old = tmp_path / "old.jsonl"
+    old.write_text("\n".join([
+        legacy_record("alexnet", None, [0.02, 0.021, 0.019], verification_code="PASS"),
+        legacy_record("alexnet", "inductor", [0.01, 0.011, 0.009], verification_code="PASS"),
+        legacy_record("bert", None, [0.04, 0.04, 0.04]),
+        legacy_record("bert", "inductor", None),
+    ]) + "\n")
+    code, out, err = run(capsys, old, "--format", "json")
+    assert (code, err) == (0, "")
+    document = json.loads(out)
+    assert document["run_id"] == "legacy:old.jsonl"
+    summary = {s["configuration"]: s for s in document["summary"]}
+    assert (summary["xla=None dynamo=inductor"]["passed"], summary["xla=None dynamo=inductor"]["models"]) == (1, 2)
+    assert summary["xla=None dynamo=inductor"]["speedup_geomean"] == pytest.approx(2.0)
+    bert = next(m for m in document["models"] if m["model"] == "bert" and m["configuration"].endswith("inductor"))
+    assert bert["status"] == "error"
+
+
+def test_loader_gives_one_flat_row_per_final_experiment() -> None:
+    frame = load_dataframe([RESULTS])
+    assert list(frame.columns) == list(COLUMNS)
+    lines = RESULTS.read_text().count("\n")
+    assert len(frame) == lines - 1  # the retried nanogpt/inductor counts once
+    latest = load_dataframe(RESULTS, run_id="latest")
+    assert set(latest["run_id"]) == {NEW_RUN} and len(latest) == 14
+    retried = latest[(latest["model"] == "nanogpt") & (latest["dynamo"] == "inductor")]
+    assert retried["status"].tolist() == ["ok"]
+    with_samples = load_dataframe(RESULTS, run_id=OLD_RUN, samples=True)
+    assert len(with_samples) == 6 and all(len(s) == 10 for s in with_samples["per_iter_time"])
+
+
+def test_plots_are_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, RESULTS, "--plot", tmp_path / "plots")
+    assert code == 0
+    names = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert "speedup_torchbench_cpu_eval_fp32.png" in names
+    assert "geomean_over_time_torchbench_cpu_eval_fp32.png" in names
+    for name in names:
+        assert (tmp_path / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"wrote {tmp_path / 'plots' / name}" in err
+
+
+def test_plot_without_matplotlib_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    code, out, err = run(capsys, RESULTS, "--plot", tmp_path)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "needs matplotlib" in err
+
+
+@pytest.mark.parametrize(("flags", "code", "message"), [
+    (["/no/such/file.jsonl"], 3, "cannot read results file"),
+    ([RESULTS, "--run-id", "nope"], 2, "no run 'nope'"),
+    ([RESULTS, "--baseline", "compiler=x"], 2, "bad --baseline item"),
+    ([RESULTS, "--format", "csv", "--table", "all"], 2, "csv holds one table"),
+    ([RESULTS, "--format", "xml"], 2, "invalid choice"),
+])
+def test_bad_input_is_one_line_and_an_exit_code(capsys: pytest.CaptureFixture[str], flags: list,
+                                                code: int, message: str) -> None:
+    got, out, err = run(capsys, *flags)
+    assert (got, out) == (code, "")
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+def test_help_documents_which_samples_count(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    assert "median of metrics.per_iter_time" in out and "warm-up" in out
+
+
+def test_reports_never_import_torch() -> None:
+    script = ("import sys; from experiment_runner.cli import main; "
+              f"main(['report', {str(RESULTS)!r}]); main(['compare', {str(RESULTS)!r}, '--format', 'json']); "
+              "assert 'torch' not in sys.modules, 'torch was imported'")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
