@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from benchmark_models import BenchmarkModel, LoadRequest, ModelSkipped, get_suite
 from experiment_runner.devices import DeviceRuntime, runtime_for
+from experiment_runner.instrumentation import Instrumentation
 from experiment_runner.environment import describe_environment
 from experiment_runner.matrix import Experiment
 from experiment_runner.protocol import RunOptions, Task, write_result
@@ -158,12 +159,14 @@ class ExperimentHarness:
         return train_step
 
 
-def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: RunOptions) -> dict[str, Any]:
+def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: RunOptions,
+                    on_repeat: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Warm-up apart, then `repeat` timed runs of `iterations_per_run` iterations.
 
     The device is synchronized before the clock starts and before it stops; RNG state is
     reset before each run, outside the clock. Warm-up times are kept (they hold the
-    compilation) but never mixed into the timed samples.
+    compilation) but never mixed into the timed samples. `on_repeat(i)` runs after timed
+    run i, outside the clock (per-repeat dumps).
     """
     from time import perf_counter
 
@@ -178,7 +181,7 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
 
     device.reset_peak_memory()
     metrics: dict[str, Any] = {"total_time": [], "per_iter_time": []}
-    for _ in range(options.repeat):
+    for index in range(options.repeat):
         device.reset_rng(options.seed)
         device.begin_repeat()
         device.synchronize()
@@ -191,6 +194,8 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
         metrics["per_iter_time"].append(elapsed / options.iterations_per_run)
         for key, value in device.end_repeat().items():
             metrics.setdefault(key, []).append(value)
+        if on_repeat is not None:
+            on_repeat(index)
     metrics["warmup_time"] = warmup_time
     metrics.update(device.peak_memory())
     return metrics
@@ -234,8 +239,15 @@ def run_task(task: Task) -> dict[str, Any]:
         result["timings"]["load_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        result["metrics"] = time_iterations(harness.make_step(model), device, task.options)
+        step = harness.make_step(model)
+        instrumentation = Instrumentation(task, device)
+        result["metrics"] = time_iterations(step, device, task.options, on_repeat=instrumentation.after_repeat)
         result["timings"]["measure_s"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        instrumentation.finish(step, result["metrics"])
+        result["artifacts"].update(instrumentation.artifacts)
+        result["timings"]["instrument_s"] = time.perf_counter() - t0
 
         if task.options.verify:
             from verifier import verify_experiment
