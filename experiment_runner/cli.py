@@ -92,6 +92,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch.set_float32_matmul_precision for every experiment")
     g.add_argument("--disable-tf32", action="store_true", help="float32 matmuls at full precision")
 
+    from experiment_runner.instrumentation import COMPILE_TIME_DOC
+
+    g = p.add_argument_group(
+        "instrumentation",
+        "Every record's metrics carry first_iter_time_s, steady_iter_time_s and compile_time_s; "
+        f"{COMPILE_TIME_DOC} Dynamo experiments also get dynamo_compile (dynamo's own compile-time "
+        "accounting) and graph_breaks (counts by reason). Peak memory is in bytes: peak_rss_bytes "
+        "(child's lifetime), timed_peak_rss_bytes (timed runs), on CUDA peak_allocated_bytes and "
+        "peak_reserved_bytes (timed runs). The flags below measure outside the timed runs.")
+    g.add_argument("--collect-dynamo-counters", action="store_true",
+                   help="torch._dynamo counters in the record's metrics as dynamo_counters")
+    g.add_argument("--dump-dynamo-counters", action="store_true",
+                   help="dynamo counters after each timed run into repeat_<i>/dynamo_counters.json")
+    g.add_argument("--profile-cuda-cpu", action="store_true",
+                   help="a torch.profiler pass after the timed runs: total_cpu_time_s, per_iter_cpu_time_s, "
+                        "total_cuda_time_s, per_iter_cuda_time_s per run")
+    g.add_argument("--profile-cuda-cpu-individual-ops", action="store_true",
+                   help="per-op self/total CPU and CUDA time and call counts (aten ops; XLA fallback ops "
+                        "on XLA) as per_op_profile")
+    g.add_argument("--dump-pytorch-profiles", action="store_true",
+                   help="Chrome trace and key_averages table per profiled run in repeat_<i>/")
+    g.add_argument("--cache-bench", action="store_true",
+                   help="cold then warm compile in two fresh processes on one inductor/triton cache folder: "
+                        "cold_compile_time_s, warm_compile_time_s")
+
     g = p.add_argument_group("processes and output")
     g.add_argument("--subprocess-timeout", type=float, default=60 * 60,
                    help="seconds per experiment; then the child's whole process group is killed")
