@@ -1,0 +1,151 @@
+"""The verification procedure inside the experiment's child, after timing.
+
+Every run starts from a fresh copy of the model loaded from the same seed and from the
+same RNG state, so eager, float64 and the experiment see identical weights and inputs:
+
+1. eager twice: if the two disagree at all, no comparison can be trusted
+   (NONDETERMINISTIC_EAGER_RUN), unless the data lists the model as nondeterministic;
+2. eager in float64, the ground truth the RMSE rule needs (if it fails, cosine decides);
+3. the experiment itself (its dynamo backend, its precision);
+4. compare experiment against eager → PASS or FAIL.
+
+Training compares the loss, the output, every parameter's gradient and the updated
+parameters after --verify-iterations optimizer steps.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import gc
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from verifier.compare import Comparison, compare, identical
+from verifier.tolerances import Context, Policy, policy_for
+
+if TYPE_CHECKING:
+    from experiment_runner.worker import ExperimentHarness
+
+TRACEBACK_TAIL_LINES = 15
+
+
+@dataclass
+class Verification:
+    """The `verification` block of a record (see to_dict)."""
+
+    code: str
+    method: str | None = None
+    tolerance: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class EagerFailed(Exception):
+    """An eager run raised: the benchmark itself is broken, whatever the compiler does."""
+
+
+def _tail(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return "\n".join(text.rstrip().splitlines()[-TRACEBACK_TAIL_LINES:])
+
+
+def _error(exc: BaseException) -> dict[str, str]:
+    return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback_tail": _tail(exc)}
+
+
+def context_of(harness: "ExperimentHarness") -> Context:
+    config = harness.config
+    return Context(suite=harness.experiment.suite_name, model=harness.experiment.model_name,
+                   test=config.test, precision=config.precision, accelerator=config.accelerator,
+                   dynamo=config.dynamo, xla=config.xla)
+
+
+def snapshot(value: Any) -> Any:
+    """A detached CPU copy of a nested output, so later runs cannot change it and device
+    memory is freed. Mappings (ModelOutput included) become plain dicts."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, Mapping):
+        return {k: snapshot(v) for k, v in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(snapshot(v) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(snapshot(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        clone = copy.copy(value)
+        for f in dataclasses.fields(value):
+            object.__setattr__(clone, f.name, snapshot(getattr(value, f.name)))
+        return clone
+    return value
+
+
+def run_once(harness: "ExperimentHarness", precision: str, compiled: bool) -> Any:
+    """Load a fresh model in `precision`, run it from the seeded RNG state, return what to compare."""
+    model = harness.load(precision)
+    step = harness.make_step(model, compiled=compiled, precision=precision, full_output=True)
+    train = harness.config.test == "train"
+    harness.device.reset_rng(harness.options.seed)
+    for _ in range(max(1, harness.options.verify_iterations) if train else 1):
+        out = harness.device.run_iteration(step)
+    harness.device.synchronize()
+    if not train:
+        return snapshot(out)
+    loss, output = out
+    params = dict(model.module.named_parameters())
+    return snapshot({"loss": loss, "output": output,
+                     "grads": {name: p.grad for name, p in params.items()},
+                     "params": params})
+
+
+def procedure(harness: "ExperimentHarness", policy: Policy) -> Verification:
+    """Steps 1 to 4 of the module docstring (may raise: verify_experiment catches)."""
+    precision = harness.config.precision
+    base = {"tolerance_source": policy.source, "cosine_chosen": policy.cosine,
+            "iterations": harness.options.verify_iterations if harness.config.test == "train" else 1}
+    if policy.skip_reason is not None:
+        return Verification("VERIFIER_SKIPPED", details={"reason": policy.skip_reason})
+    try:
+        eager = run_once(harness, precision, compiled=False)
+        gc.collect()
+        rerun = run_once(harness, precision, compiled=False)
+        gc.collect()
+    except Exception as exc:  # noqa: BLE001 - eager breaking is a code of its own
+        return Verification("EAGER_FAILED", details={**base, "error": _error(exc)})
+    determinism = identical(eager, rerun)
+    del rerun
+    if not determinism.passed and not policy.nondeterministic:
+        return Verification("NONDETERMINISTIC_EAGER_RUN", method="exact", tolerance=0.0,
+                            details={**base, **determinism.details()})
+    base["eager_deterministic"] = determinism.passed
+
+    fp64: Any = None
+    try:
+        fp64 = run_once(harness, "fp64", compiled=False)
+        base["reference"] = "float64"
+    except Exception as exc:  # noqa: BLE001 - without it cosine similarity decides
+        base.update(reference=None, reference_error=_error(exc))
+    gc.collect()
+
+    result = run_once(harness, precision, compiled=True)
+    gc.collect()
+    outcome: Comparison = compare(eager, result, fp64, tolerance=policy.tolerance, cosine=policy.cosine)
+    return Verification("PASS" if outcome.passed else "FAIL", method=outcome.method,
+                        tolerance=policy.tolerance, details={**base, **outcome.details()})
+
+
+def verify_experiment(harness: "ExperimentHarness") -> dict[str, Any]:
+    """Verify the harness's experiment; never raises (a broken verifier is EXCEPTION_RAISED)."""
+    policy: Policy | None = None
+    try:
+        policy = policy_for(context_of(harness), override=harness.options.tolerance)
+        return procedure(harness, policy).to_dict()
+    except Exception as exc:  # noqa: BLE001 - every failure must become data
+        return Verification("EXCEPTION_RAISED", tolerance=policy.tolerance if policy else None,
+                            details={"error": _error(exc)}).to_dict()
