@@ -117,6 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cold then warm compile in two fresh processes on one inductor/triton cache folder: "
                         "cold_compile_time_s, warm_compile_time_s")
 
+    g = p.add_argument_group("PyTorch/XLA artifacts (xla experiments; files in each experiment's folder)")
+    g.add_argument("--dump-hlo", action="store_true",
+                   help="dump the compiled HLO modules (XLA_FLAGS=--xla_dump_to) into hlo/")
+    g.add_argument("--save-ir-format", "--save-ir", dest="save_ir_format", choices=("text", "hlo", "stablehlo"),
+                   help="save the traced graphs' IR in this format into ir/")
+    g.add_argument("--dump-pytorch-xla-metrics", action="store_true",
+                   help="write torch_xla's metrics report per repeat into repeat_<i>/")
+
     g = p.add_argument_group("processes and output")
     g.add_argument("--subprocess-timeout", type=float, default=60 * 60,
                    help="seconds per experiment; then the child's whole process group is killed")

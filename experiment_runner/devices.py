@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from experiment_runner.matrix import ExperimentConfig
+from experiment_runner.protocol import RunOptions
 
 
 class DeviceRuntime:
@@ -24,6 +25,14 @@ class DeviceRuntime:
     def __init__(self, config: ExperimentConfig) -> None:
         self.config = config
         self._rss_reset = False
+
+    def prepare(self, options: RunOptions, artifacts_dir: Path) -> None:
+        """Apply the run options only this device knows how to apply, and learn where its
+        dumps go; called once before the model is loaded."""
+
+    def artifacts(self) -> dict[str, str]:
+        """Files this device dumped, keyed by kind, relative to the experiment's folder."""
+        return {}
 
     def synchronize(self) -> None:
         """Wait for queued device work, so the clock measures work done, not queued."""

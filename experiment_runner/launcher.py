@@ -32,7 +32,8 @@ LOG_TAIL_LINES = 15
 _OOM_MARKERS = ("MemoryError", "out of memory", "OutOfMemoryError", "Cannot allocate memory")
 
 # Variables a parent shell may carry that would silently change an experiment.
-_INHERITED_XLA_VARS = ("XLA_FLAGS", "PJRT_DEVICE", "XLA_USE_BF16", "XLA_USE_FP16", "XLA_DOWNCAST_BF16")
+_INHERITED_XLA_VARS = ("XLA_FLAGS", "PJRT_DEVICE", "XLA_USE_BF16", "XLA_USE_FP16", "XLA_DOWNCAST_BF16",
+                       "XLA_SAVE_TENSORS_FMT", "XLA_SAVE_TENSORS_FILE", "XLA_DISABLE_FUNCTIONALIZATION")
 
 
 @dataclass
@@ -72,6 +73,9 @@ def child_environment(task: Task, base: dict[str, str] | None = None,
         env["PJRT_DEVICE"] = PJRT_DEVICE[config.accelerator]
         if config.xla_flags:
             env["XLA_FLAGS"] = config.xla_flags
+        from experiment_runner.xla import artifact_environment
+
+        env.update(artifact_environment(task.options, task.artifacts_dir, env.get("XLA_FLAGS")))
     env.update(extra or {})
     return env
 
@@ -245,6 +249,8 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
             "dynamo": config.dynamo,
             "torch_xla2": config.torch_xla2,
             "keep_model_data_on_cuda": False,
+            # torch_xla's functionalization layer stays on (XLA_DISABLE_FUNCTIONALIZATION is cleaned).
+            "enable_functionalization": config.xla is not None,
             "test": config.test,
             "batch_size": result.get("batch_size", config.batch_size),
             "precision": result.get("precision", config.precision),

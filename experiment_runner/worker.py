@@ -231,6 +231,7 @@ def run_task(task: Task) -> dict[str, Any]:
         device = runtime_for(config)
         result["accelerator_model"] = device.accelerator_model()
         apply_matmul_precision(task.options)
+        device.prepare(task.options, Path(task.artifacts_dir))
         harness = ExperimentHarness(task.experiment, task.options, device, Path(task.artifacts_dir))
 
         t0 = time.perf_counter()
@@ -264,6 +265,8 @@ def run_task(task: Task) -> dict[str, Any]:
         result.update(status="oom" if oom else "error", error=error_block(exc))
         if task.options.verify and result["verification"] is None:
             result["verification_code"] = "VERIFIER_DIDNT_RUN"
+    if device is not None:
+        result["artifacts"].update(device.artifacts())
     timings = result["timings"]
     timings["work_s"] = sum(timings.get(k, 0.0) for k in ("load_s", "measure_s", "verify_s"))
     timings["child_s"] = time.perf_counter() - started

@@ -1,0 +1,197 @@
+"""PyTorch/XLA: the lazy-tensor device runtime, its metrics, AMP, and the dump settings.
+
+The parent imports this module only for `artifact_environment` (pure, no torch_xla):
+HLO and IR dumps are configured through variables torch_xla reads once at start-up,
+so they must be in the child's environment before it imports torch_xla. Everything that
+touches torch_xla runs inside the experiment's child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from experiment_runner.devices import DeviceRuntime
+from experiment_runner.matrix import ExperimentConfig
+from experiment_runner.protocol import RunOptions
+
+SAVE_IR_FORMATS: tuple[str, ...] = ("text", "hlo", "stablehlo")
+
+# Our --matmul-precision values (torch's names) to torch_xla.backends' names: torch's
+# "medium" allows bfloat16 passes, which is XLA's fastest level, "default".
+XLA_MATMUL_PRECISION: dict[str, str] = {"highest": "highest", "high": "high", "medium": "default"}
+
+HLO_DIRNAME = "hlo"
+IR_DIRNAME = "ir"
+METRICS_FILENAME = "pytorch-xla-metrics.txt"
+
+# torch_xla's metric names (nanoseconds, sample count) → the reference's record keys.
+_COUNTED_METRICS = ("CompileTime", "ExecuteTime")
+
+# Substrings of errors that mean the device ran out of memory.
+_XLA_OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory")
+
+
+def ir_dump_base(artifacts_dir: Path, save_ir_format: str) -> Path:
+    """Where torch_xla writes saved IR; it appends `.<ordinal>` to this name itself."""
+    return Path(artifacts_dir) / IR_DIRNAME / f"ir.{save_ir_format}.txt"
+
+
+def artifact_environment(options: RunOptions, artifacts_dir: str | Path,
+                         xla_flags: str | None) -> dict[str, str]:
+    """Variables for the child's dumps; `xla_flags` is the XLA_FLAGS value so far.
+
+    --dump-hlo appends `--xla_dump_to` to the experiment's own XLA_FLAGS rather than
+    replacing them, so a flags dimension and an HLO dump can be combined.
+    """
+    env: dict[str, str] = {}
+    if options.dump_hlo:
+        dump = f"--xla_dump_to={Path(artifacts_dir) / HLO_DIRNAME}"
+        env["XLA_FLAGS"] = f"{xla_flags} {dump}" if xla_flags else dump
+    if options.save_ir_format:
+        base = ir_dump_base(Path(artifacts_dir), options.save_ir_format)
+        base.parent.mkdir(parents=True, exist_ok=True)
+        env["XLA_SAVE_TENSORS_FMT"] = options.save_ir_format
+        env["XLA_SAVE_TENSORS_FILE"] = str(base)
+    return env
+
+
+def xla_autocast(config: ExperimentConfig) -> contextlib.AbstractContextManager:
+    """AMP on an XLA device, following the reference: float16 on XLA:CUDA, bfloat16 on TPU.
+
+    The reference ignores AMP on CPU; we run XLA's bfloat16 autocast there instead,
+    because `--precision=amp` is an explicit request and torch_xla lowers it on CPU too.
+    """
+    import torch
+
+    dtype = torch.float16 if config.accelerator == "cuda" else torch.bfloat16
+    return torch.autocast(device_type="xla", dtype=dtype)
+
+
+class XlaRuntime(DeviceRuntime):
+    """A PJRT device: lazy tensors cut into graphs by `torch_xla.sync()` per iteration.
+
+    The trace time of each iteration (Python running the model, before the graph is
+    compiled and executed) is measured here, and torch_xla's metrics are cleared per
+    repeat so that CompileTime and ExecuteTime belong to that repeat alone.
+    """
+
+    def __init__(self, config: ExperimentConfig) -> None:
+        super().__init__(config)
+        import torch_xla
+
+        self._device = torch_xla.device()
+        self.torch_device = str(self._device)
+        self.options = RunOptions()
+        self.artifacts_dir: Path | None = None
+        self._trace_s = 0.0
+        self._iterations = 0
+        self._repeat_index = -1
+        self._metrics_files: dict[str, str] = {}
+
+    def prepare(self, options: RunOptions, artifacts_dir: Path) -> None:
+        """Apply --matmul-precision to XLA as torch gets it, and remember the dump folder."""
+        self.options = options
+        self.artifacts_dir = Path(artifacts_dir)
+        precision = "highest" if options.disable_tf32 else options.matmul_precision
+        if precision is not None:
+            from torch_xla.backends import set_mat_mul_precision
+
+            set_mat_mul_precision(XLA_MATMUL_PRECISION[precision])
+
+    def synchronize(self) -> None:
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+
+        torch_xla.sync()
+        xm.wait_device_ops()
+
+    def run_iteration(self, step: Callable[[], Any]) -> Any:
+        import torch_xla
+
+        start = time.perf_counter()
+        output = step()
+        self._trace_s += time.perf_counter() - start
+        self._iterations += 1
+        torch_xla.sync()
+        return output
+
+    def begin_repeat(self) -> None:
+        import torch_xla.debug.metrics as met
+
+        self._trace_s = 0.0
+        self._iterations = 0
+        self._repeat_index += 1
+        met.clear_all()
+
+    def end_repeat(self) -> dict[str, float]:
+        import torch_xla.debug.metrics as met
+
+        metrics: dict[str, float] = {
+            "trace_total_time": self._trace_s,
+            "trace_per_iter_time": self._trace_s / max(self._iterations, 1),
+        }
+        for name in _COUNTED_METRICS:
+            number, total_ns, _ = met.metric_data(name) or (0, 0.0, ())
+            metrics[f"xla_{name}_time_s"] = total_ns / 1e9
+            metrics[f"xla_{name}_number"] = number
+        if self.options.dump_pytorch_xla_metrics and self.artifacts_dir is not None:
+            relative = Path(f"repeat_{self._repeat_index}") / METRICS_FILENAME
+            path = self.artifacts_dir / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(met.metrics_report())
+            self._metrics_files[f"pytorch_xla_metrics.repeat_{self._repeat_index}"] = str(relative)
+        return metrics
+
+    def reset_rng(self, seed: int) -> None:
+        import torch_xla.core.xla_model as xm
+
+        super().reset_rng(seed)
+        xm.set_rng_state(seed, self.torch_device)
+
+    def peak_memory(self) -> dict[str, int]:
+        """Host RSS always; the device's own peak where its PJRT client reports one (not CPU)."""
+        import torch_xla.core.xla_model as xm
+
+        peak = super().peak_memory()
+        try:
+            info = xm.get_memory_info(self._device)
+        except RuntimeError:
+            return peak
+        if "peak_bytes_used" in info:
+            peak["peak_device_bytes"] = int(info["peak_bytes_used"])
+        return peak
+
+    def is_oom(self, exc: BaseException) -> bool:
+        message = str(exc)
+        return any(marker in message for marker in _XLA_OOM_MARKERS) or super().is_oom(exc)
+
+    def accelerator_model(self) -> str:
+        if self.config.accelerator == "cuda":
+            import torch
+
+            if torch.cuda.is_available():
+                return torch.cuda.get_device_name()
+        if self.config.accelerator == "tpu":
+            from torch_xla._internal import tpu
+
+            return f"TPU v{tpu.version()}"
+        return super().accelerator_model()
+
+    def artifacts(self) -> dict[str, str]:
+        """Dumped files that exist, relative to the experiment's folder."""
+        if self.artifacts_dir is None:
+            return {}
+        found = dict(self._metrics_files)
+        hlo = self.artifacts_dir / HLO_DIRNAME
+        if self.options.dump_hlo and hlo.is_dir() and any(hlo.iterdir()):
+            found["hlo"] = HLO_DIRNAME
+        if self.options.save_ir_format:
+            base = ir_dump_base(self.artifacts_dir, self.options.save_ir_format)
+            for path in sorted(base.parent.glob(base.name + "*")):
+                suffix = path.name[len(base.name):].lstrip(".")
+                key = f"ir_{self.options.save_ir_format}" + (f".{suffix}" if suffix else "")
+                found[key] = str(path.relative_to(self.artifacts_dir))
+        return found
