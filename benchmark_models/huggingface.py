@@ -1,0 +1,89 @@
+"""`huggingface`: transformers models from PyTorch's huggingface benchmark list.
+
+Each model is built from its config class's defaults with random weights, so nothing is
+downloaded (HF_HUB_OFFLINE=1 works). As in PyTorch's harness: random int64 token ids of
+a per-family sequence length, labels that fit the head (masked/causal LM, question
+answering, sequence classification, conditional generation), `use_cache` off, and the
+model's own loss (the first output, since labels are always passed) for training.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmark_models.base import (
+    BenchmarkModel, LoadRequest, ModelNotFound, Suite, read_data, skip_rules_from,
+)
+from benchmark_models.optional import require
+from benchmark_models.timm_models import batch_size_for
+from experiment_runner.matrix import SkipRule
+
+# Encoder-decoder families that take decoder ids; the reference feeds the input ids again.
+_SEQ2SEQ_PREFIXES = ("T5", "MT5", "M2M100")
+
+
+def make_inputs(name: str, entry: dict[str, Any], config: Any, batch_size: int, device: str) -> dict[str, Any]:
+    """Token ids plus the labels this head's loss needs."""
+    import torch
+
+    seq = int(entry["sequence_length"])
+    vocab = int(config.vocab_size)
+
+    def ids(high: int, shape: tuple[int, ...]) -> "torch.Tensor":
+        return torch.randint(0, max(high, 1), shape, dtype=torch.int64, device=device)
+
+    input_ids = ids(int(entry.get("input_id_high", vocab)), (batch_size, seq))
+    if entry.get("eos_last"):
+        input_ids[:, -1] = config.eos_token_id
+    inputs: dict[str, Any] = {"input_ids": input_ids}
+    if name.startswith(_SEQ2SEQ_PREFIXES):
+        inputs["decoder_input_ids"] = input_ids
+    if name.endswith("QuestionAnswering"):
+        inputs["start_positions"] = ids(seq, (batch_size,))
+        inputs["end_positions"] = ids(seq, (batch_size,))
+    elif name.endswith(("MaskedLM", "CausalLM", "HeadModel")):
+        inputs["labels"] = ids(vocab, (batch_size, seq))
+    elif name.endswith("SequenceClassification"):
+        inputs["labels"] = ids(config.num_labels - 1, (batch_size,))
+    elif name.endswith("ConditionalGeneration"):
+        inputs["labels"] = ids(vocab - 1, (batch_size, seq))
+    else:
+        raise ValueError(f"no label recipe for the head of {name}")
+    return inputs
+
+
+def own_loss(output: Any) -> Any:
+    """The loss the model computed from the labels it was given."""
+    return output["loss"] if isinstance(output, dict) or hasattr(output, "keys") else output[0]
+
+
+class HuggingFaceSuite(Suite):
+    name = "huggingface"
+    source = "transformers"
+
+    def __init__(self) -> None:
+        self._data = read_data("huggingface.json")
+        self._models = {m["name"]: m for m in self._data["models"]}
+
+    def model_names(self) -> list[str]:
+        return list(self._models)
+
+    def skip_rules(self) -> list[SkipRule]:
+        return skip_rules_from(self._data["skips"])
+
+    def load(self, request: LoadRequest) -> BenchmarkModel:
+        if request.model_name not in self._models:
+            raise ModelNotFound(request.model_name)
+        transformers = require("transformers")
+        entry = self._models[request.model_name]
+        model_cls = getattr(transformers, request.model_name)
+        config = model_cls.config_class()
+        for key, value in entry.get("config", {}).items():
+            setattr(config, key, value)
+        if hasattr(config, "use_cache"):
+            config.use_cache = False
+        module = model_cls(config).to(request.device)
+
+        batch_size = batch_size_for(entry, request)
+        inputs = make_inputs(request.model_name, entry, config, batch_size, request.device)
+        return BenchmarkModel(module=module, kwargs=inputs, batch_size=batch_size, source=self.source, loss=own_loss)

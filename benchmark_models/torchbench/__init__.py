@@ -1,0 +1,118 @@
+"""`torchbench`: the real `torchbenchmark` package when it is there, else a built-in set.
+
+The real package is found installed or as a checkout named by $TORCHBENCH_DIR (the
+folder that holds `torchbenchmark/`). The parent lists its models from the file system,
+so the catalog never imports torch or torchbenchmark; the child imports
+`torchbenchmark.models.<name>` and goes through torchbench's own API:
+`Model(test=, device=, batch_size=)`, `get_module()`, its default batch sizes, and
+`NotImplementedError` for a test or device a model does not support (a `skipped` record).
+
+Without it, the built-in models of `benchmark_models.torchbench.models` run, with
+torchbench's architectures and default batch sizes, so `--suite-name=torchbench` works on
+a fresh machine. `source` ("torchbenchmark" or "builtin") tells which ran.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from benchmark_models.base import (
+    BenchmarkModel, LoadRequest, ModelNotFound, ModelSkipped, Suite, read_data, skip_rules_from,
+)
+from experiment_runner.matrix import SkipRule
+
+TORCHBENCH_DIR_ENV = "TORCHBENCH_DIR"
+
+
+def torchbenchmark_package_dir() -> Path | None:
+    """Where the `torchbenchmark` package lives, found without importing it (or torch)."""
+    checkout = os.environ.get(TORCHBENCH_DIR_ENV)
+    if checkout:
+        package = Path(checkout).expanduser().resolve() / "torchbenchmark"
+        if (package / "__init__.py").is_file():
+            return package
+        print(f"experiment_runner: warning: ${TORCHBENCH_DIR_ENV}={checkout} holds no torchbenchmark/ "
+              "package; using the built-in torchbench models", file=sys.stderr)
+        return None
+    try:
+        spec = importlib.util.find_spec("torchbenchmark")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def list_torchbenchmark_models(package: Path) -> list[str]:
+    """Model folders (those with an __init__.py) under torchbenchmark/models."""
+    models = package / "models"
+    if not models.is_dir():
+        return []
+    return sorted(
+        child.name for child in models.iterdir()
+        if child.is_dir() and not child.name.startswith(("_", ".")) and (child / "__init__.py").is_file()
+    )
+
+
+class TorchBenchSuite(Suite):
+    name = "torchbench"
+
+    def __init__(self) -> None:
+        self._data = read_data("torchbench.json")
+        self._builtin = {m["name"]: m for m in self._data["models"]}
+        self._package = torchbenchmark_package_dir()
+        self.source = "builtin" if self._package is None else "torchbenchmark"
+
+    def model_names(self) -> list[str]:
+        if self._package is not None:
+            return list_torchbenchmark_models(self._package)
+        return list(self._builtin)
+
+    def skip_rules(self) -> list[SkipRule]:
+        return skip_rules_from(self._data["skips"])
+
+    def load(self, request: LoadRequest) -> BenchmarkModel:
+        if self._package is not None:
+            return self._load_torchbenchmark(request)
+        return self._load_builtin(request)
+
+    def _load_builtin(self, request: LoadRequest) -> BenchmarkModel:
+        from benchmark_models.torchbench.models import BUILDERS
+
+        if request.model_name not in self._builtin:
+            raise ModelNotFound(request.model_name)
+        sizes = self._builtin[request.model_name]["batch_size"][request.test]
+        batch_size = request.batch_size or int(sizes.get(request.accelerator, sizes["cuda"]))
+        built = BUILDERS[request.model_name](batch_size, request.device)
+        return BenchmarkModel(module=built.module, args=built.args, batch_size=batch_size,
+                              source=self.source, make_optimizer=built.make_optimizer)
+
+    def _load_torchbenchmark(self, request: LoadRequest) -> BenchmarkModel:
+        """Build through torchbench's API. XLA devices: build on the CPU, then move, as
+        torchbench models only know cpu and cuda."""
+        if request.model_name not in list_torchbenchmark_models(self._package):
+            raise ModelNotFound(request.model_name)
+        checkout = str(self._package.parent)
+        if checkout not in sys.path:
+            sys.path.insert(0, checkout)
+        from experiment_runner.worker import map_tensors
+
+        module = importlib.import_module(f"torchbenchmark.models.{request.model_name}")
+        build_device = request.device if request.device.split(":")[0] in ("cpu", "cuda") else "cpu"
+        try:
+            instance = module.Model(test=request.test, device=build_device, batch_size=request.batch_size,
+                                    extra_args=[])
+        except NotImplementedError as exc:
+            raise ModelSkipped(f"torchbenchmark: {request.model_name} does not implement "
+                               f"{request.test} on {build_device}: {exc}") from exc
+        model, inputs = instance.get_module()
+        if build_device != request.device:
+            model = model.to(request.device)
+            inputs = map_tensors(inputs, lambda t: t.to(request.device))
+        args, kwargs = ((), dict(inputs)) if isinstance(inputs, dict) else (tuple(inputs), {})
+        return BenchmarkModel(module=model, args=args, kwargs=kwargs, batch_size=int(instance.batch_size),
+                              source=self.source)
