@@ -1,0 +1,121 @@
+"""End to end: `python -m experiment_runner --verify` on test-only models reaches each of the
+seven verification codes, with timings and verification in the same record.
+
+The models and the deliberately wrong backend come from tests/support/verifier_plugin.py
+through the runner's plug-in seams, exactly as a user's own suite and backend would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SUPPORT = Path(__file__).parent / "support"
+sys.path.insert(0, str(SUPPORT))
+
+from verifier_plugin import SUITE_NAME, VERIFIER_DATA  # noqa: E402
+
+Records = dict[tuple[str, str | None, str], dict[str, Any]]
+
+
+def run_cli(tmp: Path, name: str, *flags: str) -> list[dict[str, Any]]:
+    data = tmp / "verifier_data.json"
+    data.write_text(json.dumps(VERIFIER_DATA))
+    env = dict(os.environ,
+               PYTHONPATH=os.pathsep.join(filter(None, [str(SUPPORT), os.environ.get("PYTHONPATH")])),
+               EXPERIMENT_RUNNER_PLUGINS="verifier_plugin",
+               EXPERIMENT_RUNNER_SUITES=f"{SUITE_NAME}=verifier_plugin:VerifierTestSuite",
+               EXPERIMENT_RUNNER_VERIFIER_DATA=str(data),
+               XDG_CACHE_HOME=str(tmp / "cache"))
+    out = tmp / name
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiment_runner", f"--suite-name={SUITE_NAME}", "--accelerator=cpu",
+         "--xla=None", "--verify", "--repeat=1", "--warmup-iterations=1", f"--output-dirname={out}", *flags],
+        env=env, capture_output=True, text=True, timeout=540,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory: pytest.TempPathFactory) -> Records:
+    tmp = tmp_path_factory.mktemp("verifier_e2e")
+    found = run_cli(tmp, "eval", "--dynamo=eager", "--test=eval")
+    found += run_cli(tmp, "perturb", "--filter=^tiny_mlp$", "--dynamo=verifier_perturb")
+    found += run_cli(tmp, "loose", "--filter=^tiny_mlp$", "--dynamo=verifier_perturb", "--test=eval",
+                     "--tolerance=0.05")
+    by_key: Records = {}
+    for record in found:
+        tolerance = (record["verification"] or {}).get("tolerance")
+        key = (record["model"]["model_name"], record["experiment"]["dynamo"], record["experiment"]["test"])
+        by_key[key if tolerance != 0.05 else (*key[:2], "eval --tolerance=0.05")] = record
+    return by_key
+
+
+@pytest.mark.parametrize("key, code", [
+    (("tiny_mlp", "eager", "eval"), "PASS"),
+    (("tiny_dict", "eager", "eval"), "PASS"),
+    (("jitter_listed", "eager", "eval"), "PASS"),
+    (("tiny_mlp", "verifier_perturb", "eval"), "FAIL"),
+    (("tiny_mlp", "verifier_perturb", "train"), "FAIL"),
+    (("tiny_mlp", "verifier_perturb", "eval --tolerance=0.05"), "PASS"),
+    (("eager_broken", "eager", "eval"), "EAGER_FAILED"),
+    (("opaque_output", "eager", "eval"), "EXCEPTION_RAISED"),
+    (("jitter", "eager", "eval"), "NONDETERMINISTIC_EAGER_RUN"),
+    (("skipped_by_data", "eager", "eval"), "VERIFIER_SKIPPED"),
+    (("dies_in_fp64", "eager", "eval"), "VERIFIER_DIDNT_RUN"),
+])
+def test_each_code_is_reached(records: Records, key: tuple[str, str, str], code: str):
+    record = records[key]
+    assert record["verification_code"] == code, record["verification"] or record["error"]
+
+
+def test_all_seven_codes_are_covered(records: Records):
+    from experiment_runner.results import VERIFICATION_CODES
+
+    assert {r["verification_code"] for r in records.values()} == set(VERIFICATION_CODES)
+
+
+def test_timing_and_verification_share_one_record(records: Records):
+    """A verification failure does not stop the timing: both land in the same record."""
+    for key in [("tiny_mlp", "verifier_perturb", "eval"), ("tiny_mlp", "eager", "eval"),
+                ("eager_broken", "eager", "eval")]:
+        record = records[key]
+        assert record["status"] == "ok" and len(record["metrics"]["per_iter_time"]) == 1
+        assert record["verification"]["code"] == record["verification_code"]
+
+
+def test_fail_record_names_the_check_and_the_figures(records: Records):
+    verification = records[("tiny_mlp", "verifier_perturb", "eval")]["verification"]
+    details = verification["details"]
+    assert verification["method"] == "rmse" and verification["tolerance"] == 1e-4
+    assert details["path"] == "<output>" and details["rmse_result"] > details["threshold"]
+    assert details["max_abs_error"] > 0 and details["cosine"] > 0.99  # a 1% scale keeps the direction
+    train = records[("tiny_mlp", "verifier_perturb", "train")]["verification"]["details"]
+    assert train["path"].split(".")[0] in ("loss", "output", "grads", "params")
+
+
+def test_loose_tolerance_comes_from_the_command_line(records: Records):
+    verification = records[("tiny_mlp", "verifier_perturb", "eval --tolerance=0.05")]["verification"]
+    assert verification["method"] == "allclose"
+    assert verification["details"]["tolerance_source"] == "--tolerance"
+
+
+def test_codes_that_explain_themselves(records: Records):
+    eager_failed = records[("eager_broken", "eager", "eval")]["verification"]["details"]["error"]
+    assert "broken in eager mode" in eager_failed["message"]
+    raised = records[("opaque_output", "eager", "eval")]["verification"]["details"]["error"]
+    assert raised["type"] == "UnsupportedOutput" and "UnsupportedOutput" in raised["traceback_tail"]
+    nondeterministic = records[("jitter", "eager", "eval")]["verification"]
+    assert nondeterministic["method"] == "exact" and nondeterministic["details"]["max_abs_error"] > 0
+    assert records[("jitter_listed", "eager", "eval")]["verification"]["details"]["eager_deterministic"] is False
+    skipped = records[("skipped_by_data", "eager", "eval")]["verification"]["details"]
+    assert skipped["reason"] == "listed to skip for the test"
+    died = records[("dies_in_fp64", "eager", "eval")]
+    assert died["status"] == "crashed" and died["verification"] is None
