@@ -25,6 +25,7 @@ class DeviceRuntime:
     def __init__(self, config: ExperimentConfig) -> None:
         self.config = config
         self._rss_reset = False
+        self._rss_before_reset = 0
 
     def prepare(self, options: RunOptions, artifacts_dir: Path) -> None:
         """Apply the run options only this device knows how to apply, and learn where its
@@ -58,7 +59,9 @@ class DeviceRuntime:
 
     def reset_peak_memory(self) -> None:
         """Reset the kernel's resident high-water mark (Linux: "5" into /proc/self/clear_refs),
-        so `timed_peak_rss_bytes` covers the timed runs, not model loading and compilation."""
+        so `timed_peak_rss_bytes` covers the timed runs, not model loading and compilation.
+        The reset also lowers ru_maxrss, so the lifetime peak is kept from before it."""
+        self._rss_before_reset = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         try:
             Path("/proc/self/clear_refs").write_text("5")
             self._rss_reset = True
@@ -68,7 +71,8 @@ class DeviceRuntime:
     def peak_memory(self) -> dict[str, int]:
         """`peak_rss_bytes`: the child's lifetime peak (ru_maxrss, KiB on Linux);
         `timed_peak_rss_bytes`: VmHWM since reset_peak_memory, where the kernel allows the reset."""
-        peaks = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        lifetime = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        peaks = {"peak_rss_bytes": max(lifetime, self._rss_before_reset)}
         if self._rss_reset:
             try:
                 status = Path("/proc/self/status").read_text()
