@@ -78,7 +78,8 @@ class DeviceRuntime:
                 status = Path("/proc/self/status").read_text()
                 match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
                 if match:
-                    peaks["timed_peak_rss_bytes"] = int(match.group(1)) * 1024
+                    timed = int(match.group(1)) * 1024
+                    peaks = {"peak_rss_bytes": max(peaks["peak_rss_bytes"], timed), "timed_peak_rss_bytes": timed}
             except OSError:
                 pass
         return peaks
