@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 from time import perf_counter
-from typing import Any
+from typing import Any, Callable
 
 from experiment_runner.protocol import Task
 
@@ -82,15 +82,17 @@ def _tail(path: Path, lines: int = 8) -> str:
     return read_log_tail(path, lines=lines)
 
 
-def run_cache_bench(task: Task, python: str = sys.executable) -> tuple[dict[str, Any], dict[str, str]]:
-    """Cold then warm probe for one experiment; (metrics, artifacts relative to artifacts_dir).
+def run_cache_bench(task: Task, add_artifact: Callable[[str, Path], None],
+                    python: str = sys.executable) -> dict[str, Any]:
+    """Cold then warm probe for one experiment; returns metrics, reports each file as it appears
+    (so a failed probe's log is listed too).
 
     Probe outputs stay in <artifacts_dir>/cachebench/; the cache itself lives under
     scratch/ and goes when the launcher cleans up. Experiments without a dynamo backend
     compile nothing through these caches and are reported as skipped.
     """
     if task.experiment.config.dynamo is None:
-        return {"cache_bench": {"skipped": "no dynamo backend: nothing compiles through the inductor/triton caches"}}, {}
+        return {"cache_bench": {"skipped": "no dynamo backend: nothing compiles through the inductor/triton caches"}}
     artifacts_dir = Path(task.artifacts_dir)
     out_dir = artifacts_dir / "cachebench"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -100,25 +102,24 @@ def run_cache_bench(task: Task, python: str = sys.executable) -> tuple[dict[str,
     task_path.write_text(json.dumps(task.to_dict()))
     env = cache_environment(cache_dir)
     results: dict[str, dict[str, Any]] = {}
-    artifacts: dict[str, str] = {}
     for phase in PHASES:
         result_path, log_path = out_dir / f"{phase}.json", out_dir / f"{phase}.log"
         started = perf_counter()
         with open(log_path, "wb") as log:
             rc = subprocess.run([python, "-m", "experiment_runner.cachebench", str(task_path), str(result_path)],
                                 env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT).returncode
-        artifacts[f"cachebench_{phase}_log"] = str(log_path.relative_to(artifacts_dir))
+        add_artifact(f"cachebench_{phase}_log", log_path)
         if rc != 0 or not result_path.exists():
             raise CacheBenchError(f"the {phase} probe exited with status {rc}: {_tail(log_path)}")
         results[phase] = {**json.loads(result_path.read_text()), "process_wall_s": perf_counter() - started}
-        artifacts[f"cachebench_{phase}"] = str(result_path.relative_to(artifacts_dir))
+        add_artifact(f"cachebench_{phase}", result_path)
     cold, warm = results["cold"]["compile_time_s"], results["warm"]["compile_time_s"]
     return {
         "cold_compile_time_s": cold,
         "warm_compile_time_s": warm,
         "cache_bench": {**results, "warm_speedup_pct": (1 - warm / cold) * 100 if cold > 0 else None,
                         "method": METHOD},
-    }, artifacts
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -207,6 +207,4 @@ class Instrumentation:
     def _cache_bench(self, metrics: dict[str, Any]) -> None:
         from experiment_runner.cachebench import run_cache_bench
 
-        figures, artifacts = run_cache_bench(self.task)
-        metrics.update(figures)
-        self.artifacts.update(artifacts)
+        metrics.update(run_cache_bench(self.task, self.add_artifact))

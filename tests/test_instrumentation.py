@@ -1,0 +1,412 @@
+"""Instrumentation: compile time, peak memory, dynamo counters and graph breaks, the profiling
+pass and its dumps, the cold/warm compile cache; in-process on real torch and end to end
+through the CLI on the dummy suite. CUDA logic runs against a fake torch.cuda seam."""
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from experiment_runner import cachebench
+from experiment_runner.cli import build_parser, options_from_args
+from experiment_runner.devices import CudaRuntime, DeviceRuntime
+from experiment_runner.instrumentation import (
+    Instrumentation, compile_time_metrics, counters_delta, dynamo_compile_summary, dynamo_counters,
+    summarize_graph_breaks,
+)
+from experiment_runner.matrix import Experiment, ExperimentConfig
+from experiment_runner.profiling import profile_pass
+from experiment_runner.protocol import RunOptions, Task
+from experiment_runner.results import iter_records
+from experiment_runner.worker import run_task, time_iterations
+
+FLAGS = ("--collect-dynamo-counters", "--dump-dynamo-counters", "--profile-cuda-cpu",
+         "--profile-cuda-cpu-individual-ops", "--dump-pytorch-profiles", "--cache-bench")
+
+
+def config(dynamo=None, accelerator="cpu"):
+    return ExperimentConfig(accelerator=accelerator, xla=None, xla_flags=None, dynamo=dynamo, test="eval",
+                            precision="fp32")
+
+
+def task_for(tmp_path, dynamo=None, model="dummy_mlp", **options):
+    return Task(Experiment("dummy", model, config(dynamo)), RunOptions(**options), str(tmp_path))
+
+
+@pytest.fixture
+def fresh_dynamo():
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    torch._dynamo.utils.clear_compilation_metrics()
+    yield
+    torch._dynamo.reset()
+
+
+def linear_step():
+    module, x = torch.nn.Linear(64, 64), torch.randn(8, 64)
+
+    def step():
+        with torch.no_grad():
+            return module(x)
+
+    return step
+
+
+# --- compile time --------------------------------------------------------------------------------
+
+
+def test_compile_time_is_first_warmup_iteration_minus_the_steady_median():
+    figures = compile_time_metrics({"warmup_time": [2.5, 0.2], "per_iter_time": [0.1, 0.3, 0.2]})
+    assert figures == {"first_iter_time_s": 2.5, "steady_iter_time_s": 0.2, "compile_time_s": pytest.approx(2.3)}
+    assert compile_time_metrics({"warmup_time": [0.1], "per_iter_time": [0.2]})["compile_time_s"] == 0.0
+    assert "compile_time_s" not in compile_time_metrics({"warmup_time": [], "per_iter_time": [0.2]})
+
+
+def test_dynamo_accounting_counters_and_graph_breaks_from_a_real_compile(fresh_dynamo):
+    def f(x):
+        x = x * 2
+        print("side effect")
+        x = x + 1
+        torch._dynamo.graph_break()
+        return x.sum()
+
+    compiled = torch.compile(f, backend="eager")
+    before = dynamo_counters()
+    compiled(torch.randn(4))
+    compiled(torch.randn(4))
+    counters = dynamo_counters()
+    assert json.loads(json.dumps(counters)) == counters
+    assert counters["stats"]["unique_graphs"] == 3
+
+    breaks = summarize_graph_breaks(counters)
+    assert breaks["total"] == 2 and breaks["unique_graphs"] == 3
+    reasons = {entry["reason"]: entry for entry in breaks["reasons"]}
+    assert any("graph_break()" in reason for reason in reasons), reasons
+    assert any("builtin operator" in reason for reason in reasons), reasons
+    assert all("\n" not in reason and entry["count"] == 1 for reason, entry in reasons.items())
+    assert all(entry.get("explanation") for entry in reasons.values())
+
+    delta = counters_delta(before, counters)
+    assert delta["frames"]["ok"] >= 3 and delta["stats"]["unique_graphs"] == 3
+    assert counters_delta(counters, counters) == {}
+
+    summary = dynamo_compile_summary()
+    assert summary["frames"] >= 3
+    assert 0 < summary["backend_compile_time_s"] < summary["entire_frame_compile_time_s"] < 60
+
+
+def test_no_dynamo_compile_summary_when_nothing_compiled(fresh_dynamo):
+    assert dynamo_compile_summary() is None
+    assert summarize_graph_breaks(dynamo_counters()) == {"total": 0, "unique_graphs": 0, "reasons": []}
+
+
+# --- peak memory ---------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK), reason="kernel does not allow a VmHWM reset")
+def test_cpu_timed_peak_covers_the_timed_runs_only():
+    runtime = DeviceRuntime(config())
+    big = torch.ones(48 * 2**20)  # 192 MiB, touched, then returned to the OS
+    del big
+    runtime.reset_peak_memory()
+    held = torch.ones(16 * 2**20)  # 64 MiB inside the "timed" region
+    peaks = runtime.peak_memory()
+    assert peaks["timed_peak_rss_bytes"] >= 64 * 2**20
+    assert peaks["peak_rss_bytes"] - peaks["timed_peak_rss_bytes"] >= 100 * 2**20, peaks
+    del held
+
+
+def test_cpu_peak_without_reset_is_the_lifetime_peak_only():
+    peaks = DeviceRuntime(config()).peak_memory()
+    assert set(peaks) == {"peak_rss_bytes"}
+    assert peaks["peak_rss_bytes"] > 50 * 2**20  # torch alone is bigger than this
+
+
+class FakeCuda:
+    """Stands in for torch.cuda: counts synchronizations, tracks a peak that resets."""
+
+    def __init__(self):
+        self.calls = []
+        self.allocated = 0
+        self.peak = 0
+
+    def synchronize(self):
+        self.calls.append("sync")
+
+    def reset_peak_memory_stats(self):
+        self.calls.append("reset")
+        self.peak = self.allocated
+
+    def allocate(self, nbytes):
+        self.allocated += nbytes
+        self.peak = max(self.peak, self.allocated)
+        self.allocated -= nbytes
+
+    def max_memory_allocated(self):
+        return self.peak
+
+    def max_memory_reserved(self):
+        return self.peak * 2
+
+    def get_device_name(self):
+        return "Fake H200"
+
+
+def test_cuda_peak_memory_is_reset_after_warmup_and_read_over_timed_runs():
+    fake = FakeCuda()
+    runtime = CudaRuntime(config(accelerator="cuda"), cuda=fake)
+    sizes = iter([10**9, 10**9] + [5 * 10**6] * 3)  # warm-up allocates much more than the timed runs
+    metrics = time_iterations(lambda: fake.allocate(next(sizes)), runtime, RunOptions(repeat=3, warmup_iterations=2))
+    assert metrics["peak_allocated_bytes"] == 5 * 10**6
+    assert metrics["peak_reserved_bytes"] == 10 * 10**6
+    assert fake.calls.index("reset") == 5, "reset after the two synchronized warm-up iterations, synchronized"
+    assert fake.calls.count("sync") == 2 * 2 + 1 + 2 * 3, "clock start and stop synchronized on every run"
+    assert runtime.accelerator_model() == "Fake H200"
+    assert runtime.profiler_activities() == [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+
+
+def test_cuda_oom_classification():
+    runtime = CudaRuntime(config(accelerator="cuda"), cuda=FakeCuda())
+    assert runtime.is_oom(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 PiB"))
+    assert runtime.is_oom(RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB"))
+    assert runtime.is_oom(MemoryError())
+    assert not runtime.is_oom(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+
+
+# --- profiling pass ------------------------------------------------------------------------------
+
+
+def test_profile_pass_totals_per_op_and_dumps(tmp_path):
+    options = RunOptions(repeat=2, iterations_per_run=3, profile_cuda_cpu=True, profile_cuda_cpu_individual_ops=True,
+                         dump_pytorch_profiles=True)
+    metrics, artifacts = profile_pass(linear_step(), DeviceRuntime(config()), options, tmp_path)
+
+    assert len(metrics["total_cpu_time_s"]) == len(metrics["per_iter_cpu_time_s"]) == 2
+    for total, per_iter in zip(metrics["total_cpu_time_s"], metrics["per_iter_cpu_time_s"]):
+        assert 0 < total < 5 and per_iter == pytest.approx(total / 3)
+    assert metrics["total_cuda_time_s"] == [0.0, 0.0] and metrics["per_iter_cuda_time_s"] == [0.0, 0.0]
+
+    ops = metrics["per_op_profile"]
+    assert all(name.startswith("aten::") for name in ops)
+    addmm = ops["aten::addmm"]
+    assert addmm["num_of_calls"] == 2 * 3
+    assert 0 < addmm["self_cpu_time_s"] <= addmm["total_cpu_time_s"] + 1e-9
+    assert ops["aten::linear"]["total_cpu_time_s"] >= addmm["total_cpu_time_s"]
+    assert sum(op["self_cpu_time_s"] for op in ops.values()) <= sum(metrics["total_cpu_time_s"]) + 1e-9
+
+    assert sorted(artifacts) == ["pytorch_profile_repeat_0", "pytorch_profile_repeat_1",
+                                 "pytorch_trace_repeat_0", "pytorch_trace_repeat_1"]
+    trace = json.loads((tmp_path / artifacts["pytorch_trace_repeat_1"]).read_text())
+    names = {event.get("name") for event in trace["traceEvents"]}
+    assert "aten::addmm" in names
+    table = (tmp_path / artifacts["pytorch_profile_repeat_0"]).read_text()
+    assert "aten::addmm" in table and "Self CPU time total" in table
+
+
+def test_per_op_filter_is_the_runtimes_choice(tmp_path):
+    class OnlyAddmm(DeviceRuntime):
+        def profiled_op(self, name):
+            return name == "aten::addmm"
+
+    options = RunOptions(repeat=1, profile_cuda_cpu_individual_ops=True)
+    metrics, artifacts = profile_pass(linear_step(), OnlyAddmm(config()), options, tmp_path)
+    assert list(metrics["per_op_profile"]) == ["aten::addmm"]
+    assert "total_cpu_time_s" not in metrics and artifacts == {}
+
+
+def test_profiler_never_runs_during_timed_iterations(tmp_path):
+    seen = []
+
+    def step():
+        seen.append(torch.autograd.profiler._is_profiler_enabled)
+        return torch.ones(4).sum()
+
+    device = DeviceRuntime(config())
+    task = task_for(tmp_path, repeat=3, iterations_per_run=2, warmup_iterations=1, profile_cuda_cpu=True)
+    instrumentation = Instrumentation(task, device)
+    metrics = time_iterations(step, device, task.options, on_repeat=instrumentation.after_repeat)
+    instrumentation.finish(step, metrics)
+    assert seen == [False] * (1 + 3 * 2) + [True] * (3 * 2)
+    assert len(metrics["total_cpu_time_s"]) == 3 and "instrumentation_errors" not in metrics
+
+
+# --- worker, in process --------------------------------------------------------------------------
+
+
+def test_worker_records_counters_dumps_and_profiles(tmp_path, fresh_dynamo):
+    task = task_for(tmp_path, dynamo="eager", repeat=2, iterations_per_run=2, warmup_iterations=2,
+                    collect_dynamo_counters=True, dump_dynamo_counters=True, profile_cuda_cpu=True,
+                    profile_cuda_cpu_individual_ops=True, dump_pytorch_profiles=True)
+    result = run_task(task)
+    assert result["status"] == "ok", result["error"]
+    metrics = result["metrics"]
+    assert metrics["dynamo_counters"]["frames"]["ok"] >= 1
+    assert metrics["dynamo_compile"]["frames"] >= 1
+    assert metrics["graph_breaks"]["total"] == 0 and metrics["graph_breaks"]["unique_graphs"] == 1
+    assert metrics["first_iter_time_s"] == metrics["warmup_time"][0]
+    assert metrics["first_iter_time_s"] > metrics["compile_time_s"] > 0
+    assert "aten::addmm" in metrics["per_op_profile"]
+    assert result["timings"]["instrument_s"] > 0
+
+    artifacts = result["artifacts"]
+    assert {f"dynamo_counters_repeat_{i}" for i in (0, 1)} <= set(artifacts)
+    for name, path in artifacts.items():
+        assert not Path(path).is_absolute() and (tmp_path / path).is_file(), name
+    dump = json.loads((tmp_path / artifacts["dynamo_counters_repeat_1"]).read_text())
+    assert dump["repeat"] == 1 and dump["counters"]["stats"]["unique_graphs"] == 1
+    assert dump["changed_in_this_repeat"] == {}, "no recompilation inside the timed runs"
+
+
+def test_eager_experiment_has_compile_time_but_no_dynamo_sections(tmp_path, fresh_dynamo):
+    result = run_task(task_for(tmp_path, repeat=1, collect_dynamo_counters=True))
+    metrics = result["metrics"]
+    assert result["status"] == "ok" and "compile_time_s" in metrics
+    assert metrics["dynamo_counters"] == {}
+    assert "graph_breaks" not in metrics and "dynamo_compile" not in metrics
+
+
+def test_cache_bench_skips_experiments_without_a_backend(tmp_path):
+    artifacts = {}
+    metrics = cachebench.run_cache_bench(task_for(tmp_path, cache_bench=True), artifacts.__setitem__)
+    assert "skipped" in metrics["cache_bench"] and artifacts == {}
+
+
+def test_cache_bench_probe_failure_is_reported_not_fatal(tmp_path):
+    task = task_for(tmp_path, dynamo="eager", model="no_such_model", cache_bench=True)
+    instrumentation = Instrumentation(task, DeviceRuntime(config()))
+    metrics = {"per_iter_time": [0.1], "warmup_time": [0.2]}
+    instrumentation.finish(lambda: None, metrics)
+    error = metrics["instrumentation_errors"]["cache_bench"]
+    assert error.startswith("CacheBenchError: the cold probe exited with status 1") and "no_such_model" in error
+    assert (tmp_path / instrumentation.artifacts["cachebench_cold_log"]).is_file()
+
+
+def test_cache_probe_environment_points_both_caches_at_one_folder(tmp_path):
+    env = cachebench.cache_environment(tmp_path, base={"TORCHINDUCTOR_CACHE_DIR": "/elsewhere", "PATH": "/bin"})
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
+    assert env["TRITON_CACHE_DIR"] == str(tmp_path / "triton") and env["PATH"] == "/bin"
+
+
+# --- command line --------------------------------------------------------------------------------
+
+
+def test_flags_reach_run_options():
+    options = options_from_args(build_parser().parse_args(["--suite-name=dummy", *FLAGS]))
+    assert options == replace(RunOptions(), collect_dynamo_counters=True, dump_dynamo_counters=True,
+                              profile_cuda_cpu=True, profile_cuda_cpu_individual_ops=True,
+                              dump_pytorch_profiles=True, cache_bench=True)
+
+
+def test_help_defines_compile_time():
+    text = build_parser().format_help()
+    assert "compile_time_s = first warm-up iteration minus the median" in " ".join(text.split())
+
+
+@pytest.fixture(scope="module")
+def inductor_record(tmp_path_factory):
+    """One real inductor run through the CLI with every instrumentation flag (compiles three
+    times on CPU: the experiment, then the cold and warm cache probes)."""
+    out = tmp_path_factory.mktemp("out")
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path_factory.mktemp("cache")))
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiment_runner", "--suite-name=dummy", "--accelerator=cpu", "--dynamo=inductor",
+         "--test=eval", "--repeat=2", f"--output-dirname={out}", *FLAGS],
+        capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    (record,) = iter_records(out / "results.jsonl")
+    assert record["status"] == "ok", record["error"]
+    return out, record
+
+
+def test_cli_compile_time_and_dynamo_accounting(inductor_record):
+    _, record = inductor_record
+    m = record["metrics"]
+    assert m["first_iter_time_s"] > m["compile_time_s"] > 10 * m["steady_iter_time_s"]
+    dynamo = m["dynamo_compile"]
+    assert dynamo["frames"] == 1 and dynamo["inductor_fx_local_cache_miss_count"] == 1
+    # Dynamo's own accounting is part of the first iteration, and most of it.
+    assert 0.5 * m["first_iter_time_s"] < dynamo["entire_frame_compile_time_s"] <= m["first_iter_time_s"]
+    assert dynamo["inductor_compile_time_s"] <= dynamo["backend_compile_time_s"] <= dynamo["entire_frame_compile_time_s"]
+    assert m["graph_breaks"] == {"total": 0, "unique_graphs": 1, "reasons": []}
+    assert "instrumentation_errors" not in m
+
+
+def test_cli_peak_memory_in_bytes(inductor_record):
+    m = inductor_record[1]["metrics"]
+    assert 100 * 2**20 < m["peak_rss_bytes"] < 64 * 2**30
+    if "timed_peak_rss_bytes" in m:
+        assert 50 * 2**20 < m["timed_peak_rss_bytes"] <= m["peak_rss_bytes"]
+
+
+def test_cli_collect_dynamo_counters(inductor_record):
+    counters = inductor_record[1]["metrics"]["dynamo_counters"]
+    assert counters["frames"]["ok"] == counters["frames"]["total"] == 1
+    assert counters["stats"]["unique_graphs"] == 1
+    assert counters["inductor"]["fxgraph_cache_miss"] == 1
+
+
+def test_cli_dump_dynamo_counters(inductor_record):
+    out, record = inductor_record
+    for i in range(2):
+        path = out / record["artifacts"][f"dynamo_counters_repeat_{i}"]
+        assert path.parent.name == f"repeat_{i}" and path.parent.parent == out / record["artifacts"]["dir"]
+        dump = json.loads(path.read_text())
+        assert dump["repeat"] == i and dump["counters"]["frames"]["ok"] == 1
+        assert dump["changed_in_this_repeat"] == ({} if i == 1 else dump["changed_in_this_repeat"])
+    first = json.loads((out / record["artifacts"]["dynamo_counters_repeat_0"]).read_text())
+    assert first["changed_in_this_repeat"]["stats"]["unique_graphs"] == 1, "the warm-up compile shows in repeat 0"
+
+
+def test_cli_profile_cuda_cpu(inductor_record):
+    m = inductor_record[1]["metrics"]
+    assert len(m["total_cpu_time_s"]) == len(m["per_iter_cpu_time_s"]) == 2
+    assert all(0 < t < 10 * max(m["total_time"]) + 1 for t in m["total_cpu_time_s"])
+    assert m["per_iter_cpu_time_s"] == pytest.approx(m["total_cpu_time_s"])  # one iteration per run
+    assert m["total_cuda_time_s"] == [0.0, 0.0]
+
+
+def test_cli_profile_individual_ops(inductor_record):
+    ops = inductor_record[1]["metrics"]["per_op_profile"]
+    assert ops and all(name.startswith("aten::") for name in ops)
+    for stats in ops.values():
+        assert set(stats) == {"self_cpu_time_s", "total_cpu_time_s", "self_cuda_time_s", "total_cuda_time_s",
+                              "num_of_calls"}
+        assert stats["num_of_calls"] >= 2 and 0 <= stats["self_cpu_time_s"] <= stats["total_cpu_time_s"] + 1e-9
+
+
+def test_cli_dump_pytorch_profiles(inductor_record):
+    out, record = inductor_record
+    for i in range(2):
+        trace = json.loads((out / record["artifacts"][f"pytorch_trace_repeat_{i}"]).read_text())
+        assert any(e.get("name", "").startswith("aten::") for e in trace["traceEvents"])
+        table = (out / record["artifacts"][f"pytorch_profile_repeat_{i}"]).read_text()
+        assert "Self CPU time total" in table
+
+
+def test_cli_cache_bench_cold_then_warm(inductor_record):
+    out, record = inductor_record
+    m = record["metrics"]
+    bench = m["cache_bench"]
+    cold, warm = bench["cold"], bench["warm"]
+    assert m["cold_compile_time_s"] == cold["compile_time_s"] and m["warm_compile_time_s"] == warm["compile_time_s"]
+    assert cold["dynamo_compile"]["inductor_fx_local_cache_miss_count"] == 1
+    assert warm["dynamo_compile"]["inductor_fx_local_cache_hit_count"] + \
+        warm["dynamo_compile"].get("aotautograd_local_cache_hit_count", 0) >= 1, "the warm probe hit the disk cache"
+    assert warm["compile_time_s"] < cold["compile_time_s"] and bench["warm_speedup_pct"] > 0
+    for phase in ("cold", "warm"):
+        assert json.loads((out / record["artifacts"][f"cachebench_{phase}"]).read_text())["compile_time_s"] > 0
+        assert (out / record["artifacts"][f"cachebench_{phase}_log"]).is_file()
+    assert not (out / record["artifacts"]["dir"] / "scratch").exists(), "the caches go with the scratch folder"
+
+
+def test_cli_artifact_paths_are_relative_to_the_output_folder(inductor_record):
+    out, record = inductor_record
+    for name, path in record["artifacts"].items():
+        assert not Path(path).is_absolute() and (out / path).exists(), name
