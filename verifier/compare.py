@@ -245,7 +245,9 @@ def _compare_tensors(ref: "torch.Tensor", res: "torch.Tensor", fp64: "torch.Tens
     max_abs = float(diff.max()) if diff.numel() else 0.0
     leaf = Leaf(path=path, passed=False, method="exact" if exact else "allclose", max_abs_error=max_abs)
     if not torch.equal(nan_a, nan_b):
-        leaf.reason = (f"NaN positions differ: eager has {int(nan_a.sum())}, result {int(nan_b.sum())}")
+        only_eager, only_result = int((nan_a & ~nan_b).sum()), int((nan_b & ~nan_a).sum())
+        leaf.reason = (f"NaN positions differ: {only_result} NaN only in the result, "
+                       f"{only_eager} only in eager")
         leaf.severity = math.inf
         return leaf
     limit = tol + tol * a.abs()
