@@ -19,6 +19,7 @@ from experiment_runner.protocol import RunOptions
 from experiment_runner.worker import ExperimentHarness
 from verifier import Context, UnsupportedOutput, compare, identical, policy_for, verify_experiment
 from verifier.compare import COSINE_THRESHOLD
+from verifier.run import reference_harness
 from verifier.tolerances import load_data
 
 sys.path.insert(0, str(Path(__file__).parent / "support"))
@@ -328,3 +329,17 @@ def test_eager_raising_is_eager_failed(tmp_path, monkeypatch):
     verification = verify_experiment(harness)
     assert verification["code"] == "EAGER_FAILED"
     assert "ZeroDivisionError" in verification["details"]["error"]["traceback_tail"]
+
+
+def test_xla_experiments_are_checked_against_native_eager(tmp_path):
+    """Eager on the lazy XLA device is what is under test, so the reference runs natively."""
+    plain = harness_for("eval", "inductor", tmp_path)
+    assert reference_harness(plain) is plain
+    config = ExperimentConfig(accelerator="tpu", xla="PJRT", xla_flags="--x", dynamo="openxla", test="train",
+                              precision="bf16")
+    xla = ExperimentHarness(Experiment("dummy", "dummy_mlp", config), RunOptions(verify=True),
+                            DeviceRuntime(config), tmp_path)
+    reference = reference_harness(xla)
+    assert reference.config == ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=None,
+                                                test="train", precision="bf16")
+    assert reference.device.torch_device == "cpu" and reference.experiment.model_name == "dummy_mlp"

@@ -3,7 +3,7 @@
 Every run starts from a fresh copy of the model loaded from the same seed and from the
 same RNG state, so eager, float64 and the experiment see identical weights and inputs:
 
-1. eager twice: if the two disagree at all, no comparison can be trusted
+1. eager twice (natively, not on a lazy XLA device): if the two disagree at all, no comparison can be trusted
    (NONDETERMINISTIC_EAGER_RUN), unless the data lists the model as nondeterministic;
 2. eager in float64, the ground truth the RMSE rule needs (if it fails, cosine decides);
 3. the experiment itself (its dynamo backend, its precision);
@@ -52,6 +52,22 @@ class EagerFailed(Exception):
 def _tail(exc: BaseException) -> str:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return "\n".join(text.rstrip().splitlines()[-TRACEBACK_TAIL_LINES:])
+
+
+def reference_harness(harness: "ExperimentHarness") -> "ExperimentHarness":
+    """Where the eager and float64 runs happen: the experiment's own device, except that an
+    XLA experiment is checked against native eager (CUDA for CUDA, otherwise the CPU), since
+    eager on a lazy XLA device is the very thing under test when dynamo is None."""
+    config = harness.config
+    if config.xla is None:
+        return harness
+    from experiment_runner.devices import runtime_for
+    from experiment_runner.worker import ExperimentHarness
+
+    native = dataclasses.replace(config, xla=None, xla_flags=None, dynamo=None, torch_xla2=None,
+                                 accelerator="cuda" if config.accelerator == "cuda" else "cpu")
+    experiment = dataclasses.replace(harness.experiment, config=native)
+    return ExperimentHarness(experiment, harness.options, runtime_for(native), harness.artifacts_dir)
 
 
 def _error(exc: BaseException) -> dict[str, str]:
@@ -107,14 +123,16 @@ def run_once(harness: "ExperimentHarness", precision: str, compiled: bool) -> An
 def procedure(harness: "ExperimentHarness", policy: Policy) -> Verification:
     """Steps 1 to 4 of the module docstring (may raise: verify_experiment catches)."""
     precision = harness.config.precision
-    base = {"tolerance_source": policy.source, "cosine_chosen": policy.cosine,
-            "iterations": harness.options.verify_iterations if harness.config.test == "train" else 1}
     if policy.skip_reason is not None:
         return Verification("VERIFIER_SKIPPED", details={"reason": policy.skip_reason})
+    reference = reference_harness(harness)
+    base = {"tolerance_source": policy.source, "cosine_chosen": policy.cosine,
+            "iterations": harness.options.verify_iterations if harness.config.test == "train" else 1,
+            "eager_device": reference.device.torch_device}
     try:
-        eager = run_once(harness, precision, compiled=False)
+        eager = run_once(reference, precision, compiled=False)
         gc.collect()
-        rerun = run_once(harness, precision, compiled=False)
+        rerun = run_once(reference, precision, compiled=False)
         gc.collect()
     except Exception as exc:  # noqa: BLE001 - eager breaking is a code of its own
         return Verification("EAGER_FAILED", details={**base, "error": _error(exc)})
@@ -127,7 +145,7 @@ def procedure(harness: "ExperimentHarness", policy: Policy) -> Verification:
 
     fp64: Any = None
     try:
-        fp64 = run_once(harness, "fp64", compiled=False)
+        fp64 = run_once(reference, "fp64", compiled=False)
         base["reference"] = "float64"
     except Exception as exc:  # noqa: BLE001 - without it cosine similarity decides
         base.update(reference=None, reference_error=_error(exc))
