@@ -1,0 +1,1 @@
+"""Fake torchbenchmark for experiment_runner's tests (see ../README.md)."""

@@ -1,0 +1,204 @@
+"""Model suites: catalogs without torch, real models through the real CLI, the torchbench
+adapter against a fake checkout, skips as data, and a slow sweep over every listed model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmark_models.base import LoadRequest, ModelSkipped, read_data
+from benchmark_models.optional import MissingDependency
+from benchmark_models.registry import get_suite
+from benchmark_models.torchbench import TORCHBENCH_DIR_ENV
+
+FAKE_TORCHBENCH = Path(__file__).parent / "fake_torchbenchmark"
+DATA_FILES = {"torchbench": "torchbench.json", "huggingface": "huggingface.json", "timm": "timm.json"}
+QUICK_RUN = ("--accelerator=cpu", "--test=eval", "--dynamo=None", "--batch-size=1", "--repeat=2",
+             "--warmup-iterations=1")
+
+
+@pytest.fixture(autouse=True)
+def offline_builtin_torchbench(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No downloads, ever; and the built-in torchbench set unless a test points at a checkout."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv(TORCHBENCH_DIR_ENV, raising=False)
+
+
+def listed(suite: str) -> list[str]:
+    return [m["name"] for m in read_data(DATA_FILES[suite])["models"]]
+
+
+def ok_record(run, suite: str, model: str) -> dict:
+    assert run.returncode == 0, run.stderr
+    records = run.records()
+    assert len(records) == 1, records
+    record = records[0]
+    assert record["status"] == "ok", record["error"]
+    assert record["model"]["suite_name"] == suite and record["model"]["model_name"] == model
+    assert record["experiment"]["batch_size"] == 1
+    assert record["experiment"]["precision"] == "fp32", "cpu's default precision is recorded"
+    assert len(record["metrics"]["per_iter_time"]) == 2
+    return record
+
+
+def test_catalogs_never_import_torch():
+    """The parent lists models and skips from data files (and a checkout's folders) only."""
+    code = (
+        "import sys\n"
+        "from benchmark_models.registry import get_suite\n"
+        "for name in ('torchbench', 'huggingface', 'timm'):\n"
+        "    suite = get_suite(name)\n"
+        "    assert suite.model_names() and suite.skip_rules() is not None and suite.source\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'timm', 'torchvision', 'torchbenchmark')\n"
+        "               if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    for extra in ({}, {TORCHBENCH_DIR_ENV: str(FAKE_TORCHBENCH)}):
+        env = {k: v for k, v in os.environ.items() if k != TORCHBENCH_DIR_ENV} | extra
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("suite", sorted(DATA_FILES))
+def test_dry_run_lists_every_model_of_the_data_file(run_cli, suite):
+    run = run_cli(f"--suite-name={suite}", "--dry-run", "--accelerator=cpu", "--dynamo=None", "--test=eval")
+    assert run.returncode == 0, run.stderr
+    shown = {line.split(". ", 1)[1].split(":", 1)[0] for line in run.stdout.splitlines() if ". " in line}
+    assert shown == set(listed(suite))
+
+
+def test_data_files_cover_the_required_models_with_cpu_batch_sizes():
+    required = {
+        "torchbench": {"llama", "nanogpt", "BERT_pytorch", "dlrm", "resnet50"},
+        "huggingface": {"BertForMaskedLM", "GPT2ForSequenceClassification", "T5ForConditionalGeneration",
+                        "DistilBertForMaskedLM", "AlbertForMaskedLM", "BartForCausalLM", "RobertaForCausalLM",
+                        "ElectraForQuestionAnswering", "MobileBertForMaskedLM", "OPTForCausalLM",
+                        "LayoutLMForMaskedLM", "DebertaV2ForMaskedLM"},
+        "timm": {"resnet50", "vit_base_patch16_224", "mobilenetv3_large_100", "tf_efficientnet_b0",
+                 "convnextv2_nano", "deit_tiny_patch16_224", "swin_base_patch4_window7_224", "ghostnet_100",
+                 "repvgg_a2", "inception_v3", "beit_base_patch16_224", "nfnet_l0"},
+    }
+    for suite, names in required.items():
+        assert names <= set(listed(suite)), names - set(listed(suite))
+        for entry in read_data(DATA_FILES[suite])["models"]:
+            tables = entry["batch_size"].values() if suite == "torchbench" else [entry["batch_size"]]
+            for table in tables:
+                assert 1 <= table["cpu"] <= table["cuda"], (suite, entry["name"])
+
+
+def test_skip_list_is_data_and_no_skip_overrides_it(run_cli):
+    args = ("--suite-name=torchbench", "--filter=^llama$", "--accelerator=cpu", "--dynamo=None", "--dry-run")
+    skipped = run_cli(*args).stdout
+    assert "llama: cpu xla=None dynamo=None train fp32  [skipped: torchbench's llama is inference only" in skipped
+    assert "[skipped" not in run_cli(*args, "--no-skip").stdout
+
+
+def test_huggingface_bert_runs_end_to_end(run_cli):
+    run = run_cli("--suite-name=huggingface", "--filter=^BertForMaskedLM$", *QUICK_RUN)
+    assert ok_record(run, "huggingface", "BertForMaskedLM")["model"]["source"] == "transformers"
+
+
+def test_timm_resnet50_runs_end_to_end(run_cli):
+    run = run_cli("--suite-name=timm", "--filter=^resnet50$", *QUICK_RUN)
+    record = ok_record(run, "timm", "resnet50")
+    assert record["model"]["source"] == "timm"
+    assert record["environment"]["timm"], "the timm version is recorded"
+
+
+def test_builtin_torchbench_nanogpt_runs_end_to_end(run_cli):
+    run = run_cli("--suite-name=torchbench", "--filter=^nanogpt$", *QUICK_RUN)
+    assert ok_record(run, "torchbench", "nanogpt")["model"]["source"] == "builtin"
+
+
+def test_torchbench_checkout_is_listed_and_loaded_through_its_api(run_cli):
+    """Default batch sizes come from the model, NotImplementedError becomes `skipped`."""
+    run = run_cli("--suite-name=torchbench", "--accelerator=cpu", "--dynamo=None", "--repeat=1",
+                  "--warmup-iterations=1", env={TORCHBENCH_DIR_ENV: str(FAKE_TORCHBENCH)})
+    assert run.returncode == 0, run.stderr
+    records = {(r["model"]["model_name"], r["experiment"]["test"]): r for r in run.records()}
+    assert set(records) == {(m, t) for m in ("eval_only", "tiny_mlp") for t in ("eval", "train")}
+    assert {r["model"]["source"] for r in records.values()} == {"torchbenchmark"}
+    for key, batch_size in ((("tiny_mlp", "eval"), 3), (("tiny_mlp", "train"), 6), (("eval_only", "eval"), 2)):
+        assert records[key]["status"] == "ok", records[key]["error"]
+        assert records[key]["experiment"]["batch_size"] == batch_size
+    skipped = records[("eval_only", "train")]
+    assert skipped["status"] == "skipped"
+    assert "DEFAULT_TRAIN_BSIZE is not implemented" in skipped["error"]["message"]
+
+
+def test_torchbench_checkout_honours_a_batch_size_override(monkeypatch):
+    monkeypatch.setenv(TORCHBENCH_DIR_ENV, str(FAKE_TORCHBENCH))
+    suite = get_suite("torchbench")
+    assert suite.model_names() == ["eval_only", "tiny_mlp"] and suite.source == "torchbenchmark"
+    model = suite.load(LoadRequest("tiny_mlp", "train", "cpu", "cpu", "fp32", batch_size=5))
+    assert model.batch_size == 5 and model.args[0].shape == (5, 16)
+    with pytest.raises(ModelSkipped, match="does not implement train"):
+        suite.load(LoadRequest("eval_only", "train", "cpu", "cpu", "fp32"))
+
+
+def test_a_bad_torchbench_dir_warns_and_falls_back_to_the_builtin_set(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv(TORCHBENCH_DIR_ENV, str(tmp_path))
+    suite = get_suite("torchbench")
+    assert suite.source == "builtin" and "nanogpt" in suite.model_names()
+    assert "holds no torchbenchmark/ package" in capsys.readouterr().err
+
+
+def test_missing_transformers_is_one_clear_message(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(MissingDependency, match=r"^transformers is needed .*experiment_runner\[huggingface\]"):
+        get_suite("huggingface").load(LoadRequest("BertForMaskedLM", "eval", "cpu", "cpu", "fp32", 1))
+
+
+def test_import_timm_works_and_the_torchvision_patch_is_applied_only_when_needed():
+    """Where torchvision's compiled ops cannot load, plain `import timm` fails and
+    require('timm') patches; where they load, require('timm') leaves torchvision alone."""
+    plain = subprocess.run([sys.executable, "-c", "import timm"], capture_output=True, text=True, timeout=300)
+    code = ("import benchmark_models.optional as o\n"
+            "timm = o.require('timm')\n"
+            "timm.create_model('resnet18', pretrained=False)\n"
+            "print(o._torchvision_stub_library is not None)\n")
+    guarded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert guarded.returncode == 0, guarded.stderr
+    patched = guarded.stdout.strip().splitlines()[-1] == "True"
+    assert patched == (plain.returncode != 0), plain.stderr[-500:]
+    if patched:
+        assert "torchvision::nms" in plain.stderr
+
+
+def sweep_cases() -> list[tuple[str, str]]:
+    return [(suite, model) for suite in sorted(DATA_FILES) for model in listed(suite)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suite,model", sweep_cases(), ids=[f"{s}-{m}" for s, m in sweep_cases()])
+def test_every_listed_model_runs_one_eval_and_one_train_iteration(suite, model):
+    """Load at batch size 1 on CPU; one eval forward and one training step with the suite's
+    loss and optimizer. Run with `pytest tests/test_suites.py -m slow`."""
+    import torch
+
+    started = time.perf_counter()
+    for test in ("eval", "train"):
+        torch.manual_seed(0)
+        loaded = get_suite(suite).load(LoadRequest(model, test, "cpu", "cpu", "fp32", batch_size=1))
+        assert loaded.batch_size == 1
+        if test == "eval":
+            loaded.module.eval()
+            with torch.no_grad():
+                output = loaded.run_forward(loaded.module, loaded.args, loaded.kwargs)
+            assert output is not None
+            continue
+        loaded.module.train()
+        optimizer = loaded.optimizer(loaded.module.parameters())
+        loss = loaded.compute_loss(loaded.run_forward(loaded.module, loaded.args, loaded.kwargs))
+        assert loss.dim() == 0 and torch.isfinite(loss), loss
+        loss.backward()
+        assert any(p.grad is not None for p in loaded.module.parameters())
+        optimizer.step()
+        del loaded, optimizer, loss
+    print(json.dumps({"suite": suite, "model": model, "seconds": round(time.perf_counter() - started, 1)}))
