@@ -1,0 +1,118 @@
+"""The matrix is pure: expansion, validity reasons, filters, order and shards."""
+
+import re
+
+import pytest
+
+from experiment_runner.matrix import (
+    DEFAULT_PRECISION, ExperimentConfig, HostCapabilities, MatrixChoices, SkipRule, compile_patterns,
+    configurations, expand, invalid_reason, select_models,
+)
+
+CPU_ONLY = HostCapabilities()
+EVERYTHING = HostCapabilities(cuda=True, cuda_device_count=1, torch_xla=True,
+                              xla_accelerators=frozenset({"cpu", "cuda", "tpu"}),
+                              dynamo_backends=frozenset({"inductor", "aot_eager"}))
+
+
+def config(**overrides) -> ExperimentConfig:
+    base = dict(accelerator="cpu", xla=None, xla_flags=None, dynamo=None, test="eval", precision="fp32")
+    return ExperimentConfig(**{**base, **overrides})
+
+
+def test_reference_example_expands_to_eight_configurations_per_model():
+    plan = expand("torchbench", ["dlrm", "llama"], MatrixChoices(accelerators=["cuda"]), EVERYTHING)
+    runs = [(e.model_name, e.config.xla, e.config.dynamo, e.config.test) for e in plan.to_run]
+    assert runs[:8] == [
+        ("dlrm", None, None, "eval"), ("dlrm", None, None, "train"),
+        ("dlrm", None, "inductor", "eval"), ("dlrm", None, "inductor", "train"),
+        ("dlrm", "PJRT", None, "eval"), ("dlrm", "PJRT", None, "train"),
+        ("dlrm", "PJRT", "openxla", "eval"), ("dlrm", "PJRT", "openxla", "train"),
+    ]
+    assert len(runs) == 16
+
+
+@pytest.mark.parametrize("overrides, reason", [
+    (dict(accelerator="tpu"), "tpu requires xla=PJRT"),
+    (dict(accelerator="cuda"), "cuda requires torch.cuda.is_available()"),
+    (dict(dynamo="inductor", xla="PJRT"), "inductor requires xla=None"),
+    (dict(dynamo="openxla"), "openxla requires xla=PJRT"),
+    (dict(xla="PJRT"), "xla=PJRT requires torch_xla, which is not importable"),
+    (dict(dynamo="no_such_backend"), "dynamo backend 'no_such_backend' is not in torch._dynamo.list_backends()"),
+])
+def test_each_invalid_combination_has_its_reason(overrides, reason):
+    assert invalid_reason(config(**overrides), CPU_ONLY) == reason
+
+
+def test_xla_needs_a_pjrt_device_for_that_accelerator():
+    caps = HostCapabilities(torch_xla=True, xla_accelerators=frozenset({"cpu"}))
+    assert invalid_reason(config(xla="PJRT"), caps) is None
+    assert invalid_reason(config(accelerator="tpu", xla="PJRT"), caps) == \
+        "xla=PJRT found no PJRT device for accelerator tpu"
+
+
+def test_inductor_on_tpu_is_dropped_even_with_xla_none_reason_first():
+    assert invalid_reason(config(accelerator="tpu", xla="PJRT", dynamo="inductor"), EVERYTHING) == \
+        "inductor requires xla=None"
+
+
+def test_dropped_combinations_keep_their_reason():
+    plan = expand("dummy", ["m"], MatrixChoices(), CPU_ONLY)
+    assert len(plan.to_run) == 4
+    assert {d.reason for d in plan.dropped} >= {"openxla requires xla=PJRT", "tpu requires xla=PJRT"}
+    assert len(plan.to_run) + len(plan.dropped) == len(configurations(MatrixChoices()))
+
+
+def test_filters_are_case_insensitive_ored_regexes_and_excludes_win():
+    names = ["llama", "llama_v2_7b", "BERT_pytorch", "resnet50", "nanogpt"]
+    assert select_models(names, compile_patterns(["^LLAMA$", "bert"])) == ["BERT_pytorch", "llama"]
+    assert select_models(names, compile_patterns(["llama"]), compile_patterns(["7b"])) == ["llama"]
+    with pytest.raises(re.error):
+        compile_patterns(["("])
+
+
+def test_shards_partition_the_sorted_models_without_overlap():
+    names = [f"m{i:02d}" for i in range(11)]
+    shards = [select_models(names, total_partitions=3, partition_id=i) for i in range(3)]
+    assert sorted(sum(shards, [])) == sorted(names)
+    assert all(set(a).isdisjoint(b) for a in shards for b in shards if a is not b)
+    assert shards[0] == select_models(list(reversed(names)), total_partitions=3, partition_id=0)
+
+
+def test_order_is_deterministic_whatever_the_input_order():
+    a = expand("s", select_models(["b", "a", "c"]), MatrixChoices(), CPU_ONLY)
+    b = expand("s", select_models(["c", "a", "b"]), MatrixChoices(), CPU_ONLY)
+    assert [e.experiment_id for e in a.to_run] == [e.experiment_id for e in b.to_run]
+    assert [e.model_name for e in a.to_run][:4] == ["a"] * 4
+
+
+def test_skip_rules_become_skipped_entries_unless_no_skip():
+    rules = [SkipRule(model="m", test="train", reason="cannot train")]
+    plan = expand("s", ["m"], MatrixChoices(dynamo=[None]), CPU_ONLY, rules)
+    assert [(p.experiment.config.test, p.skip_reason) for p in plan.planned] == \
+        [("eval", None), ("train", "cannot train")]
+    assert all(p.skip_reason is None for p in expand("s", ["m"], MatrixChoices(), CPU_ONLY, rules, True).planned)
+
+
+def test_precision_defaults_per_accelerator_and_test():
+    configs = configurations(MatrixChoices(accelerators=["cuda"], xla=[None], dynamo=[None]))
+    assert [(c.test, c.precision) for c in configs] == [("eval", "bf16"), ("train", "amp")]
+    assert DEFAULT_PRECISION[("cpu", "train")] == "fp32"
+    explicit = configurations(MatrixChoices(accelerators=["cpu"], xla=[None], dynamo=[None], tests=["eval"],
+                                            precisions=["bf16", "fp32"]))
+    assert [c.precision for c in explicit] == ["bf16", "fp32"]
+
+
+def test_xla_flags_are_a_dimension_of_xla_experiments_only():
+    configs = configurations(MatrixChoices(accelerators=["cpu"], dynamo=[None], tests=["eval"],
+                                           xla_flags=["--a=1", "--b=2"]))
+    assert [(c.xla, c.xla_flags) for c in configs] == [(None, None), ("PJRT", "--a=1"), ("PJRT", "--b=2")]
+
+
+def test_experiment_ids_and_dirnames_are_stable_and_safe():
+    plan = expand("torchbench", ["weird/name with spaces"], MatrixChoices(dynamo=[None], tests=["eval"]), CPU_ONLY)
+    exp = plan.to_run[0]
+    assert exp.experiment_id == "torchbench/weird/name with spaces/cpu-None-None-eval-fp32-bsdefault"
+    assert re.fullmatch(r"[A-Za-z0-9_.-]+", exp.dirname)
+    assert exp.dirname == expand("torchbench", ["weird/name with spaces"],
+                                 MatrixChoices(dynamo=[None], tests=["eval"]), CPU_ONLY).to_run[0].dirname

@@ -1,0 +1,88 @@
+"""The results store: whole-line appends, strict JSON, tolerant reads, resume sets."""
+
+import json
+import math
+import multiprocessing
+
+import pytest
+
+from experiment_runner.results import (
+    BadLine, ResultsFileError, append_record, final_records, finished_experiments, iter_records,
+    latest_run_id,
+)
+
+
+def record(run_id: str, exp: str, status: str = "ok", **extra) -> dict:
+    return {"run_id": run_id, "experiment_id": exp, "status": status, **extra}
+
+
+def test_append_writes_one_strict_json_line_per_record(tmp_path):
+    path = tmp_path / "out" / "results.jsonl"
+    append_record(path, record("r1", "a", metrics={"x": [1.0, math.nan, math.inf]}))
+    append_record(path, record("r1", "b"))
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2
+    assert json.loads(lines[0])["metrics"]["x"] == [1.0, None, None]  # NaN is not JSON: jq would choke
+
+
+def test_a_torn_last_line_is_skipped_and_the_next_record_starts_on_its_own_line(tmp_path):
+    path = tmp_path / "results.jsonl"
+    append_record(path, record("r1", "a"))
+    with open(path, "ab") as f:
+        f.write(b'{"run_id": "r1", "experiment_id": "b", "sta')  # a writer killed mid-line
+    append_record(path, record("r1", "c"))
+    bad: list[BadLine] = []
+    assert [r["experiment_id"] for r in iter_records(path, bad)] == ["a", "c"]
+    assert [b.lineno for b in bad] == [2]
+
+
+def test_corrupt_lines_warn_with_their_line_number(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"run_id": "r", "experiment_id": "a", "status": "ok"}\nnot json\n[1, 2]\n')
+    with pytest.warns(UserWarning, match=r"results.jsonl:2: skipped"):
+        records = list(iter_records(path))
+    assert len(records) == 1
+
+
+def test_unreadable_file_is_a_results_file_error(tmp_path):
+    with pytest.raises(ResultsFileError, match="cannot read results file"):
+        list(iter_records(tmp_path / "missing.jsonl"))
+    with pytest.raises(ResultsFileError, match="cannot open results file"):
+        append_record(tmp_path, record("r", "a"))  # a directory, not a file
+
+
+def test_resume_sets_come_from_the_latest_run_only(tmp_path):
+    path = tmp_path / "results.jsonl"
+    for r in [record("old", "a"), record("new", "a"), record("new", "b", "crashed"),
+              record("new", "c", "interrupted"), record("new", "d", "skipped")]:
+        append_record(path, r)
+    assert latest_run_id(iter_records(path)) == "new"
+    assert finished_experiments(path, "new") == {"a", "b", "d"}
+    assert finished_experiments(path, "new", retry_failed=True) == {"a", "d"}
+
+
+def test_final_records_keep_the_last_attempt(tmp_path):
+    records = [record("r", "a", "crashed"), record("r", "a", "ok"), record("r", "b", "ok")]
+    assert {k: v["status"] for k, v in final_records(records).items()} == {("r", "a"): "ok", ("r", "b"): "ok"}
+
+
+def _writer(path: str, tag: str, count: int) -> None:
+    from pathlib import Path
+
+    for i in range(count):
+        append_record(Path(path), record(tag, f"{tag}-{i}", payload="x" * 5000))
+
+
+def test_concurrent_appends_never_interleave(tmp_path):
+    path = tmp_path / "results.jsonl"
+    procs = [multiprocessing.get_context("fork").Process(target=_writer, args=(str(path), t, 200))
+             for t in ("a", "b", "c")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    bad: list[BadLine] = []
+    ids = [r["experiment_id"] for r in iter_records(path, bad)]
+    assert not bad
+    assert sorted(ids) == sorted(f"{t}-{i}" for t in "abc" for i in range(200))
+    assert path.read_bytes().endswith(b"\n")
