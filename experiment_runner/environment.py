@@ -23,8 +23,14 @@ from experiment_runner.matrix import HostCapabilities
 
 PROBE_TIMEOUT_S = 180
 
+# Modules imported first in every child and probe ("mod1,mod2"): the place to register
+# custom dynamo backends or suites so the parent's checks and the children agree.
+PLUGINS_ENV = "EXPERIMENT_RUNNER_PLUGINS"
+
 _TORCH_PROBE = r"""
 import json, torch, torch._dynamo
+from experiment_runner.environment import import_plugins
+import_plugins()
 print(json.dumps({
     "cuda": torch.cuda.is_available(),
     "cuda_device_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
@@ -64,10 +70,19 @@ def _cache_key() -> str:
         str(_dist_version("torch_xla")),
         os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"),
         os.environ.get("PJRT_DEVICE", "<unset>"),
+        os.environ.get(PLUGINS_ENV, ""),
         str(Path("/dev/nvidiactl").exists()),
         str(Path("/dev/accel0").exists() or Path("/dev/vfio").exists()),
     ]
     return hashlib.sha1("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def import_plugins() -> None:
+    """Import the modules named in EXPERIMENT_RUNNER_PLUGINS (children and probes only)."""
+    import importlib
+
+    for name in filter(None, (n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(","))):
+        importlib.import_module(name)
 
 
 def torch_xla_importable() -> bool:

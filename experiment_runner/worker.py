@@ -18,7 +18,7 @@ from typing import Any, Callable
 from benchmark_models import BenchmarkModel, LoadRequest, ModelSkipped, get_suite
 from experiment_runner.devices import DeviceRuntime, runtime_for
 from experiment_runner.instrumentation import Instrumentation
-from experiment_runner.environment import describe_environment
+from experiment_runner.environment import describe_environment, import_plugins
 from experiment_runner.matrix import Experiment
 from experiment_runner.protocol import RunOptions, Task, write_result
 
@@ -227,6 +227,7 @@ def run_task(task: Task) -> dict[str, Any]:
         t0 = time.perf_counter()
         import torch  # noqa: F401 - timed apart: it is start-up cost, not the experiment's work
 
+        import_plugins()
         result["timings"]["import_s"] = time.perf_counter() - t0
         device = runtime_for(config)
         result["accelerator_model"] = device.accelerator_model()
