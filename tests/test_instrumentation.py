@@ -25,6 +25,9 @@ from experiment_runner.protocol import RunOptions, Task
 from experiment_runner.results import iter_records
 from experiment_runner.worker import run_task, time_iterations
 
+# The CLI fixture compiles with inductor three times on CPU (experiment, cold and warm probes).
+pytestmark = pytest.mark.timeout(1200)
+
 FLAGS = ("--collect-dynamo-counters", "--dump-dynamo-counters", "--profile-cuda-cpu",
          "--profile-cuda-cpu-individual-ops", "--dump-pytorch-profiles", "--cache-bench")
 
