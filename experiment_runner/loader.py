@@ -12,7 +12,9 @@ per_iter_time samples, else `error`.
 
 from __future__ import annotations
 
+import gc
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
@@ -126,6 +128,18 @@ def _compile_time(metrics: dict[str, Any], median: float | None) -> tuple[float 
     return max(first - median, 0.0), True
 
 
+def _samples(raw: Any) -> tuple[float, ...]:
+    """Timing samples; non-numbers and non-finite values (NaN stored as null) are dropped."""
+    if not isinstance(raw, list):
+        return ()
+    try:
+        if math.isfinite(math.fsum(raw)) and not any(isinstance(v, bool) for v in raw):
+            return tuple(raw)  # the common case, checked at C speed
+    except (TypeError, OverflowError):
+        pass
+    return tuple(v for v in map(_number, raw) if v is not None)
+
+
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -139,8 +153,7 @@ def flatten(record: dict[str, Any], legacy_run_id: str) -> Row:
     model = record.get("model") if isinstance(record.get("model"), dict) else {}
     exp = record.get("experiment") if isinstance(record.get("experiment"), dict) else {}
     metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
-    raw = metrics.get("per_iter_time")
-    samples = tuple(v for v in map(_number, raw) if v is not None) if isinstance(raw, list) else ()
+    samples = _samples(metrics.get("per_iter_time"))
     stored = (record.get("stats") or {}).get("per_iter_time") if isinstance(record.get("stats"), dict) else None
     stats = stored if isinstance(stored, dict) and stored.get("n") == len(samples) else summarize(samples)
     stats = stats or {}
@@ -229,9 +242,23 @@ def runs_of(rows: Iterable[Row]) -> list[RunInfo]:
     return [RunInfo(run_id, stamp, count) for run_id, (stamp, _, count) in ordered]
 
 
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Bulk loading makes only acyclic objects; the cycle collector would rescan every kept
+    row again and again (about a fifth of the load time on 100,000 records)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def load_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | None = None) -> list[Row]:
     """The final row of every experiment of every run in `paths`."""
-    return final_rows(iter_rows(paths, bad_lines))
+    with _gc_paused():
+        return final_rows(iter_rows(paths, bad_lines))
 
 
 def load_dataframe(paths: Sequence[str | Path] | str | Path, run_id: str | None = None,

@@ -45,6 +45,7 @@ Exit status: 0 done, 2 bad flags or no such run, 3 a file cannot be read."""
 
 BASELINE_KEYS: tuple[str, ...] = ("accelerator", "test", "precision") + CONFIG_FIELDS
 DEFAULT_BASELINE = "xla=None,dynamo=None"
+MODELS_PER_PLOT = 40  # more models per bar chart are unreadable: they go to further pages
 
 
 class ReportError(Exception):
@@ -357,19 +358,13 @@ def write_plots(directory: Path, rows: Sequence[Row], run: RunInfo, runs: Sequen
             groups.setdefault(res.group, []).append(res)
     for group, members in sorted(groups.items()):
         models = sorted({m.row.model or "" for m in members})
-        configs = sorted({m.row.configuration for m in members})
-        width = 0.8 / len(configs)
-        fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(models) * len(configs) + 2), 4.5))
-        for i, config in enumerate(configs):
-            values = {m.row.model: m.speedup for m in members if m.row.configuration == config}
-            xs = [j + i * width for j, model in enumerate(models) if model in values]
-            ax.bar(xs, [values[model] for model in models if model in values], width, label=config)
-        ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(models))], models, rotation=60, ha="right")
-        ax.set_ylabel("speedup over baseline")
-        ax.set_title(f"{' / '.join(group)} - run {run.run_id}")
-        ax.legend(fontsize="small")
-        written.append(_save(fig, plt, directory / f"speedup_{_slug(group)}.png"))
+        pages = [models[i:i + MODELS_PER_PLOT] for i in range(0, len(models), MODELS_PER_PLOT)]
+        for number, page in enumerate(pages, start=1):
+            suffix = f"_p{number}" if len(pages) > 1 else ""
+            on_page = set(page)
+            shown = [m for m in members if (m.row.model or "") in on_page]
+            fig = _speedup_bars(plt, page, shown, f"{' / '.join(group)} - run {run.run_id}")
+            written.append(_save(fig, plt, directory / f"speedup_{_slug(group)}{suffix}.png"))
 
     series: dict[GroupKey, dict[str, list[tuple[float, float]]]] = {}
     for info in runs:
@@ -394,6 +389,22 @@ def write_plots(directory: Path, rows: Sequence[Row], run: RunInfo, runs: Sequen
         fig.autofmt_xdate()
         written.append(_save(fig, plt, directory / f"geomean_over_time_{_slug(group)}.png"))
     return written
+
+
+def _speedup_bars(plt: Any, models: Sequence[str], members: Sequence[ModelResult], title: str) -> Any:
+    configs = sorted({m.row.configuration for m in members})
+    width = 0.8 / len(configs)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(models) * len(configs) + 2), 4.5))
+    for i, config in enumerate(configs):
+        values = {m.row.model: m.speedup for m in members if m.row.configuration == config}
+        xs = [j + i * width for j, model in enumerate(models) if model in values]
+        ax.bar(xs, [values[model] for model in models if model in values], width, label=config)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(models))], models, rotation=60, ha="right")
+    ax.set_ylabel("speedup over baseline")
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    return fig
 
 
 def _save(fig: Any, plt: Any, path: Path) -> Path:
@@ -424,7 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "summary for csv, which holds one table)")
     p.add_argument("--plot", type=Path, metavar="DIR",
                    help="also write PNG plots there (needs matplotlib): per-model speedup bars of the "
-                        "run and geomean speedup of every run in the files over time")
+                        f"run ({MODELS_PER_PLOT} models per image) and geomean speedup of every run in "
+                        "the files over time")
     return p
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from experiment_runner import report
 from experiment_runner.cli import main as cli_main
 from experiment_runner.loader import COLUMNS, load_dataframe
 
@@ -175,6 +176,15 @@ def test_plots_are_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     for name in names:
         assert (tmp_path / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"wrote {tmp_path / 'plots' / name}" in err
+
+
+def test_many_models_go_to_several_bar_charts(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(report, "MODELS_PER_PLOT", 1)
+    code, _, _ = run(capsys, RESULTS, "--plot", tmp_path)
+    assert code == 0
+    bars = sorted(p.name for p in tmp_path.glob("speedup_torchbench_cpu_eval_fp32*"))
+    assert bars == ["speedup_torchbench_cpu_eval_fp32_p1.png", "speedup_torchbench_cpu_eval_fp32_p2.png"]
 
 
 def test_plot_without_matplotlib_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
