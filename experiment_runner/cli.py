@@ -8,6 +8,7 @@ and a non-zero exit (see EXIT_* below), never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from dataclasses import fields
@@ -140,6 +141,20 @@ def build_parser() -> argparse.ArgumentParser:
                         help="start a new run (the default); earlier records are always kept")
     g.add_argument("--retry-failed", action="store_true",
                    help="with --resume, also run again experiments whose record is not ok or skipped")
+    g.add_argument("--max-parallel", type=int, default=1, metavar="N",
+                   help="run up to N experiments at once, one per visible GPU (CUDA_VISIBLE_DEVICES pinned "
+                        "per child); CPU experiments still run one at a time, since CPU timings taken side "
+                        "by side interfere (see --parallel-cpu)")
+    g.add_argument("--gpu-ids", metavar="IDS",
+                   help="comma-separated GPU ids to spread cuda experiments over "
+                        "(default: CUDA_VISIBLE_DEVICES, else every GPU torch sees)")
+    g.add_argument("--parallel-cpu", action="store_true",
+                   help="let CPU experiments run side by side under --max-parallel too; their timings "
+                        "then interfere and are not comparable with serial runs")
+    g.add_argument("--launcher", choices=("forkserver", "subprocess"), default="forkserver",
+                   help="forkserver: fork each experiment's fresh process from a server that has torch "
+                        "imported (fast start, no device initialized before the fork); subprocess: start "
+                        "a new interpreter per experiment. XLA experiments always use subprocess")
     return p
 
 
@@ -163,6 +178,28 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError("--subprocess-timeout must be positive")
     if args.retry_failed and not args.resume:
         raise UsageError("--retry-failed needs --resume")
+    if args.max_parallel < 1:
+        raise UsageError("--max-parallel must be at least 1")
+    if args.gpu_ids is not None and not re.fullmatch(r"\d+(,\d+)*", args.gpu_ids.replace(" ", "")):
+        raise UsageError(f"--gpu-ids must be comma-separated integers, got {args.gpu_ids!r}")
+    for flags in args.xla_flags or []:
+        check_xla_flags(flags)
+
+
+def check_xla_flags(flags: str | None) -> None:
+    """XLA_FLAGS is a space-separated list of --name[=value]; XLA aborts the child on anything else."""
+    import shlex
+
+    if flags is None:
+        return
+    try:
+        tokens = shlex.split(flags)
+    except ValueError as exc:
+        raise UsageError(f"malformed --xla-flags {flags!r}: {exc}") from None
+    bad = [t for t in tokens if not re.fullmatch(r"--[A-Za-z0-9_]+(=.*)?", t, flags=re.S)]
+    if bad or not tokens:
+        raise UsageError(f"malformed --xla-flags {flags!r}: expected space-separated --flag[=value] items"
+                         + (f", got {bad[0]!r}" if bad else ""))
 
 
 def compile_or_fail(patterns: Sequence[str], flag: str) -> list[re.Pattern[str]]:
@@ -222,7 +259,7 @@ def print_dry_run(plan: matrix.Plan, done: set[str]) -> None:
 def run_command(argv: Sequence[str]) -> int:
     from benchmark_models.registry import UnknownSuite, get_suite
     from experiment_runner.environment import ProbeError, probe_capabilities
-    from experiment_runner.results import ResultsFileError, iter_records, latest_run_id, new_run_id
+    from experiment_runner.results import ResultsFileError, new_run_id
 
     args = build_parser().parse_args(argv)
     try:
@@ -256,15 +293,19 @@ def run_command(argv: Sequence[str]) -> int:
     done: set[str] = set()
     run_id = new_run_id()
     try:
-        if args.resume and results_path.exists():
-            from experiment_runner.results import finished_experiments
+        if args.resume:
+            from experiment_runner.runner import resume_state
 
-            previous = latest_run_id(iter_records(results_path, bad_lines=[]))
-            if previous is not None:
-                run_id = previous
-                done = finished_experiments(results_path, run_id, args.retry_failed)
+            state = resume_state(results_path, args.retry_failed)
+            run_id, done = state.run_id or run_id, state.done
+            if state.bad_lines:
+                where = ", ".join(str(b.lineno) for b in state.bad_lines[:5])
+                print(f"experiment_runner: warning: skipped {len(state.bad_lines)} corrupt or torn line(s) "
+                      f"of {results_path} (line {where}); they are kept as they are", file=sys.stderr)
     except ResultsFileError as exc:
         fail(str(exc), EXIT_RESULTS_IO)
+    args.gpu_id_list = tuple(filter(None, (args.gpu_ids or os.environ.get("CUDA_VISIBLE_DEVICES")
+                                           or ",".join(map(str, range(caps.cuda_device_count)))).split(",")))
 
     if args.dry_run:
         print_dry_run(plan, done)
@@ -279,7 +320,7 @@ def execute(args: argparse.Namespace, plan: matrix.Plan, results_path: Path, run
     from experiment_runner.environment import describe_environment
     from experiment_runner.launcher import RecordContext, SubprocessLauncher
     from experiment_runner.results import ResultsFileError
-    from experiment_runner.runner import Runner
+    from experiment_runner.runner import Parallelism, Runner
     from experiment_runner.summary import render_summary
 
     output_dir = Path(args.output_dirname)
@@ -292,15 +333,27 @@ def execute(args: argparse.Namespace, plan: matrix.Plan, results_path: Path, run
 
     ctx = RecordContext(run_id=run_id, options=options_from_args(args), output_dir=output_dir,
                         host_environment=describe_environment())
-    launcher = SubprocessLauncher(timeout_s=args.subprocess_timeout, print_subprocess=args.print_subprocess)
+    if args.launcher == "forkserver":
+        from experiment_runner.forkserver import ForkServerLauncher
+
+        (output_dir / "runs" / run_id).mkdir(parents=True, exist_ok=True)
+        launcher: SubprocessLauncher = ForkServerLauncher(
+            timeout_s=args.subprocess_timeout, print_subprocess=args.print_subprocess,
+            server_log=output_dir / "runs" / run_id / "forkserver.log")
+    else:
+        launcher = SubprocessLauncher(timeout_s=args.subprocess_timeout, print_subprocess=args.print_subprocess)
     progress = sys.stderr.isatty() if args.progress_bar is None else args.progress_bar
-    runner = Runner(ctx, results_path, launcher, timeout_s=args.subprocess_timeout, progress_bar=progress)
+    parallelism = Parallelism(args.max_parallel, args.gpu_id_list, args.parallel_cpu)
+    runner = Runner(ctx, results_path, launcher, timeout_s=args.subprocess_timeout, progress_bar=progress,
+                    parallelism=parallelism)
     print(f"run {run_id}: {len(plan.planned) - len(done)} experiment(s) to run, "
           f"{len(done)} already done; records go to {results_path}", file=sys.stderr)
     try:
         outcome = runner.run(plan, done, source)
     except ResultsFileError as exc:
         fail(str(exc), EXIT_RESULTS_IO)
+    finally:
+        launcher.close()
     print(render_summary(outcome.records, results_path, run_id, outcome.interrupted))
     return EXIT_INTERRUPTED if outcome.interrupted else EXIT_OK
 

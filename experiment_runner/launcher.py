@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from experiment_runner.matrix import Experiment
 from experiment_runner.protocol import RunOptions, Task, read_result
@@ -46,6 +46,8 @@ class ChildOutcome:
     interrupted: bool = False
     wall_s: float = 0.0
     log_tail: str = ""
+    launcher: str = "subprocess"
+    cuda_visible_devices: str | None = None  # the GPU the child was pinned to, if any
 
 
 def child_environment(task: Task, base: dict[str, str] | None = None,
@@ -118,44 +120,126 @@ def _tee(pipe: IO[bytes], log: IO[bytes], stream: IO[str]) -> None:
         stream.flush()
 
 
+class LogFollower:
+    """Streams a growing log file to our stdout (--print-subprocess for children that write
+    straight into their log file)."""
+
+    def __init__(self, path: Path, stream: IO[str]) -> None:
+        self.path = path
+        self.stream = stream
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"follow-{path.parent.name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        position = 0
+        while True:
+            stopping = self._stop.wait(0.1)
+            try:
+                with open(self.path, "rb") as handle:
+                    handle.seek(position)
+                    data = handle.read()
+            except OSError:
+                data = b""
+            if data:
+                position += len(data)
+                self.stream.write(data.decode("utf-8", "replace"))
+                self.stream.flush()
+            if stopping:
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A preexec function asking Linux to SIGKILL the child when the runner dies, so a
+    runner killed with SIGKILL does not leave its current experiment running."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+    return lambda: prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 class SubprocessLauncher:
-    """Starts each experiment as `python -m experiment_runner.worker` in a new session."""
+    """Starts each experiment as `python -m experiment_runner.worker` in a new session.
+
+    Thread-safe: with --max-parallel several threads call `launch` at once; `interrupt`
+    (from the SIGINT handler) kills every running child's group.
+    """
+
+    name = "subprocess"
 
     def __init__(self, timeout_s: float | None = None, print_subprocess: bool = False,
                  extra_env: dict[str, str] | None = None) -> None:
         self.timeout_s = timeout_s
         self.print_subprocess = print_subprocess
         self.extra_env = extra_env or {}
-        self.current: subprocess.Popen | None = None
         self.interrupt_requested = False
+        self._lock = threading.Lock()
+        self._running: set[int] = set()
+        self._interrupted: set[int] = set()
+        self._preexec = _parent_death_signal()
+
+    def register(self, pid: int) -> None:
+        """Track a running child (its pid is its process group) so `interrupt` can kill it."""
+        with self._lock:
+            self._running.add(pid)
+            if not self.interrupt_requested:
+                return
+        self._kill_for_interrupt(pid)
+
+    def unregister(self, pid: int) -> bool:
+        """Forget a finished child; True when it was killed by an interrupt."""
+        with self._lock:
+            self._running.discard(pid)
+            interrupted = pid in self._interrupted
+            self._interrupted.discard(pid)
+        return interrupted
 
     def interrupt(self) -> None:
-        """Kill the running child's whole group now (called from the SIGINT handler); its
-        record says `interrupted` and the run stops after writing it."""
+        """Kill every running child's whole group now (called from the SIGINT handler); their
+        records say `interrupted` and the run stops after writing them."""
         self.interrupt_requested = True
-        proc = self.current
-        if proc is not None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        for pid in list(self._running):
+            self._kill_for_interrupt(pid)
+
+    def _kill_for_interrupt(self, pid: int) -> None:
+        self._interrupted.add(pid)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def command(self, task_path: Path) -> list[str]:
         return [sys.executable, "-m", "experiment_runner.worker", str(task_path)]
 
-    def launch(self, task: Task, log_path: Path) -> ChildOutcome:
+    def prepare(self, task: Task, extra_env: dict[str, str] | None = None) -> tuple[Path, dict[str, str]]:
+        """Write the task file and build the child's environment and scratch folders."""
         task_path = task.write()
-        env = child_environment(task, extra=self.extra_env)
+        env = child_environment(task, extra={**self.extra_env, **(extra_env or {})})
         (Path(task.artifacts_dir) / "scratch" / "tmp").mkdir(parents=True, exist_ok=True)
+        return task_path, env
+
+    def follow(self, log_path: Path) -> LogFollower | None:
+        return LogFollower(log_path, sys.stdout) if self.print_subprocess else None
+
+    def launch(self, task: Task, log_path: Path, extra_env: dict[str, str] | None = None) -> ChildOutcome:
+        task_path, env = self.prepare(task, extra_env)
         start = time.monotonic()
         timed_out = False
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 self.command(task_path), env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE if self.print_subprocess else log,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=self._preexec,
             )
-            self.current = proc
+            self.register(proc.pid)
             tee = None
             if self.print_subprocess:
                 tee = threading.Thread(target=_tee, args=(proc.stdout, log, sys.stdout), daemon=True)
@@ -167,14 +251,17 @@ class SubprocessLauncher:
             finally:
                 kill_process_group(proc.pid, grace_s=KILL_GRACE_S if timed_out else 0.0)
                 proc.wait()
-                self.current = None
-            interrupted = self.interrupt_requested
+                interrupted = self.unregister(proc.pid)
             if tee is not None:
                 tee.join(timeout=5)
         wall = time.monotonic() - start
         result = None if (timed_out or interrupted) else read_result(task.result_path)
         return ChildOutcome(result=result, returncode=proc.returncode, timed_out=timed_out,
-                            interrupted=interrupted, wall_s=wall, log_tail=read_log_tail(log_path))
+                            interrupted=interrupted, wall_s=wall, log_tail=read_log_tail(log_path),
+                            launcher=self.name, cuda_visible_devices=(extra_env or {}).get("CUDA_VISIBLE_DEVICES"))
+
+    def close(self) -> None:
+        """Release what the launcher holds (nothing for plain subprocesses)."""
 
 
 def classify_death(outcome: ChildOutcome, timeout_s: float | None) -> tuple[str, dict[str, Any]]:
@@ -270,6 +357,8 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
                if relative is not None},
         },
         "timings": {**result.get("timings", {}), **({"wall_s": outcome.wall_s} if outcome else {})},
+        "placement": {"launcher": outcome.launcher if outcome else None,
+                      "cuda_visible_devices": outcome.cuda_visible_devices if outcome else None},
         "environment": result.get("environment") or ctx.host_environment,
         "timestamp": time.time(),
     }

@@ -1,0 +1,121 @@
+"""`faulty`: test-only models that fail in every way a real benchmark can, to prove the runner
+still writes exactly one record per experiment and leaves no process behind.
+
+Registered for the children with EXPERIMENT_RUNNER_SUITES="faulty=faulty_suite:FaultySuite"
+and this folder on PYTHONPATH. Imported as a plugin (EXPERIMENT_RUNNER_PLUGINS=faulty_suite)
+with FAULTY_TRACE_DIR set, it records where and when each child ran, before any device
+is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+from benchmark_models.base import BenchmarkModel, LoadRequest, ModelNotFound, Suite
+
+TRACE_DIR_ENV = "FAULTY_TRACE_DIR"
+# A grandchild that survives SIGTERM: only a SIGKILL to the whole group ends it.
+_STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+
+
+def _tiny(request: LoadRequest, forward: Callable[[Any], Any] | None = None) -> BenchmarkModel:
+    import torch
+
+    module = torch.nn.Linear(4, 2).to(request.device)
+    inputs = torch.randn(2, 4, device=request.device)
+    wrapped = (lambda m, args, kwargs: forward(m(*args))) if forward is not None else None
+    return BenchmarkModel(module=module, args=(inputs,), batch_size=2, source="builtin", forward=wrapped)
+
+
+def _exhaust_memory(_: Any) -> Any:
+    """Allocate until MemoryError under an address-space limit set here, in the child, so
+    the machine never feels it."""
+    with open("/proc/self/statm") as handle:
+        size = int(handle.read().split()[0]) * resource.getpagesize()
+    resource.setrlimit(resource.RLIMIT_AS, (size + (256 << 20), resource.RLIM_INFINITY))
+    chunks = []
+    try:
+        while True:
+            chunks.append(bytearray(32 << 20))
+    except MemoryError:
+        chunks.clear()  # room for the worker to format the error
+        raise
+
+
+def _segfault(_: Any) -> Any:
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def _exit3(_: Any) -> Any:
+    os._exit(3)
+
+
+def _raise(_: Any) -> Any:
+    raise ValueError("injected failure in the middle of a run")
+
+
+def _hang(_: Any) -> Any:
+    subprocess.Popen([sys.executable, "-c", _STUBBORN])
+    while True:
+        time.sleep(1)
+
+
+class FaultySuite(Suite):
+    name = "faulty"
+    source = "builtin"
+
+    FAULTS = ("big_output", "exit3", "grandchild", "hang", "oom", "raise_load", "raise_run", "segfault")
+    QUICK = tuple(f"quick_{i:02d}" for i in range(20))
+    NAPS = tuple(f"nap_{i:02d}" for i in range(8))
+
+    def model_names(self) -> list[str]:
+        return sorted(self.FAULTS + self.QUICK + self.NAPS)
+
+    def load(self, request: LoadRequest) -> BenchmarkModel:
+        name = request.model_name
+        if name.startswith("quick_"):
+            return _tiny(request)
+        if name.startswith("nap_"):
+            time.sleep(0.4)
+            return _tiny(request)
+        if name == "raise_load":
+            raise RuntimeError("injected failure while loading the model")
+        if name == "big_output":
+            chunk = "x" * 1023 + "\n"
+            for stream in (sys.stdout, sys.stderr):
+                for _ in range(10 * 1024):
+                    stream.write(chunk)
+                stream.flush()
+            return _tiny(request)
+        if name == "grandchild":
+            subprocess.Popen([sys.executable, "-c", _STUBBORN])
+            return _tiny(request)
+        forwards = {"raise_run": _raise, "segfault": _segfault, "exit3": _exit3, "oom": _exhaust_memory,
+                    "hang": _hang}
+        if name not in forwards:
+            raise ModelNotFound(name)
+        return _tiny(request, forwards[name])
+
+
+def _trace() -> None:
+    """As a plugin: note this child's pid, GPU pinning and start time, then linger a
+    little so that children running side by side overlap measurably."""
+    folder = os.environ.get(TRACE_DIR_ENV)
+    if not folder or "torch" not in sys.modules:  # the runner's parent never imports torch
+        return
+    start = time.time()
+    time.sleep(1.0)
+    record = {"pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+              "start": start, "end": time.time()}
+    with open(os.path.join(folder, f"{os.getpid()}.json"), "w") as handle:
+        json.dump(record, handle)
+
+
+_trace()
