@@ -24,6 +24,11 @@ class DeviceRuntime:
 
     def __init__(self, config: ExperimentConfig) -> None:
         self.config = config
+
+    @property
+    def build_device(self) -> str:
+        """Where suites build the model and its inputs before it moves to torch_device."""
+        return self.torch_device
         self._rss_reset = False
         self._rss_before_reset = 0
 

@@ -92,7 +92,7 @@ class ExperimentHarness:
         suite = get_suite(self.experiment.suite_name)
         model = suite.load(LoadRequest(
             model_name=self.experiment.model_name, test=self.config.test,
-            device=self.device.torch_device, accelerator=self.config.accelerator,
+            device=self.device.build_device, accelerator=self.config.accelerator,
             precision=self.config.precision, batch_size=self.config.batch_size,
         ))
         if precision in _DTYPES and precision != "fp32":
@@ -103,6 +103,10 @@ class ExperimentHarness:
         if self.options.randomize_input:
             self.device.reset_rng(self.options.seed + 1)
             model.args, model.kwargs = randomize_inputs(model.args), randomize_inputs(model.kwargs)
+        if self.device.build_device != self.device.torch_device:
+            move = lambda t: t.to(self.device.torch_device)  # noqa: E731
+            model.module = model.module.to(self.device.torch_device)
+            model.args, model.kwargs = map_tensors(model.args, move), map_tensors(model.kwargs, move)
         return model
 
     def autocast(self, precision: str) -> contextlib.AbstractContextManager:

@@ -91,6 +91,12 @@ class XlaRuntime(DeviceRuntime):
         self._repeat_index = -1
         self._metrics_files: dict[str, str] = {}
 
+    @property
+    def build_device(self) -> str:
+        """Build on the CPU, then move, as the reference does: weights and inputs then come
+        from the CPU generator, identical to the native eager run the verifier compares with."""
+        return "cpu"
+
     def prepare(self, options: RunOptions, artifacts_dir: Path) -> None:
         """Apply --matmul-precision to XLA as torch gets it, and remember the dump folder."""
         self.options = options
