@@ -15,7 +15,7 @@ import sys
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import NoReturn, Sequence
 
 from experiment_runner.cli import EXIT_OK
 from experiment_runner.loader import Row, RunInfo, runs_of

@@ -40,6 +40,7 @@ Samples: the median of metrics.per_iter_time, the timed repeats only; warm-up
 iterations are never mixed in. The baseline of a model matches its suite, model,
 accelerator, test, precision and batch size, with the --baseline fields replaced.
 The last record of an experiment within a run wins, so a retry supersedes a failure.
+Records of the reference runner (no run_id) form one run per file: legacy:<file name>.
 Corrupt or torn lines are skipped with a warning naming the line.
 Exit status: 0 done, 2 bad flags or no such run, 3 a file cannot be read."""
 
