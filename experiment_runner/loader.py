@@ -87,8 +87,8 @@ class Row:
                                          or self.verification_code == "PASS")
 
 
-# Columns of `load_dataframe`: every scalar field plus the configuration label.
-COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Row) if f.name != "per_iter_time") + ("configuration",)
+# Columns of `load_dataframe`: every scalar field, the configuration label and `passed`.
+COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Row) if f.name != "per_iter_time") + ("configuration", "passed")
 
 
 def legacy_experiment_id(suite: Any, model: Any, exp: dict[str, Any]) -> str:
