@@ -113,3 +113,92 @@ def test_sigterm_proof_grandchild_is_killed_with_its_group(runs) -> None:
     _, faults, _ = runs
     assert one_record(faults, "grandchild")["status"] == "ok"
     assert_no_process_left(faults.marker, within_s=0)
+
+
+# ---------------------------------------------------------------- bad input
+
+SEED_RECORD = {"schema_version": 1, "run_id": "earlier-run", "status": "ok", "verification_code": "PASS",
+               "model": {"suite_name": "faulty", "model_name": "quick_00"}}
+
+
+def seed_results(folder: Path, copies: int = 3) -> bytes:
+    """An earlier run's records, which no failure may alter."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    data = "".join(json.dumps({**SEED_RECORD, "experiment_id": f"earlier/{i}"}) + "\n" for i in range(copies))
+    (folder / "results.jsonl").write_text(data)
+    return data.encode()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--suite-name=nope"], "unknown suite 'nope'"),
+    (["--suite-name=dummy", "--filter=^resnet"], "no dummy model matches the filters; models: dummy_mlp"),
+    (["--suite-name=dummy", "--dynamo=no_such_backend"], "unknown dynamo backend 'no_such_backend'"),
+    (["--suite-name=dummy", "--accelerator=cuda"], "--accelerator=cuda, but CUDA is not available"),
+    (["--suite-name=dummy", "--filter=mlp("], "invalid regex for --filter: 'mlp('"),
+    (["--suite-name=dummy", "--xla-flags=xla_cpu_fast_math=false"], "malformed --xla-flags"),
+    (["--suite-name=dummy", "--xla-flags=--xla_dump_to='/tmp"], "malformed --xla-flags"),
+    (["--suite-name=dummy", "--max-parallel=0"], "--max-parallel must be at least 1"),
+])
+def test_bad_input_is_one_line_and_exit_2(run_cli, tmp_path: Path, args: list[str], message: str) -> None:
+    before = seed_results(tmp_path / "output")
+    run = run_cli(*args, "--dynamo=None" if "--dynamo" not in " ".join(args) else "--test=eval")
+    assert run.returncode == 2
+    assert run.stderr.count("\n") == 1 and message in run.stderr, run.stderr
+    assert run.results_path.read_bytes() == before
+
+
+def test_resume_skips_corrupt_lines_with_a_warning(run_cli, tmp_path: Path) -> None:
+    before = seed_results(tmp_path / "output") + b"\x00\xffnot json\n"
+    (tmp_path / "output" / "results.jsonl").write_bytes(before)
+    run = run_cli(*COMMON, "--filter=^quick_00$", "--resume")
+    assert run.returncode == 0, run.stderr
+    assert "skipped 1 corrupt or torn line(s)" in run.stderr and "line 4" in run.stderr
+    after = run.results_path.read_bytes()
+    assert after.startswith(before)
+    assert after[len(before):].count(b"\n") == 1  # the new record, in the earlier run
+
+
+def test_resume_refuses_a_file_that_is_not_results(run_cli, tmp_path: Path) -> None:
+    (tmp_path / "output").mkdir()
+    garbage = bytes(range(256)) * 8
+    (tmp_path / "output" / "results.jsonl").write_bytes(garbage)
+    run = run_cli(*COMMON, "--filter=^quick_00$", "--resume")
+    assert run.returncode == 3
+    assert "is not a results file" in run.stderr and run.stderr.count("\n") == 1
+    assert run.results_path.read_bytes() == garbage
+
+
+@pytest.mark.parametrize("resume", [[], ["--resume"]])
+def test_unreadable_results_file_exits_3(run_cli, tmp_path: Path, resume: list[str]) -> None:
+    (tmp_path / "output" / "results.jsonl").mkdir(parents=True)
+    run = run_cli(*COMMON, "--filter=^quick_00$", *resume)
+    assert run.returncode == 3
+    assert "Is a directory" in run.stderr and run.stderr.count("\n") == 1
+
+
+def test_output_folder_that_cannot_be_created_exits_3(run_cli, tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    run = run_cli(*COMMON, "--filter=^quick_00$", output_dir=tmp_path / "a-file" / "output")
+    assert run.returncode == 3
+    assert "Not a directory" in run.stderr and run.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_failed_write_exits_3_and_keeps_earlier_results(run_cli, tmp_path: Path, launcher: str) -> None:
+    import resource
+
+    before = seed_results(tmp_path / "output", copies=200)
+    limit = len(before)  # the results file may not grow; the small files of the run still fit
+
+    def limit_file_size() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    run = run_cli(*COMMON, "--filter=^quick_0[01]$", f"--launcher={launcher}", preexec_fn=limit_file_size)
+    assert run.returncode == 3, run.stderr
+    error = [line for line in run.stderr.splitlines() if "error:" in line]
+    assert len(error) == 1 and "was not written, earlier records are intact" in error[0], run.stderr
+    assert "File too large" in error[0]
+    assert run.results_path.read_bytes() == before
+    assert_no_process_left(run.marker)
