@@ -53,8 +53,8 @@ def make_inputs(name: str, entry: dict[str, Any], config: Any, batch_size: int, 
 
 
 def own_loss(output: Any) -> Any:
-    """The loss the model computed from the labels it was given."""
-    return output["loss"] if isinstance(output, dict) or hasattr(output, "keys") else output[0]
+    """The loss the model computed from the labels it was given (a ModelOutput is a dict)."""
+    return output["loss"] if isinstance(output, dict) else output[0]
 
 
 class HuggingFaceSuite(Suite):
