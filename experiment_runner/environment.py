@@ -71,8 +71,7 @@ def _cache_key() -> str:
         os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"),
         os.environ.get("PJRT_DEVICE", "<unset>"),
         os.environ.get(PLUGINS_ENV, ""),
-        str(Path("/dev/nvidiactl").exists()),
-        str(Path("/dev/accel0").exists() or Path("/dev/vfio").exists()),
+        *(str(hardware_present(acc)) for acc in ("cuda", "tpu")),
     ]
     return hashlib.sha1("\0".join(parts).encode()).hexdigest()[:16]
 
@@ -104,6 +103,16 @@ def _run_probe(code: str, env: dict[str, str] | None = None) -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
+def hardware_present(accelerator: str) -> bool:
+    """Cheap evidence of the device on this host: without it a PJRT probe can only fail,
+    and each failing probe costs a torch_xla start-up (about ten seconds)."""
+    if accelerator == "cuda":
+        return Path("/dev/nvidiactl").exists()
+    if accelerator == "tpu":
+        return Path("/dev/accel0").exists() or Path("/dev/vfio").exists()
+    return True
+
+
 def probe_xla_device(accelerator: str) -> bool:
     """Whether torch_xla finds a PJRT device for `accelerator` (in a child process)."""
     env = dict(os.environ, PJRT_DEVICE=PJRT_DEVICE[accelerator])
@@ -125,7 +134,8 @@ def probe_capabilities(use_cache: bool = True) -> HostCapabilities:
     data = json.loads(_run_probe(_TORCH_PROBE))
     data["torch_xla"] = torch_xla_importable()
     data["xla_accelerators"] = (
-        [acc for acc in ("cpu", "cuda", "tpu") if probe_xla_device(acc)] if data["torch_xla"] else []
+        [acc for acc in ("cpu", "cuda", "tpu") if hardware_present(acc) and probe_xla_device(acc)]
+        if data["torch_xla"] else []
     )
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
