@@ -264,6 +264,10 @@ def run_command(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         validate(args)
+        if args.launcher == "forkserver" and not args.dry_run:
+            from experiment_runner.forkserver import prestart
+
+            prestart()  # its torch import overlaps with ours: probing, planning, resuming
         filters = compile_or_fail(args.filter, "--filter")
         excludes = compile_or_fail(args.exclude, "--exclude")
         try:

@@ -24,18 +24,20 @@ import json
 import os
 import queue
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from experiment_runner.launcher import (
-    _INHERITED_XLA_VARS, KILL_GRACE_S, ChildOutcome, SubprocessLauncher, read_log_tail,
+    _INHERITED_XLA_VARS, KILL_GRACE_S, ChildOutcome, SubprocessLauncher, _parent_death_signal, read_log_tail,
 )
 from experiment_runner.protocol import Task, read_result
 
@@ -118,6 +120,8 @@ def serve() -> int:
     os.dup2(2, 1)  # a stray print from an import must not corrupt the protocol
     os.close(null_fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # The parent's death (PR_SET_PDEATHSIG) arrives as SIGTERM, possibly mid-import.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     # torch.cuda.is_available() through NVML, so no import below can initialize the CUDA
     # driver, which a forked child could not use.
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
@@ -133,6 +137,20 @@ def serve() -> int:
     _send(replies_fd, {"ready": os.getpid()})
 
     children: dict[int, int] = {}  # pid -> request id
+    try:
+        _serve_requests(requests_fd, replies_fd, wake_r, wake_w, children)
+    finally:
+        for pid in children:
+            _killpg(pid, signal.SIGKILL)
+    return 0
+
+
+def _exit_on_sigterm(*_: Any) -> None:
+    raise SystemExit(0)
+
+
+def _serve_requests(requests_fd: int, replies_fd: int, wake_r: int, wake_w: int,
+                    children: dict[int, int]) -> None:
     buffer = b""
     eof = False
     while not eof or children:
@@ -168,7 +186,6 @@ def serve() -> int:
             request_id = children.pop(pid, None)
             if request_id is not None and not eof:
                 _send(replies_fd, {"id": request_id, "status": status})
-    return 0
 
 
 def _cuda_driver_loaded() -> bool:
@@ -199,6 +216,36 @@ def _killpg(pgid: int, sig: int) -> None:
 
 
 @dataclass
+class Server:
+    """A started fork server and the environment it imported torch under."""
+
+    process: subprocess.Popen
+    env: dict[str, str]
+    stderr: IO[bytes]
+
+
+_prestarted: list[Server] = []
+
+
+def start_server() -> Server:
+    """Start a server; it dies with this process (PR_SET_PDEATHSIG), even mid-import."""
+    env = {k: v for k, v in os.environ.items() if k not in _INHERITED_XLA_VARS}
+    stderr = tempfile.TemporaryFile()  # copied into the run's folder once that is known
+    process = subprocess.Popen(
+        [sys.executable, "-m", "experiment_runner.forkserver"], env=env, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=stderr, start_new_session=True, close_fds=True,
+        preexec_fn=_parent_death_signal(signal.SIGTERM),
+    )
+    return Server(process, env, stderr)
+
+
+def prestart() -> None:
+    """Start the server now, so that its imports overlap with the parent's own start-up."""
+    if not _prestarted:
+        _prestarted.append(start_server())
+
+
+@dataclass
 class _Pending:
     replies: "queue.Queue[dict[str, Any]]" = field(default_factory=queue.Queue)
 
@@ -224,17 +271,9 @@ class ForkServerLauncher(SubprocessLauncher):
         self._next_id = 0
         self._ready = threading.Event()
         self._gone = False
-        self._server_env = {k: v for k, v in os.environ.items() if k not in _INHERITED_XLA_VARS}
-        log = open(server_log, "ab") if server_log is not None else subprocess.DEVNULL
-        try:
-            self._server = subprocess.Popen(
-                [sys.executable, "-m", "experiment_runner.forkserver"], env=self._server_env,
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True,
-                close_fds=True,
-            )
-        finally:
-            if log is not subprocess.DEVNULL:
-                log.close()
+        self._server_log = server_log
+        server = _prestarted.pop() if _prestarted else start_server()
+        self._server, self._server_env, self._server_stderr = server.process, server.env, server.stderr
         self._reader = threading.Thread(target=self._read_replies, name="forkserver-replies", daemon=True)
         self._reader.start()
 
@@ -328,6 +367,11 @@ class ForkServerLauncher(SubprocessLauncher):
             _killpg(self._server.pid, signal.SIGKILL)
             self._server.wait()
         self._reader.join(timeout=5)
+        if self._server_log is not None:
+            self._server_stderr.seek(0)
+            with open(self._server_log, "ab") as log:
+                shutil.copyfileobj(self._server_stderr, log)
+        self._server_stderr.close()
         super().close()
 
 

@@ -153,9 +153,9 @@ class LogFollower:
         self._thread.join(timeout=5)
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
-    """A preexec function asking Linux to SIGKILL the child when the runner dies, so a
-    runner killed with SIGKILL does not leave its current experiment running."""
+def _parent_death_signal(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
+    """A preexec function asking Linux to send `sig` to the child when the runner dies, so
+    a runner killed with SIGKILL does not leave its current experiment running."""
     try:
         import ctypes
 
@@ -163,7 +163,7 @@ def _parent_death_signal() -> Callable[[], None] | None:
     except (OSError, AttributeError):
         return None
     pr_set_pdeathsig = 1
-    return lambda: prctl(pr_set_pdeathsig, signal.SIGKILL)
+    return lambda: prctl(pr_set_pdeathsig, sig)
 
 
 class SubprocessLauncher:

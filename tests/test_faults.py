@@ -79,7 +79,9 @@ def test_segfault_is_a_crash_with_its_signal(runs) -> None:
     assert record["status"] == "crashed"
     assert record["error"]["signal"] == "SIGSEGV"
     assert record["error"]["returncode"] == -11
-    assert "in _segfault" in record["error"]["traceback_tail"]  # faulthandler's stack, from the log
+    assert "Extension modules" in record["error"]["traceback_tail"]  # the tail of faulthandler's dump
+    log = (runs[1].output_dir / record["artifacts"]["log"]).read_text()
+    assert "Fatal Python error: Segmentation fault" in log and "in _segfault" in log
     assert record["verification_code"] == "VERIFIER_DIDNT_RUN"
 
 
