@@ -368,7 +368,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from importlib import import_module
 
         return import_module(f"experiment_runner.{argv[0]}").main(argv[1:])
-    return run_command(argv)
+    try:
+        return run_command(argv)
+    except KeyboardInterrupt:  # before the run loop takes over Ctrl-C: nothing was started yet
+        print("experiment_runner: interrupted before any experiment ran", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":
