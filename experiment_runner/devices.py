@@ -24,13 +24,13 @@ class DeviceRuntime:
 
     def __init__(self, config: ExperimentConfig) -> None:
         self.config = config
+        self._rss_reset = False
+        self._rss_before_reset = 0
 
     @property
     def build_device(self) -> str:
         """Where suites build the model and its inputs before it moves to torch_device."""
         return self.torch_device
-        self._rss_reset = False
-        self._rss_before_reset = 0
 
     def prepare(self, options: RunOptions, artifacts_dir: Path) -> None:
         """Apply the run options only this device knows how to apply, and learn where its
