@@ -93,6 +93,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch.set_float32_matmul_precision for every experiment")
     g.add_argument("--disable-tf32", action="store_true", help="float32 matmuls at full precision")
 
+    g = p.add_argument_group("verification")
+    g.add_argument("--verify", action="store_true",
+                   help="check accuracy against eager and float64 in the same run; code in the record")
+    g.add_argument("--verify-iterations", type=int, default=1,
+                   help="training steps before comparing loss, gradients and parameters")
+    g.add_argument("--tolerance", type=float, help="override the suite's verification tolerance")
+
+    g = p.add_argument_group("PyTorch/XLA artifacts (xla experiments; files in each experiment's folder)")
+    g.add_argument("--dump-hlo", action="store_true",
+                   help="dump the compiled HLO modules (XLA_FLAGS=--xla_dump_to) into hlo/")
+    g.add_argument("--save-ir-format", "--save-ir", dest="save_ir_format", choices=("text", "hlo", "stablehlo"),
+                   help="save the traced graphs' IR in this format into ir/")
+    g.add_argument("--dump-pytorch-xla-metrics", action="store_true",
+                   help="write torch_xla's metrics report per repeat into repeat_<i>/")
+
     from experiment_runner.instrumentation import COMPILE_TIME_DOC
 
     g = p.add_argument_group(
@@ -117,14 +132,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--cache-bench", action="store_true",
                    help="cold then warm compile in two fresh processes on one inductor/triton cache folder: "
                         "cold_compile_time_s, warm_compile_time_s")
-
-    g = p.add_argument_group("PyTorch/XLA artifacts (xla experiments; files in each experiment's folder)")
-    g.add_argument("--dump-hlo", action="store_true",
-                   help="dump the compiled HLO modules (XLA_FLAGS=--xla_dump_to) into hlo/")
-    g.add_argument("--save-ir-format", "--save-ir", dest="save_ir_format", choices=("text", "hlo", "stablehlo"),
-                   help="save the traced graphs' IR in this format into ir/")
-    g.add_argument("--dump-pytorch-xla-metrics", action="store_true",
-                   help="write torch_xla's metrics report per repeat into repeat_<i>/")
 
     g = p.add_argument_group("processes and output")
     g.add_argument("--subprocess-timeout", type=float, default=60 * 60,
@@ -248,12 +255,14 @@ def print_dry_run(plan: matrix.Plan, done: set[str]) -> None:
         print(f"{i:4d}. {exp.model_name}: {exp.config.label()}{mark}")
     if plan.dropped:
         print(f"\n{len(plan.dropped)} combination(s) dropped:")
-        reasons: dict[tuple[str, str], list[str]] = {}
+        by_reason: dict[str, list[str]] = {}
         for d in plan.dropped:
-            reasons.setdefault((d.config.label(), d.reason), []).append(d.model_name)
-        for (label, reason), models in reasons.items():
-            who = f"{len(models)} models" if len(models) > 3 else ", ".join(models)
-            print(f"  - {label} ({who}): {reason}")
+            labels = by_reason.setdefault(d.reason, [])
+            if d.config.label() not in labels:
+                labels.append(d.config.label())
+        for reason, labels in by_reason.items():
+            examples = "; ".join(labels[:3]) + (f"; and {len(labels) - 3} more" if len(labels) > 3 else "")
+            print(f"  - {reason}: {examples}")
 
 
 def run_command(argv: Sequence[str]) -> int:
@@ -301,7 +310,8 @@ def run_command(argv: Sequence[str]) -> int:
             from experiment_runner.runner import resume_state
 
             state = resume_state(results_path, args.retry_failed)
-            run_id, done = state.run_id or run_id, state.done
+            planned_ids = {p.experiment.experiment_id for p in plan.planned}
+            run_id, done = state.run_id or run_id, state.done & planned_ids
             if state.bad_lines:
                 where = ", ".join(str(b.lineno) for b in state.bad_lines[:5])
                 print(f"experiment_runner: warning: skipped {len(state.bad_lines)} corrupt or torn line(s) "
