@@ -10,7 +10,7 @@ same RNG state, so eager, float64 and the experiment see identical weights and i
 4. compare experiment against eager → PASS or FAIL.
 
 Training compares the loss, the output, every parameter's gradient and the updated
-parameters after --verify-iterations optimizer steps.
+parameters after --verify-iterations SGD steps (see verification_optimizer).
 """
 
 from __future__ import annotations
@@ -102,9 +102,20 @@ def snapshot(value: Any) -> Any:
     return value
 
 
+def verification_optimizer(params: Any) -> Any:
+    """SGD for the verification steps, whatever the suite times with. Adam's first step moves
+    every weight by about lr * sign(grad), so a near-zero gradient whose sign differs between
+    eager and the compiled model becomes an lr-sized parameter error; SGD keeps parameter
+    errors proportional to gradient errors, which the tolerance rules are made for."""
+    import torch
+
+    return torch.optim.SGD(params, lr=0.01)
+
+
 def run_once(harness: "ExperimentHarness", precision: str, compiled: bool) -> Any:
     """Load a fresh model in `precision`, run it from the seeded RNG state, return what to compare."""
     model = harness.load(precision)
+    model.make_optimizer = verification_optimizer
     step = harness.make_step(model, compiled=compiled, precision=precision, full_output=True)
     train = harness.config.test == "train"
     harness.device.reset_rng(harness.options.seed)
