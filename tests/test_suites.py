@@ -125,11 +125,21 @@ def test_data_files_cover_the_required_models_with_cpu_batch_sizes():
                 assert 1 <= table["cpu"] <= table["cuda"], (suite, entry["name"])
 
 
-def test_skip_list_is_data_and_no_skip_overrides_it(run_cli):
-    args = ("--suite-name=torchbench", "--filter=^llama$", "--accelerator=cpu", "--dynamo=None", "--dry-run")
-    skipped = run_cli(*args).stdout
-    assert "llama: cpu xla=None dynamo=None train fp32  [skipped: torchbench's llama is inference only" in skipped
-    assert "[skipped" not in run_cli(*args, "--no-skip").stdout
+def test_skip_list_is_data_and_no_skip_overrides_it():
+    from benchmark_models import get_suite
+    from experiment_runner.matrix import HostCapabilities, MatrixChoices, expand
+
+    rules = get_suite("torchbench").skip_rules()
+    caps = HostCapabilities(torch_xla=True, xla_accelerators=frozenset({"cpu"}))
+    choices = MatrixChoices(accelerators=["cpu"], xla=["PJRT"], dynamo=[None])
+    plan = expand("torchbench", ["dlrm", "llama"], choices, caps, rules)
+    assert [(p.experiment.model_name, p.experiment.config.test, p.skip_reason) for p in plan.planned] == [
+        ("dlrm", "eval", None),
+        ("dlrm", "train", "dlrm trains sparse embedding gradients, which PyTorch/XLA does not support"),
+        ("llama", "eval", None),
+        ("llama", "train", None),
+    ]
+    assert all(p.skip_reason is None for p in expand("torchbench", ["dlrm"], choices, caps, rules, True).planned)
 
 
 def test_huggingface_bert_runs_end_to_end(run_cli):
