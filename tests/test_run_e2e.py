@@ -1,0 +1,79 @@
+"""End to end through the real CLI on the dummy suite: records, timings, logs, resume."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from experiment_runner.results import iter_records
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    return dict(os.environ, XDG_CACHE_HOME=str(tmp_path_factory.mktemp("cache")))
+
+
+def cli(env, *args):
+    return subprocess.run([sys.executable, "-m", "experiment_runner", *args], capture_output=True,
+                          text=True, env=env, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def full_run(env, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out")
+    proc = cli(env, "--suite-name=dummy", "--accelerator=cpu", "--repeat=3", "--iterations-per-run=2",
+               f"--output-dirname={out}")
+    return out, proc
+
+
+def test_every_experiment_of_the_matrix_leaves_one_ok_record(full_run):
+    out, proc = full_run
+    assert proc.returncode == 0, proc.stderr
+    records = list(iter_records(out / "results.jsonl"))
+    configs = [(r["experiment"]["dynamo"], r["experiment"]["test"]) for r in records]
+    assert configs == [(None, "eval"), (None, "train"), ("inductor", "eval"), ("inductor", "train")]
+    assert len({r["run_id"] for r in records}) == 1
+    for r in records:
+        assert r["status"] == "ok", r["error"]
+        assert r["model"] == {"suite_name": "dummy", "model_name": "dummy_mlp", "source": "builtin"}
+        assert r["verification_code"] == "VERIFIER_SKIPPED"
+        assert r["experiment"]["batch_size"] == 32 and r["experiment"]["precision"] == "fp32"
+        metrics = r["metrics"]
+        assert len(metrics["total_time"]) == len(metrics["per_iter_time"]) == r["repeat"] == 3
+        assert all(t == pytest.approx(p * 2) for t, p in zip(metrics["total_time"], metrics["per_iter_time"]))
+        assert len(metrics["warmup_time"]) == 2
+        assert r["stats"]["per_iter_time"]["n"] == 3
+        assert r["environment"]["torch"] and r["environment"]["python"]
+        assert (out / r["artifacts"]["log"]).is_file()
+        assert not (out / r["artifacts"]["dir"] / "scratch").exists(), "compile caches are removed"
+
+
+def test_inductor_warm_up_holds_the_compilation(full_run):
+    out, _ = full_run
+    for r in iter_records(out / "results.jsonl"):
+        if r["experiment"]["dynamo"] == "inductor":
+            assert r["metrics"]["warmup_time"][0] > 10 * r["stats"]["per_iter_time"]["median"]
+
+
+def test_summary_table_names_the_results_file(full_run):
+    out, proc = full_run
+    assert "median ms/iter" in proc.stdout and "dummy_mlp" in proc.stdout
+    assert f"4 record(s) appended to {out / 'results.jsonl'}" in proc.stdout
+
+
+def test_resume_continues_the_latest_run_and_a_new_run_keeps_old_records(env, full_run):
+    out, _ = full_run
+    before = (out / "results.jsonl").read_bytes()
+    run_id = json.loads(before.splitlines()[-1])["run_id"]
+    resumed = cli(env, "--suite-name=dummy", "--accelerator=cpu", "--dynamo=None", "--repeat=1",
+                  f"--output-dirname={out}", "--resume")
+    assert resumed.returncode == 0 and "0 experiment(s) to run, 2 already done" in resumed.stderr
+    fresh = cli(env, "--suite-name=dummy", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=1",
+                f"--output-dirname={out}")
+    assert fresh.returncode == 0, fresh.stderr
+    after = (out / "results.jsonl").read_bytes()
+    assert after.startswith(before)
+    new = [json.loads(line) for line in after[len(before):].splitlines()]
+    assert len(new) == 1 and new[0]["run_id"] != run_id
