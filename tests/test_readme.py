@@ -1,0 +1,48 @@
+"""The README's analysis recipes are code too: run them against the golden results file."""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+GOLDEN = REPO / "tests" / "golden" / "results.jsonl"
+
+
+def fenced_blocks(heading: str, language: str) -> list[str]:
+    """The code blocks of one README section."""
+    section = re.split(r"\n##+ ", README.split(f"### {heading}\n", 1)[1], maxsplit=1)[0]
+    return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)
+
+
+def test_pandas_recipes_run_on_a_real_results_file(tmp_path, monkeypatch):
+    (code,) = fenced_blocks("pandas recipes", "python")
+    shutil.copy(GOLDEN, tmp_path / "results.jsonl")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(code.replace("output/results.jsonl", "results.jsonl"), "README pandas recipes", "exec"), namespace)
+    assert len(namespace["df"]) > 0 and "speedup" in namespace["runs"]
+    assert namespace["runs"]["speedup"].notna().any()
+    assert "per_iter_time" in namespace["samples"]
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed on this machine")
+def test_jq_recipes_run_on_a_real_results_file(tmp_path):
+    (code,) = fenced_blocks("jq recipes", "bash")
+    shutil.copy(GOLDEN, tmp_path / "results.jsonl")
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(line.split() == ["6", "20250101T000000Z-aaaaaa"] for line in lines)
+    failures = [line for line in lines if line.startswith("{")]
+    # the golden file retries a failed nanogpt experiment: only its last record counts
+    assert sorted(f.split('"status":"')[1].split('"')[0] for f in failures) == ["crashed", "timeout"]
+
+
+def test_the_two_fresh_machine_commands_are_there_and_ci_runs_the_test_one():
+    assert "experiment_runner --suite-name=torchbench --accelerator=cpu --filter=llama" in README
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "<!-- ci:test-command -->" in README and "ci:test-command" in ci
