@@ -67,12 +67,17 @@ def append_record(path: Path, record: dict) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
-            if _needs_newline(fd):
+            size = os.fstat(fd).st_size
+            if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
                 line = b"\n" + line  # a torn last line stays alone on its line
-            written = os.write(fd, line)
-            if written != len(line):
-                raise ResultsFileError(f"short write to {path}: {written} of {len(line)} bytes")
-            os.fsync(fd)
+            try:
+                written = os.write(fd, line)
+                if written != len(line):
+                    raise ResultsFileError(f"short write to {path}: {written} of {len(line)} bytes")
+                os.fsync(fd)
+            except OSError:
+                os.ftruncate(fd, size)  # leave no partial line behind a failed write
+                raise
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
     except OSError as exc:
@@ -81,11 +86,6 @@ def append_record(path: Path, record: dict) -> None:
         raise ResultsFileError(f"cannot write results file {path}: {exc.strerror or exc}") from exc
     finally:
         os.close(fd)
-
-
-def _needs_newline(fd: int) -> bool:
-    size = os.fstat(fd).st_size
-    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@
 import json
 import math
 import multiprocessing
+import resource
+import signal
 
 import pytest
 
@@ -86,3 +88,19 @@ def test_concurrent_appends_never_interleave(tmp_path):
     assert not bad
     assert sorted(ids) == sorted(f"{t}-{i}" for t in "abc" for i in range(200))
     assert path.read_bytes().endswith(b"\n")
+
+
+def test_a_failed_write_leaves_no_partial_line(tmp_path):
+    path = tmp_path / "results.jsonl"
+    append_record(path, record("r", "a"))
+    before = path.read_bytes()
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG instead of dying
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) + 10, hard))
+    try:
+        with pytest.raises(ResultsFileError, match="File too large|short write"):
+            append_record(path, record("r", "b", payload="x" * 1000))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    assert path.read_bytes() == before
