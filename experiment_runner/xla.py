@@ -170,6 +170,13 @@ class XlaRuntime(DeviceRuntime):
             peak["peak_device_bytes"] = int(info["peak_bytes_used"])
         return peak
 
+    def profiled_op(self, name: str) -> bool:
+        """On XLA, the per-op profile is about the ops torch_xla could not lower and ran on
+        the CPU instead (its fallback counters), as in the reference runner."""
+        import torch_xla.debug.metrics as met
+
+        return name in set(met.executed_fallback_ops())
+
     def is_oom(self, exc: BaseException) -> bool:
         message = str(exc)
         return any(marker in message for marker in _XLA_OOM_MARKERS) or super().is_oom(exc)

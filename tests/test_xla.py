@@ -86,6 +86,16 @@ def test_runtime_counts_one_graph_per_iteration_and_clears_metrics_per_repeat(xl
 
 
 @pytest.mark.xla
+def test_per_op_profile_keeps_only_the_ops_that_fell_back_to_the_cpu(xla_runtime) -> None:
+    import torch
+
+    x = torch.randn(8, device=xla_runtime.torch_device)
+    x.nonzero().cpu()  # nonzero has a data-dependent shape: torch_xla runs it on the CPU
+    assert xla_runtime.profiled_op("aten::nonzero")
+    assert not xla_runtime.profiled_op("aten::mm")
+
+
+@pytest.mark.xla
 def test_reset_rng_makes_device_random_numbers_repeat(xla_runtime) -> None:
     import torch
 
