@@ -120,3 +120,38 @@ def read_data(filename: str) -> Any:
 
 def skip_rules_from(entries: list[dict]) -> list[SkipRule]:
     return [SkipRule(**entry) for entry in entries]
+
+
+class DataFileSuite(Suite):
+    """A suite whose catalog is a JSON file in benchmark_models/data:
+    {"models": [{"name": ..., "batch_size": ...}, ...], "skips": [SkipRule fields, ...]}."""
+
+    data_file: ClassVar[str]
+
+    def __init__(self) -> None:
+        self._data = read_data(self.data_file)
+        self._entries = {m["name"]: m for m in self._data["models"]}
+
+    def model_names(self) -> list[str]:
+        return list(self._entries)
+
+    def skip_rules(self) -> list[SkipRule]:
+        return skip_rules_from(self._data.get("skips", []))
+
+    def entry(self, model_name: str) -> dict[str, Any]:
+        try:
+            return self._entries[model_name]
+        except KeyError:
+            raise ModelNotFound(model_name) from None
+
+    def batch_size(self, request: LoadRequest) -> int:
+        """--batch-size, else the data file's default. `batch_size` may be split by test, then
+        by accelerator; an accelerator without its own size takes cuda's (PyTorch's list)."""
+        if request.batch_size is not None:
+            return request.batch_size
+        sizes = self.entry(request.model_name)["batch_size"]
+        if isinstance(sizes, dict) and request.test in sizes:
+            sizes = sizes[request.test]
+        if isinstance(sizes, dict):
+            sizes = sizes.get(request.accelerator, sizes["cuda"])
+        return int(sizes)

@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
-from benchmark_models.base import BenchmarkModel, LoadRequest, ModelNotFound, Suite, read_data, skip_rules_from
-from experiment_runner.matrix import SkipRule
+from benchmark_models.base import BenchmarkModel, DataFileSuite, LoadRequest
 
 
-class DummySuite(Suite):
+class DummySuite(DataFileSuite):
     name = "dummy"
     source = "builtin"
-
-    def __init__(self) -> None:
-        self._data = read_data("dummy.json")
-        self._models = {m["name"]: m for m in self._data["models"]}
-
-    def model_names(self) -> list[str]:
-        return list(self._models)
-
-    def skip_rules(self) -> list[SkipRule]:
-        return skip_rules_from(self._data["skips"])
+    data_file = "dummy.json"
 
     def load(self, request: LoadRequest) -> BenchmarkModel:
         import torch
         from torch import nn
 
-        if request.model_name not in self._models:
-            raise ModelNotFound(request.model_name)
-        batch_size = request.batch_size or self._models[request.model_name]["batch_size"][request.test]
+        batch_size = self.batch_size(request)
         module = nn.Sequential(
             nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10)
         ).to(request.device)

@@ -11,12 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmark_models.base import (
-    BenchmarkModel, LoadRequest, ModelNotFound, Suite, read_data, skip_rules_from,
-)
+from benchmark_models.base import BenchmarkModel, DataFileSuite, LoadRequest
 from benchmark_models.optional import require
-from benchmark_models.timm_models import batch_size_for
-from experiment_runner.matrix import SkipRule
 
 # Encoder-decoder families that take decoder ids; the reference feeds the input ids again.
 _SEQ2SEQ_PREFIXES = ("T5", "MT5", "M2M100")
@@ -57,25 +53,15 @@ def own_loss(output: Any) -> Any:
     return output["loss"] if isinstance(output, dict) else output[0]
 
 
-class HuggingFaceSuite(Suite):
+class HuggingFaceSuite(DataFileSuite):
     name = "huggingface"
     source = "transformers"
-
-    def __init__(self) -> None:
-        self._data = read_data("huggingface.json")
-        self._models = {m["name"]: m for m in self._data["models"]}
-
-    def model_names(self) -> list[str]:
-        return list(self._models)
-
-    def skip_rules(self) -> list[SkipRule]:
-        return skip_rules_from(self._data["skips"])
+    data_file = "huggingface.json"
 
     def load(self, request: LoadRequest) -> BenchmarkModel:
-        if request.model_name not in self._models:
-            raise ModelNotFound(request.model_name)
+        entry = self.entry(request.model_name)
+        batch_size = self.batch_size(request)
         transformers = require("transformers")
-        entry = self._models[request.model_name]
         model_cls = getattr(transformers, request.model_name)
         config = model_cls.config_class()
         for key, value in entry.get("config", {}).items():
@@ -84,6 +70,5 @@ class HuggingFaceSuite(Suite):
             config.use_cache = False
         module = model_cls(config).to(request.device)
 
-        batch_size = batch_size_for(entry, request)
         inputs = make_inputs(request.model_name, entry, config, batch_size, request.device)
         return BenchmarkModel(module=module, kwargs=inputs, batch_size=batch_size, source=self.source, loss=own_loss)

@@ -10,42 +10,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmark_models.base import (
-    BenchmarkModel, LoadRequest, ModelNotFound, Suite, read_data, skip_rules_from,
-)
+from benchmark_models.base import BenchmarkModel, DataFileSuite, LoadRequest
 from benchmark_models.optional import require
-from experiment_runner.matrix import SkipRule
 
 
-def batch_size_for(entry: dict[str, Any], request: LoadRequest) -> int:
-    """The requested size, else the data file's size for this accelerator."""
-    if request.batch_size is not None:
-        return request.batch_size
-    sizes = entry["batch_size"]
-    return int(sizes.get(request.accelerator, sizes["cuda"]))
-
-
-class TimmSuite(Suite):
+class TimmSuite(DataFileSuite):
     name = "timm"
     source = "timm"
-
-    def __init__(self) -> None:
-        self._data = read_data("timm.json")
-        self._models = {m["name"]: m for m in self._data["models"]}
-
-    def model_names(self) -> list[str]:
-        return list(self._models)
-
-    def skip_rules(self) -> list[SkipRule]:
-        return skip_rules_from(self._data["skips"])
+    data_file = "timm.json"
 
     def load(self, request: LoadRequest) -> BenchmarkModel:
-        if request.model_name not in self._models:
-            raise ModelNotFound(request.model_name)
+        batch_size = self.batch_size(request)
         timm = require("timm")
         import torch
 
-        batch_size = batch_size_for(self._models[request.model_name], request)
         module = timm.create_model(request.model_name, pretrained=False, in_chans=3, drop_rate=0.0)
         data_config = timm.data.resolve_model_data_config(module, use_test_size=request.test == "eval")
         module = module.to(request.device)

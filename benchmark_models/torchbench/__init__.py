@@ -20,10 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from benchmark_models.base import (
-    BenchmarkModel, LoadRequest, ModelNotFound, ModelSkipped, Suite, read_data, skip_rules_from,
-)
-from experiment_runner.matrix import SkipRule
+from benchmark_models.base import BenchmarkModel, DataFileSuite, LoadRequest, ModelNotFound, ModelSkipped
 
 TORCHBENCH_DIR_ENV = "TORCHBENCH_DIR"
 
@@ -58,22 +55,21 @@ def list_torchbenchmark_models(package: Path) -> list[str]:
     )
 
 
-class TorchBenchSuite(Suite):
+class TorchBenchSuite(DataFileSuite):
+    """The data file describes the built-in set; the real package describes itself."""
+
     name = "torchbench"
+    data_file = "torchbench.json"
 
     def __init__(self) -> None:
-        self._data = read_data("torchbench.json")
-        self._builtin = {m["name"]: m for m in self._data["models"]}
+        super().__init__()
         self._package = torchbenchmark_package_dir()
         self.source = "builtin" if self._package is None else "torchbenchmark"
 
     def model_names(self) -> list[str]:
         if self._package is not None:
             return list_torchbenchmark_models(self._package)
-        return list(self._builtin)
-
-    def skip_rules(self) -> list[SkipRule]:
-        return skip_rules_from(self._data["skips"])
+        return super().model_names()
 
     def load(self, request: LoadRequest) -> BenchmarkModel:
         if self._package is not None:
@@ -83,10 +79,7 @@ class TorchBenchSuite(Suite):
     def _load_builtin(self, request: LoadRequest) -> BenchmarkModel:
         from benchmark_models.torchbench.models import BUILDERS
 
-        if request.model_name not in self._builtin:
-            raise ModelNotFound(request.model_name)
-        sizes = self._builtin[request.model_name]["batch_size"][request.test]
-        batch_size = request.batch_size or int(sizes.get(request.accelerator, sizes["cuda"]))
+        batch_size = self.batch_size(request)
         built = BUILDERS[request.model_name](batch_size, request.device)
         return BenchmarkModel(module=built.module, args=built.args, batch_size=batch_size,
                               source=self.source, make_optimizer=built.make_optimizer)
