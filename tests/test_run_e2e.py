@@ -77,3 +77,18 @@ def test_resume_continues_the_latest_run_and_a_new_run_keeps_old_records(env, fu
     assert after.startswith(before)
     new = [json.loads(line) for line in after[len(before):].splitlines()]
     assert len(new) == 1 and new[0]["run_id"] != run_id
+
+
+def test_llama_eager_and_inductor_eval_and_train_are_timed_and_verified_in_one_record(env, tmp_path):
+    """The README's first command (issues 2 and 4), at batch size 1 to keep CI short."""
+    proc = cli(env, "--suite-name=torchbench", "--accelerator=cpu", "--filter=llama", "--verify",
+               "--batch-size=1", "--repeat=2", f"--output-dirname={tmp_path}")
+    assert proc.returncode == 0, proc.stderr
+    records = list(iter_records(tmp_path / "results.jsonl"))
+    assert [(r["experiment"]["dynamo"], r["experiment"]["test"]) for r in records] == \
+        [(None, "eval"), (None, "train"), ("inductor", "eval"), ("inductor", "train")]
+    for r in records:
+        assert (r["status"], r["verification_code"]) == ("ok", "PASS"), (r["error"], r["verification"])
+        assert r["model"] == {"suite_name": "torchbench", "model_name": "llama", "source": "builtin"}
+        assert len(r["metrics"]["per_iter_time"]) == r["repeat"] == 2
+        assert r["verification"]["details"]["reference"] == "float64"
