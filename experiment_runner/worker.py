@@ -273,7 +273,7 @@ def run_task(task: Task) -> dict[str, Any]:
     if device is not None:
         result["artifacts"].update(device.artifacts())
     timings = result["timings"]
-    timings["work_s"] = sum(timings.get(k, 0.0) for k in ("load_s", "measure_s", "verify_s"))
+    timings["work_s"] = sum(timings.get(k, 0.0) for k in ("load_s", "measure_s", "instrument_s", "verify_s"))
     timings["child_s"] = time.perf_counter() - started
     return result
 
