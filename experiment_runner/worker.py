@@ -281,6 +281,9 @@ def run_task(task: Task) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     task = Task.read(Path(argv[0]))
+    # The log's first line says whose it is: logs get copied around, and --print-subprocess
+    # interleaves them with the parent's progress lines.
+    print(f"experiment_runner worker: {task.experiment.experiment_id}", flush=True)
     result = run_task(task)
     write_result(task.result_path, result)
     return 0 if result["status"] in ("ok", "skipped") else 1

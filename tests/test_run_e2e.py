@@ -92,3 +92,18 @@ def test_llama_eager_and_inductor_eval_and_train_are_timed_and_verified_in_one_r
         assert r["model"] == {"suite_name": "torchbench", "model_name": "llama", "source": "builtin"}
         assert len(r["metrics"]["per_iter_time"]) == r["repeat"] == 2
         assert r["verification"]["details"]["reference"] == "float64"
+
+
+def test_output_and_measurement_flags_reach_the_records(env, tmp_path):
+    proc = cli(env, "--suite-name=dummy", "--accelerator=cpu", "--dynamo=None", "--test=train",
+               "--precision=bf16", "--precision=fp32", "--verify", "--verify-iterations=2", "--exclude=^nomatch$",
+               "--print-subprocess", "--progress-bar", "--no-resume", "--repeat=1",
+               f"--output-dirname={tmp_path}", "--output-basename=nightly.jsonl")
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "results.jsonl").exists()
+    records = list(iter_records(tmp_path / "nightly.jsonl"))
+    assert [r["experiment"]["precision"] for r in records] == ["bf16", "fp32"]
+    assert all(r["verification"]["details"]["iterations"] == 2 for r in records)
+    for r in records:  # --print-subprocess streamed each child's log, first line included
+        assert f"experiment_runner worker: {r['experiment_id']}" in proc.stdout
+    assert "2/2" in proc.stderr, "the progress bar counted both experiments"
