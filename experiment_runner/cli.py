@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from experiment_runner import matrix
-from experiment_runner.protocol import RunOptions
+from experiment_runner.protocol import SAVE_IR_FORMATS, RunOptions
 
 EXIT_OK = 0  # the runner did its job; failed experiments are data, not exit codes
 EXIT_INTERNAL = 1  # a bug in the runner itself
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("PyTorch/XLA artifacts (xla experiments; files in each experiment's folder)")
     g.add_argument("--dump-hlo", action="store_true",
                    help="dump the compiled HLO modules (XLA_FLAGS=--xla_dump_to) into hlo/")
-    g.add_argument("--save-ir-format", "--save-ir", dest="save_ir_format", choices=("text", "hlo", "stablehlo"),
+    g.add_argument("--save-ir-format", "--save-ir", dest="save_ir_format", choices=SAVE_IR_FORMATS,
                    help="save the traced graphs' IR in this format into ir/")
     g.add_argument("--dump-pytorch-xla-metrics", action="store_true",
                    help="write torch_xla's metrics report per repeat into repeat_<i>/")
@@ -383,6 +383,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # before the run loop takes over Ctrl-C: nothing was started yet
         print("experiment_runner: interrupted before any experiment ran", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception:  # noqa: BLE001 - a bug of ours: keep the traceback, say so, exit 1
+        import traceback
+
+        traceback.print_exc()
+        print("experiment_runner: internal error (a bug in the runner, not in your input); "
+              "the traceback above says where", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -173,10 +173,6 @@ class Plan:
     def to_run(self) -> list[Experiment]:
         return [p.experiment for p in self.planned if p.skip_reason is None]
 
-    @property
-    def skipped(self) -> list[Planned]:
-        return [p for p in self.planned if p.skip_reason is not None]
-
 
 def invalid_reason(config: ExperimentConfig, caps: HostCapabilities) -> str | None:
     """Why a configuration cannot run on this host, or None when it can."""

@@ -18,6 +18,10 @@ from typing import Any
 from experiment_runner.matrix import Experiment
 
 
+# The IR formats --save-ir-format offers (PyTorch lazy IR text, HLO, StableHLO).
+SAVE_IR_FORMATS: tuple[str, ...] = ("text", "hlo", "stablehlo")
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """Per-experiment options from the command line that the worker needs."""

@@ -11,7 +11,7 @@ import contextlib
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -77,7 +77,6 @@ class ExperimentHarness:
     device: DeviceRuntime
     artifacts_dir: Path
     model: BenchmarkModel | None = None
-    notes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def config(self):

@@ -17,8 +17,6 @@ from experiment_runner.devices import DeviceRuntime
 from experiment_runner.matrix import ExperimentConfig
 from experiment_runner.protocol import RunOptions
 
-SAVE_IR_FORMATS: tuple[str, ...] = ("text", "hlo", "stablehlo")
-
 # Our --matmul-precision values (torch's names) to torch_xla.backends' names: torch's
 # "medium" allows bfloat16 passes, which is XLA's fastest level, "default".
 XLA_MATMUL_PRECISION: dict[str, str] = {"highest": "highest", "high": "high", "medium": "default"}

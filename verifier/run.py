@@ -45,10 +45,6 @@ class Verification:
         return dataclasses.asdict(self)
 
 
-class EagerFailed(Exception):
-    """An eager run raised: the benchmark itself is broken, whatever the compiler does."""
-
-
 def _tail(exc: BaseException) -> str:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return "\n".join(text.rstrip().splitlines()[-TRACEBACK_TAIL_LINES:])
