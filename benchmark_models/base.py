@@ -1,22 +1,22 @@
-"""The one small interface every model suite implements.
+"""The one small interface every model suite implements, catalog half.
 
 A suite has two halves. The catalog half (`model_names`, `skip_rules`, `source`) is read
 by the parent and must not import torch: it reads the suite's data files. The loading
-half (`load`) runs only inside the experiment's child process.
+half (`load`, returning a `model.BenchmarkModel`) runs only inside the experiment's child.
 """
 
 from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from experiment_runner.matrix import SkipRule
+from experiment_runner.core.matrix import SkipRule
 
 if TYPE_CHECKING:
-    import torch
+    from benchmark_models.model import BenchmarkModel
 
 
 @dataclass(frozen=True)
@@ -29,57 +29,6 @@ class LoadRequest:
     accelerator: str  # "cpu", "cuda" or "tpu": which batch-size table applies
     precision: str  # "fp32", "bf16", "fp16" or "amp"
     batch_size: int | None = None  # None: the suite's default for this model and accelerator
-
-
-@dataclass
-class BenchmarkModel:
-    """A loaded model, ready on its device, with the inputs one iteration uses.
-
-    `forward` and `loss` carry the suite's semantics (torchbench sums the output,
-    timm uses cross-entropy, huggingface takes the model's own loss).
-    """
-
-    module: "torch.nn.Module"
-    args: tuple = ()
-    kwargs: dict = field(default_factory=dict)
-    batch_size: int = 1
-    source: str = "builtin"
-    forward: Callable[["torch.nn.Module", tuple, dict], Any] | None = None
-    loss: Callable[[Any], "torch.Tensor"] | None = None
-    make_optimizer: Callable[[Any], "torch.optim.Optimizer"] | None = None
-
-    def run_forward(self, module: "torch.nn.Module", args: tuple, kwargs: dict) -> Any:
-        if self.forward is not None:
-            return self.forward(module, args, kwargs)
-        return module(*args, **kwargs)
-
-    def compute_loss(self, output: Any) -> "torch.Tensor":
-        if self.loss is not None:
-            return self.loss(output)
-        return sum_outputs(output)
-
-    def optimizer(self, params: Any) -> "torch.optim.Optimizer":
-        import torch
-
-        if self.make_optimizer is not None:
-            return self.make_optimizer(params)
-        return torch.optim.Adam(params, lr=0.01)
-
-
-def sum_outputs(output: Any) -> "torch.Tensor":
-    """Torchbench's training loss: the sum of every floating output tensor."""
-    import torch
-
-    if isinstance(output, torch.Tensor):
-        return output.float().sum() if output.is_floating_point() else output.new_zeros((), dtype=torch.float32)
-    if isinstance(output, dict):
-        output = list(output.values())
-    if isinstance(output, (list, tuple)):
-        parts = [sum_outputs(o) for o in output if o is not None]
-        return sum(parts[1:], parts[0]) if parts else torch.zeros(())
-    if hasattr(output, "to_tuple"):
-        return sum_outputs(output.to_tuple())
-    raise TypeError(f"cannot build a loss from output of type {type(output).__name__}")
 
 
 class ModelNotFound(LookupError):

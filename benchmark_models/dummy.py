@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from benchmark_models.base import BenchmarkModel, DataFileSuite, LoadRequest
+from benchmark_models.base import DataFileSuite, LoadRequest
+from benchmark_models.model import BenchmarkModel
 
 
 class DummySuite(DataFileSuite):

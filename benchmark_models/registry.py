@@ -36,6 +36,12 @@ def available_suites() -> list[str]:
     return list(_all_suites())
 
 
+def is_builtin(name: str) -> bool:
+    """Built-in suites' catalogs are data files, safe to read in the parent; a plugin suite
+    is user code that may import torch at module level, so only children import it."""
+    return name in _SUITES and _all_suites()[name] == _SUITES[name]
+
+
 def get_suite(name: str) -> Suite:
     suites = _all_suites()
     try:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmark_models.base import BenchmarkModel, DataFileSuite, LoadRequest
+from benchmark_models.base import DataFileSuite, LoadRequest
+from benchmark_models.model import BenchmarkModel
 from benchmark_models.optional import require
 
 

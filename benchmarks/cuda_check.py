@@ -25,11 +25,13 @@ from typing import Any, Callable
 
 import torch
 
-from experiment_runner.devices import CudaRuntime
-from experiment_runner.matrix import Experiment, ExperimentConfig
-from experiment_runner.profiling import profile_pass
-from experiment_runner.protocol import RunOptions, Task
-from experiment_runner.worker import run_task, time_iterations
+from experiment_runner.child.devices.cuda import CudaRuntime
+from experiment_runner.child.harness import time_iterations
+from experiment_runner.child.instrument.profiling import profile_pass
+from experiment_runner.child.main import run_task
+from experiment_runner.core.matrix import Experiment, ExperimentConfig
+from experiment_runner.core.options import RunOptions
+from experiment_runner.core.protocol import Task
 
 MiB = 2**20
 

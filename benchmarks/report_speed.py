@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from experiment_runner.cli import main as cli_main
-from experiment_runner.stats import summarize
+from experiment_runner.core.stats import summarize
 
 CONFIGS = [("cpu", None, None), ("cpu", None, "inductor"), ("cpu", "PJRT", "openxla"),
            ("cuda", None, None), ("cuda", None, "inductor")]
@@ -92,7 +92,7 @@ def main() -> None:
         timed("report --format csv --table models", lambda: cli_main(["report", str(path), "--format", "csv",
                                                                       "--table", "models"]))
         timed("compare FILE (two latest runs, MWU each)", lambda: cli_main(["compare", str(path)]))
-        from experiment_runner.loader import load_dataframe
+        from experiment_runner.analysis.loader import load_dataframe
 
         timed("loader.load_dataframe (every run)", lambda: load_dataframe(path))
         if args.plot:

@@ -2,33 +2,32 @@
 
 `experiment_runner [run flags]` runs a matrix; `experiment_runner report ...` and
 `experiment_runner compare ...` analyse results files. Bad input is one line on stderr
-and a non-zero exit (see EXIT_* below), never a traceback.
+and a non-zero exit (see `errors.py`), never a traceback.
+
+Flags and dispatch only: the run itself is `parent.session.run`, the analysis commands
+live in `analysis/`. `--help` imports neither torch nor any child-side module.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from dataclasses import fields
-from pathlib import Path
 from typing import NoReturn, Sequence
 
-from experiment_runner import matrix
-from experiment_runner.protocol import SAVE_IR_FORMATS, RunOptions
+from experiment_runner.core import matrix
+from experiment_runner.core.options import COMPILE_TIME_DOC, SAVE_IR_FORMATS, RunOptions
+from experiment_runner.errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    UsageError,
+    fail,
+)
 
-EXIT_OK = 0  # the runner did its job; failed experiments are data, not exit codes
-EXIT_INTERNAL = 1  # a bug in the runner itself
-EXIT_USAGE = 2  # bad input: flags, suite, regex, model, unavailable accelerator or backend
-EXIT_RESULTS_IO = 3  # the results file or output folder cannot be read or written
-EXIT_INTERRUPTED = 130  # Ctrl-C: the current experiment is recorded as interrupted
-
-SUBCOMMANDS = ("report", "compare")
-
-
-class UsageError(Exception):
-    """Bad input; the message is the one line the user sees."""
+# Subcommand → the analysis module whose main(argv) runs it.
+SUBCOMMANDS = {"report": "experiment_runner.analysis.report", "compare": "experiment_runner.analysis.regress"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,17 +35,12 @@ class _Parser(argparse.ArgumentParser):
         fail(f"{message} (see --help)", EXIT_USAGE)
 
 
-def fail(message: str, code: int) -> NoReturn:
-    print(f"experiment_runner: error: {message}", file=sys.stderr)
-    sys.exit(code)
-
-
 def _none_or(value: str) -> str | None:
     return matrix.parse_none(value)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from benchmark_models import available_suites
+    from benchmark_models.registry import available_suites
 
     p = _Parser(
         prog="experiment_runner",
@@ -107,8 +101,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="save the traced graphs' IR in this format into ir/")
     g.add_argument("--dump-pytorch-xla-metrics", action="store_true",
                    help="write torch_xla's metrics report per repeat into repeat_<i>/")
-
-    from experiment_runner.instrumentation import COMPILE_TIME_DOC
 
     g = p.add_argument_group(
         "instrumentation",
@@ -225,151 +217,18 @@ def _invalid(pattern: str) -> bool:
         return True
 
 
-def check_requested(args: argparse.Namespace, caps: matrix.HostCapabilities) -> None:
-    """Explicit requests that cannot run here are errors; defaults are silently narrowed."""
-    if "cuda" in (args.accelerator or []) and not caps.cuda:
-        raise UsageError("--accelerator=cuda, but CUDA is not available on this host "
-                         "(torch.cuda.is_available() is False)")
-    if "PJRT" in (args.xla or []) and not caps.torch_xla:
-        raise UsageError("--xla=PJRT, but torch_xla cannot be imported here")
-    xla_accelerators = args.accelerator if "PJRT" in (args.xla or []) else ["tpu"]
-    for acc in set(args.accelerator or []) & set(xla_accelerators):
-        if caps.torch_xla and acc not in caps.xla_accelerators:
-            raise UsageError(f"--accelerator={acc} with xla, but torch_xla found no {acc} PJRT device")
-    for backend in args.dynamo or []:
-        if backend not in (None, "openxla") and backend not in caps.dynamo_backends:
-            known = ", ".join(sorted(caps.dynamo_backends))
-            raise UsageError(f"unknown dynamo backend {backend!r}; known: None, openxla, {known}")
-
-
-def print_dry_run(plan: matrix.Plan, done: set[str]) -> None:
-    planned = plan.planned
-    print(f"{len(planned)} experiment(s):")
-    for i, p in enumerate(planned, start=1):
-        exp = p.experiment
-        mark = ""
-        if p.skip_reason is not None:
-            mark = f"  [skipped: {p.skip_reason}]"
-        elif exp.experiment_id in done:
-            mark = "  [already done in the run being resumed]"
-        print(f"{i:4d}. {exp.model_name}: {exp.config.label()}{mark}")
-    if plan.dropped:
-        print(f"\n{len(plan.dropped)} combination(s) dropped:")
-        by_reason: dict[str, list[str]] = {}
-        for d in plan.dropped:
-            labels = by_reason.setdefault(d.reason, [])
-            if d.config.label() not in labels:
-                labels.append(d.config.label())
-        for reason, labels in by_reason.items():
-            examples = "; ".join(labels[:3]) + (f"; and {len(labels) - 3} more" if len(labels) > 3 else "")
-            print(f"  - {reason}: {examples}")
-
-
 def run_command(argv: Sequence[str]) -> int:
-    from benchmark_models.registry import UnknownSuite, get_suite
-    from experiment_runner.environment import ProbeError, probe_capabilities
-    from experiment_runner.results import ResultsFileError, new_run_id
-
+    """Parse and validate the run flags (exit 2 on bad input), then hand over to the parent."""
     args = build_parser().parse_args(argv)
     try:
         validate(args)
-        if args.launcher == "forkserver" and not args.dry_run:
-            from experiment_runner.forkserver import prestart
-
-            prestart()  # its torch import overlaps with ours: probing, planning, resuming
-        filters = compile_or_fail(args.filter, "--filter")
-        excludes = compile_or_fail(args.exclude, "--exclude")
-        try:
-            suite = get_suite(args.suite_name)
-        except UnknownSuite as exc:
-            raise UsageError(exc.args[0]) from None
-        names = suite.model_names()
-        models = matrix.select_models(names, filters, excludes, args.total_partitions, args.partition_id)
-        if not models:
-            shown = ", ".join(sorted(names)[:40]) + (" ..." if len(names) > 40 else "")
-            raise UsageError(f"no {args.suite_name} model matches the filters; models: {shown}")
-        try:
-            caps = probe_capabilities()
-        except ProbeError as exc:
-            raise UsageError(f"cannot probe this host (is torch installed?): {exc}") from None
-        check_requested(args, caps)
+        args.filter_patterns = compile_or_fail(args.filter, "--filter")
+        args.exclude_patterns = compile_or_fail(args.exclude, "--exclude")
     except UsageError as exc:
         fail(str(exc), EXIT_USAGE)
+    from experiment_runner.parent.session import run
 
-    choices = matrix.MatrixChoices(
-        accelerators=args.accelerator, xla=args.xla, dynamo=args.dynamo, tests=args.test,
-        precisions=args.precision, xla_flags=args.xla_flags, batch_size=args.batch_size,
-    )
-    plan = matrix.expand(args.suite_name, models, choices, caps, suite.skip_rules(), args.no_skip)
-    results_path = Path(args.output_dirname) / args.output_basename
-
-    done: set[str] = set()
-    run_id = new_run_id()
-    try:
-        if args.resume:
-            from experiment_runner.runner import resume_state
-
-            state = resume_state(results_path, args.retry_failed)
-            planned_ids = {p.experiment.experiment_id for p in plan.planned}
-            run_id, done = state.run_id or run_id, state.done & planned_ids
-            if state.bad_lines:
-                where = ", ".join(str(b.lineno) for b in state.bad_lines[:5])
-                print(f"experiment_runner: warning: skipped {len(state.bad_lines)} corrupt or torn line(s) "
-                      f"of {results_path} (line {where}); they are kept as they are", file=sys.stderr)
-    except ResultsFileError as exc:
-        fail(str(exc), EXIT_RESULTS_IO)
-    args.gpu_id_list = tuple(filter(None, (args.gpu_ids or os.environ.get("CUDA_VISIBLE_DEVICES")
-                                           or ",".join(map(str, range(caps.cuda_device_count)))).split(",")))
-
-    if args.dry_run:
-        print_dry_run(plan, done)
-        return EXIT_OK
-    if not plan.planned:
-        fail("every combination was dropped as invalid here; --dry-run shows why", EXIT_USAGE)
-    return execute(args, plan, results_path, run_id, done, suite.source)
-
-
-def execute(args: argparse.Namespace, plan: matrix.Plan, results_path: Path, run_id: str,
-            done: set[str], source: str) -> int:
-    from experiment_runner.environment import describe_environment
-    from experiment_runner.launcher import RecordContext, SubprocessLauncher
-    from experiment_runner.results import ResultsFileError
-    from experiment_runner.runner import Parallelism, Runner
-    from experiment_runner.summary import render_summary
-
-    output_dir = Path(args.output_dirname)
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        with open(results_path, "ab"):
-            pass
-    except OSError as exc:
-        fail(f"cannot write results file {results_path}: {exc.strerror or exc}", EXIT_RESULTS_IO)
-
-    ctx = RecordContext(run_id=run_id, options=options_from_args(args), output_dir=output_dir,
-                        host_environment=describe_environment())
-    if args.launcher == "forkserver":
-        from experiment_runner.forkserver import ForkServerLauncher
-
-        (output_dir / "runs" / run_id).mkdir(parents=True, exist_ok=True)
-        launcher: SubprocessLauncher = ForkServerLauncher(
-            timeout_s=args.subprocess_timeout, print_subprocess=args.print_subprocess,
-            server_log=output_dir / "runs" / run_id / "forkserver.log")
-    else:
-        launcher = SubprocessLauncher(timeout_s=args.subprocess_timeout, print_subprocess=args.print_subprocess)
-    progress = sys.stderr.isatty() if args.progress_bar is None else args.progress_bar
-    parallelism = Parallelism(args.max_parallel, args.gpu_id_list, args.parallel_cpu)
-    runner = Runner(ctx, results_path, launcher, timeout_s=args.subprocess_timeout, progress_bar=progress,
-                    parallelism=parallelism)
-    print(f"run {run_id}: {len(plan.planned) - len(done)} experiment(s) to run, "
-          f"{len(done)} already done; records go to {results_path}", file=sys.stderr)
-    try:
-        outcome = runner.run(plan, done, source)
-    except ResultsFileError as exc:
-        fail(str(exc), EXIT_RESULTS_IO)
-    finally:
-        launcher.close()
-    print(render_summary(outcome.records, results_path, run_id, outcome.interrupted))
-    return EXIT_INTERRUPTED if outcome.interrupted else EXIT_OK
+    return run(args, options_from_args(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -377,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in SUBCOMMANDS:
         from importlib import import_module
 
-        return import_module(f"experiment_runner.{argv[0]}").main(argv[1:])
+        return import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
     try:
         return run_command(argv)
     except KeyboardInterrupt:  # before the run loop takes over Ctrl-C: nothing was started yet

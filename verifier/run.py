@@ -27,7 +27,7 @@ from verifier.compare import Comparison, compare, identical
 from verifier.tolerances import Context, Policy, policy_for
 
 if TYPE_CHECKING:
-    from experiment_runner.worker import ExperimentHarness
+    from experiment_runner.child.harness import ExperimentHarness
 
 TRACEBACK_TAIL_LINES = 15
 
@@ -57,8 +57,8 @@ def reference_harness(harness: "ExperimentHarness") -> "ExperimentHarness":
     config = harness.config
     if config.xla is None:
         return harness
-    from experiment_runner.devices import runtime_for
-    from experiment_runner.worker import ExperimentHarness
+    from experiment_runner.child.devices import runtime_for
+    from experiment_runner.child.harness import ExperimentHarness
 
     native = dataclasses.replace(config, xla=None, xla_flags=None, dynamo=None, torch_xla2=None,
                                  accelerator="cuda" if config.accelerator == "cuda" else "cpu")

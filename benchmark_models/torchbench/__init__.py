@@ -20,7 +20,8 @@ import os
 import sys
 from pathlib import Path
 
-from benchmark_models.base import BenchmarkModel, DataFileSuite, LoadRequest, ModelNotFound, ModelSkipped
+from benchmark_models.base import DataFileSuite, LoadRequest, ModelNotFound, ModelSkipped
+from benchmark_models.model import BenchmarkModel, map_tensors
 
 TORCHBENCH_DIR_ENV = "TORCHBENCH_DIR"
 
@@ -92,7 +93,6 @@ class TorchBenchSuite(DataFileSuite):
         checkout = str(self._package.parent)
         if checkout not in sys.path:
             sys.path.insert(0, checkout)
-        from experiment_runner.worker import map_tensors
 
         module = importlib.import_module(f"torchbenchmark.models.{request.model_name}")
         build_device = request.device if request.device.split(":")[0] in ("cpu", "cuda") else "cpu"

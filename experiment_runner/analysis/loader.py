@@ -19,8 +19,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
-from experiment_runner.results import BadLine, final_records, iter_records
-from experiment_runner.stats import summarize
+from experiment_runner.core.results import BadLine, final_records, iter_records
+from experiment_runner.core.stats import summarize
 
 if TYPE_CHECKING:
     import pandas

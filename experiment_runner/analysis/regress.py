@@ -17,11 +17,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from experiment_runner.cli import EXIT_OK
-from experiment_runner.loader import Row, RunInfo, runs_of
-from experiment_runner.report import ReportError, read_rows, render_csv
+from experiment_runner.analysis.loader import Row, RunInfo, runs_of
+from experiment_runner.analysis.report import read_rows, render_csv
+from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError
 
-EXIT_REGRESSION = 1
 EXACT_MAX_SAMPLES = 50
 
 DESCRIPTION = """\
@@ -50,7 +49,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 @dataclass
-class Comparison:
+class ExperimentChange:
     """One experiment on both sides."""
 
     experiment_id: str
@@ -105,10 +104,10 @@ def mann_whitney_ps(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) ->
     return ps
 
 
-def judge(a: Row, b: Row, p: float | None, threshold: float, alpha: float) -> Comparison:
+def judge(a: Row, b: Row, p: float | None, threshold: float, alpha: float) -> ExperimentChange:
     """The verdict on one experiment; `p` is its Mann-Whitney p-value when comparable."""
-    def make(change: float | None, verdict: str) -> Comparison:
-        return Comparison(a.experiment_id, a.model, f"{a.accelerator} {a.configuration} {a.test} {a.precision}",
+    def make(change: float | None, verdict: str) -> ExperimentChange:
+        return ExperimentChange(a.experiment_id, a.model, f"{a.accelerator} {a.configuration} {a.test} {a.precision}",
                           a.status, b.status, a.n_samples, b.n_samples, a.median_per_iter_time_s,
                           b.median_per_iter_time_s, change, p, verdict)
 
@@ -134,7 +133,7 @@ def judge(a: Row, b: Row, p: float | None, threshold: float, alpha: float) -> Co
 class Outcome:
     run_a: RunInfo
     run_b: RunInfo
-    comparisons: list[Comparison]
+    comparisons: list[ExperimentChange]
     only_a: list[str]
     only_b: list[str]
 

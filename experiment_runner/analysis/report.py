@@ -17,10 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, NoReturn, Sequence
 
-from experiment_runner.cli import EXIT_OK, EXIT_RESULTS_IO, EXIT_USAGE
-from experiment_runner.loader import CONFIG_FIELDS, Row, RunInfo, load_rows, runs_of
-from experiment_runner.matrix import parse_none
-from experiment_runner.results import BadLine, ResultsFileError
+from experiment_runner.analysis.loader import (
+    CONFIG_FIELDS,
+    Row,
+    RunInfo,
+    load_rows,
+    runs_of,
+)
+from experiment_runner.core.matrix import parse_none
+from experiment_runner.core.results import BadLine, ResultsFileError
+from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError
 
 DESCRIPTION = """\
 Report one run of a results file with the metrics of PyTorch's compiler dashboard, per
@@ -47,14 +53,6 @@ Exit status: 0 done, 2 bad flags or no such run, 3 a file cannot be read."""
 BASELINE_KEYS: tuple[str, ...] = ("accelerator", "test", "precision") + CONFIG_FIELDS
 DEFAULT_BASELINE = "xla=None,dynamo=None"
 MODELS_PER_PLOT = 40  # more models per bar chart are unreadable: they go to further pages
-
-
-class ReportError(Exception):
-    """Bad input: one line for the user and the exit status."""
-
-    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,7 +1,7 @@
 """The parent ↔ worker protocol.
 
 The parent writes a `Task` as JSON into the experiment's folder and starts
-`python -m experiment_runner.worker TASK_PATH`. The worker writes its `result.json`
+`python -m experiment_runner.child TASK_PATH`. The worker writes its `result.json`
 beside it (atomically: temporary file, then rename) and exits. The parent never parses
 the child's stdout; a child that dies before writing its result is classified from its
 exit status and log instead.
@@ -11,46 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from experiment_runner.matrix import Experiment
-
-
-# The IR formats --save-ir-format offers (PyTorch lazy IR text, HLO, StableHLO).
-SAVE_IR_FORMATS: tuple[str, ...] = ("text", "hlo", "stablehlo")
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """Per-experiment options from the command line that the worker needs."""
-
-    repeat: int = 10
-    iterations_per_run: int = 1
-    warmup_iterations: int = 2
-    seed: int = 1337
-    randomize_input: bool = False
-    collect_full_output: bool = False
-    verify: bool = False
-    verify_iterations: int = 1
-    tolerance: float | None = None
-    matmul_precision: str | None = None
-    disable_tf32: bool = False
-    collect_dynamo_counters: bool = False
-    dump_dynamo_counters: bool = False
-    profile_cuda_cpu: bool = False
-    profile_cuda_cpu_individual_ops: bool = False
-    dump_pytorch_profiles: bool = False
-    cache_bench: bool = False  # cold then warm compile in fresh processes (experiment_runner.cachebench)
-    dump_pytorch_xla_metrics: bool = False
-    dump_hlo: bool = False
-    save_ir_format: str | None = None
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "RunOptions":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+from experiment_runner.core.matrix import Experiment
+from experiment_runner.core.options import RunOptions
 
 
 @dataclass(frozen=True)

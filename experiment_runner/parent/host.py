@@ -1,4 +1,4 @@
-"""What this host can run, and what a record says about the machine it ran on.
+"""What this host can run: the parent's capability probe.
 
 The parent must not import torch or initialize a device (a CUDA context in the parent
 would leak into every forked child and cost seconds). So capabilities are probed in
@@ -13,23 +13,18 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import platform
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
-from experiment_runner.matrix import HostCapabilities
+from experiment_runner.core.environment import PJRT_DEVICE, PLUGINS_ENV, dist_version
+from experiment_runner.core.matrix import HostCapabilities
 
 PROBE_TIMEOUT_S = 180
 
-# Modules imported first in every child and probe ("mod1,mod2"): the place to register
-# custom dynamo backends or suites so the parent's checks and the children agree.
-PLUGINS_ENV = "EXPERIMENT_RUNNER_PLUGINS"
-
 _TORCH_PROBE = r"""
 import json, torch, torch._dynamo
-from experiment_runner.environment import import_plugins
+from experiment_runner.child.plugins import import_plugins
 import_plugins()
 print(json.dumps({
     "cuda": torch.cuda.is_available(),
@@ -44,9 +39,6 @@ import torch_xla, torch_xla.core.xla_model as xm
 print(xm.xla_device())
 """
 
-PJRT_DEVICE = {"cpu": "CPU", "cuda": "CUDA", "tpu": "TPU"}
-
-
 class ProbeError(RuntimeError):
     pass
 
@@ -56,32 +48,17 @@ def _cache_dir() -> Path:
     return Path(base) / "experiment_runner"
 
 
-def _dist_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def _cache_key() -> str:
     parts = [
         sys.executable,
-        str(_dist_version("torch")),
-        str(_dist_version("torch_xla")),
+        str(dist_version("torch")),
+        str(dist_version("torch_xla")),
         os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"),
         os.environ.get("PJRT_DEVICE", "<unset>"),
         os.environ.get(PLUGINS_ENV, ""),
         *(str(hardware_present(acc)) for acc in ("cuda", "tpu")),
     ]
     return hashlib.sha1("\0".join(parts).encode()).hexdigest()[:16]
-
-
-def import_plugins() -> None:
-    """Import the modules named in EXPERIMENT_RUNNER_PLUGINS (children and probes only)."""
-    import importlib
-
-    for name in filter(None, (n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(","))):
-        importlib.import_module(name)
 
 
 def torch_xla_importable() -> bool:
@@ -155,24 +132,3 @@ def _capabilities_from_json(data: dict) -> HostCapabilities:
         xla_accelerators=frozenset(data["xla_accelerators"]),
         dynamo_backends=frozenset(data["dynamo_backends"]),
     )
-
-
-def describe_environment() -> dict[str, str | None]:
-    """The record's `environment` block. Versions come from package metadata so that
-    describing the machine never imports (and initializes) torch_xla or transformers."""
-    driver = None
-    try:
-        driver = Path("/proc/driver/nvidia/version").read_text().splitlines()[0].strip()
-    except OSError:
-        pass
-    return {
-        "hostname": socket.gethostname(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "torch": _dist_version("torch"),
-        "torch_xla": _dist_version("torch_xla"),
-        "transformers": _dist_version("transformers"),
-        "timm": _dist_version("timm"),
-        "torchbenchmark": _dist_version("torchbenchmark"),
-        "device driver": driver,
-    }

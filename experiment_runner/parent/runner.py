@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from experiment_runner.launcher import RecordContext, SubprocessLauncher, build_record, scratch_cleanup
-from experiment_runner.matrix import Plan, Planned
-from experiment_runner.protocol import Task
-from experiment_runner.results import (
-    BadLine, ResultsFileError, append_record, finished_experiments, iter_records, latest_run_id,
-)
+from experiment_runner.core.matrix import Plan, Planned
+from experiment_runner.core.protocol import Task
+from experiment_runner.core.record import RecordContext, build_record
+from experiment_runner.core.results import ResultsFileError
+from experiment_runner.parent.launch.env import scratch_cleanup
+from experiment_runner.parent.launch.subprocess import SubprocessLauncher
+from experiment_runner.parent.store import append_record
 
 
 @dataclass
@@ -42,31 +43,6 @@ class Parallelism:
     max_parallel: int = 1
     gpu_ids: tuple[str, ...] = ()
     parallel_cpu: bool = False
-
-
-@dataclass(frozen=True)
-class ResumeState:
-    run_id: str | None
-    done: set[str]
-    bad_lines: list[BadLine]
-
-
-def resume_state(results_path: Path, retry_failed: bool) -> ResumeState:
-    """The run `--resume` continues and its finished experiments.
-
-    Corrupt lines are skipped (and reported by the caller); a non-empty file without a
-    single valid record is not a results file, and appending to it would be wrong.
-    """
-    if not results_path.exists():
-        return ResumeState(None, set(), [])
-    bad: list[BadLine] = []
-    run_id = latest_run_id(iter_records(results_path, bad_lines=bad))
-    if run_id is None:
-        if bad:
-            raise ResultsFileError(f"{results_path} is not a results file: none of its lines is a JSON record "
-                                   f"(line {bad[0].lineno}: {bad[0].reason}); nothing was written to it")
-        return ResumeState(None, set(), [])
-    return ResumeState(run_id, finished_experiments(results_path, run_id, retry_failed), bad)
 
 
 def describe(record: dict[str, Any]) -> str:

@@ -18,7 +18,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from benchmark_models.base import BenchmarkModel, LoadRequest, ModelNotFound, Suite
+from benchmark_models.base import LoadRequest, ModelNotFound, Suite
+from benchmark_models.model import BenchmarkModel
 
 TRACE_DIR_ENV = "FAULTY_TRACE_DIR"
 # A grandchild that survives SIGTERM: only a SIGKILL to the whole group ends it.

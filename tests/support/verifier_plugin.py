@@ -17,7 +17,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from benchmark_models.base import BenchmarkModel, LoadRequest, ModelNotFound, Suite
+from benchmark_models.base import LoadRequest, ModelNotFound, Suite
+from benchmark_models.model import BenchmarkModel
 
 PERTURBATION = 1.01  # the backend's error: every floating output 1% too large
 

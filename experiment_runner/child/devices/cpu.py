@@ -13,8 +13,8 @@ import resource
 from pathlib import Path
 from typing import Any, Callable
 
-from experiment_runner.matrix import ExperimentConfig
-from experiment_runner.protocol import RunOptions
+from experiment_runner.core.matrix import ExperimentConfig
+from experiment_runner.core.options import RunOptions
 
 
 class DeviceRuntime:
@@ -111,63 +111,3 @@ class DeviceRuntime:
         except OSError:
             pass
         return platform.processor() or platform.machine()
-
-
-class CudaRuntime(DeviceRuntime):
-    """Every torch.cuda call goes through `self.cuda`, the one seam a unit test replaces
-    with a fake so the CUDA logic is exercised on a host without a GPU."""
-
-    torch_device = "cuda"
-
-    def __init__(self, config: ExperimentConfig, cuda: Any = None) -> None:
-        super().__init__(config)
-        self._cuda = cuda
-
-    @property
-    def cuda(self) -> Any:
-        if self._cuda is None:
-            import torch
-
-            self._cuda = torch.cuda
-        return self._cuda
-
-    def synchronize(self) -> None:
-        self.cuda.synchronize()
-
-    def reset_peak_memory(self) -> None:
-        self.cuda.synchronize()
-        self.cuda.reset_peak_memory_stats()
-        super().reset_peak_memory()
-
-    def peak_memory(self) -> dict[str, int]:
-        return {
-            **super().peak_memory(),
-            "peak_allocated_bytes": int(self.cuda.max_memory_allocated()),
-            "peak_reserved_bytes": int(self.cuda.max_memory_reserved()),
-        }
-
-    def profiler_activities(self) -> list[Any]:
-        from torch.profiler import ProfilerActivity
-
-        return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
-
-    def is_oom(self, exc: BaseException) -> bool:
-        import torch
-
-        if isinstance(exc, torch.cuda.OutOfMemoryError):
-            return True
-        return isinstance(exc, RuntimeError) and "CUDA out of memory" in str(exc) or super().is_oom(exc)
-
-    def accelerator_model(self) -> str:
-        return self.cuda.get_device_name()
-
-
-def runtime_for(config: ExperimentConfig) -> DeviceRuntime:
-    """The runtime for an experiment's accelerator and xla mode."""
-    if config.xla is not None:
-        from experiment_runner.xla import XlaRuntime
-
-        return XlaRuntime(config)
-    if config.accelerator == "cuda":
-        return CudaRuntime(config)
-    return DeviceRuntime(config)

@@ -1,9 +1,7 @@
-"""PyTorch/XLA: the lazy-tensor device runtime, its metrics, AMP, and the dump settings.
+"""PyTorch/XLA: the lazy-tensor device runtime, its metrics, AMP, and the dumps it reports.
 
-The parent imports this module only for `artifact_environment` (pure, no torch_xla):
-HLO and IR dumps are configured through variables torch_xla reads once at start-up,
-so they must be in the child's environment before it imports torch_xla. Everything that
-touches torch_xla runs inside the experiment's child.
+The dump variables themselves are set by the parent before launch
+(`core/xla_dumps.py`), since torch_xla reads them once at start-up.
 """
 
 from __future__ import annotations
@@ -13,47 +11,20 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from experiment_runner.devices import DeviceRuntime
-from experiment_runner.matrix import ExperimentConfig
-from experiment_runner.protocol import RunOptions
+from experiment_runner.child.devices.cpu import DeviceRuntime
+from experiment_runner.core.matrix import ExperimentConfig
+from experiment_runner.core.options import RunOptions
+from experiment_runner.core.xla_dumps import HLO_DIRNAME, METRICS_FILENAME, ir_dump_base
 
 # Our --matmul-precision values (torch's names) to torch_xla.backends' names: torch's
 # "medium" allows bfloat16 passes, which is XLA's fastest level, "default".
 XLA_MATMUL_PRECISION: dict[str, str] = {"highest": "highest", "high": "high", "medium": "default"}
-
-HLO_DIRNAME = "hlo"
-IR_DIRNAME = "ir"
-METRICS_FILENAME = "pytorch-xla-metrics.txt"
 
 # torch_xla's metric names (nanoseconds, sample count) → the reference's record keys.
 _COUNTED_METRICS = ("CompileTime", "ExecuteTime")
 
 # Substrings of errors that mean the device ran out of memory.
 _XLA_OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory")
-
-
-def ir_dump_base(artifacts_dir: Path, save_ir_format: str) -> Path:
-    """Where torch_xla writes saved IR; it appends `.<ordinal>` to this name itself."""
-    return Path(artifacts_dir) / IR_DIRNAME / f"ir.{save_ir_format}.txt"
-
-
-def artifact_environment(options: RunOptions, artifacts_dir: str | Path,
-                         xla_flags: str | None) -> dict[str, str]:
-    """Variables for the child's dumps; `xla_flags` is the XLA_FLAGS value so far.
-
-    --dump-hlo appends `--xla_dump_to` to the experiment's own XLA_FLAGS rather than
-    replacing them, so a flags dimension and an HLO dump can be combined.
-    """
-    env: dict[str, str] = {}
-    if options.dump_hlo:
-        dump = f"--xla_dump_to={Path(artifacts_dir) / HLO_DIRNAME}"
-        env["XLA_FLAGS"] = f"{xla_flags} {dump}" if xla_flags else dump
-    if options.save_ir_format:
-        base = ir_dump_base(Path(artifacts_dir), options.save_ir_format)
-        base.parent.mkdir(parents=True, exist_ok=True)
-        env["XLA_SAVE_TENSORS_FMT"] = options.save_ir_format
-        env["XLA_SAVE_TENSORS_FILE"] = str(base)
-    return env
 
 
 def xla_autocast(config: ExperimentConfig) -> contextlib.AbstractContextManager:

@@ -10,7 +10,7 @@ flatter the cache: loaded kernel modules and memoized hashes would survive in me
 Each probe loads the model, times the first iteration and PROBE_STEADY_ITERATIONS more,
 and reports compile_time_s as the timing loop does (first minus the steady median) with
 dynamo's own accounting beside it (its cache hit and miss counts show whether the warm
-probe really hit). Run as `python -m experiment_runner.cachebench TASK_JSON OUT_JSON`.
+probe really hit). Run as `python -m experiment_runner.child.instrument.cachebench TASK_JSON OUT_JSON`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any, Callable
 
-from experiment_runner.protocol import Task
+from experiment_runner.core.logs import read_log_tail
+from experiment_runner.core.protocol import Task
 
 PROBE_STEADY_ITERATIONS = 3
 PHASES = ("cold", "warm")
@@ -41,10 +42,13 @@ def probe(task: Task) -> dict[str, Any]:
     start = perf_counter()
     import torch  # noqa: F401 - timed apart: start-up cost, not compilation
 
-    from experiment_runner.devices import runtime_for
-    from experiment_runner.environment import import_plugins
-    from experiment_runner.instrumentation import dynamo_compile_summary
-    from experiment_runner.worker import ExperimentHarness, apply_matmul_precision
+    from experiment_runner.child.devices import runtime_for
+    from experiment_runner.child.harness import (
+        ExperimentHarness,
+        apply_matmul_precision,
+    )
+    from experiment_runner.child.instrument.dynamo import dynamo_compile_summary
+    from experiment_runner.child.plugins import import_plugins
 
     import_plugins()
     import_s = perf_counter() - start
@@ -77,8 +81,6 @@ def cache_environment(cache_dir: Path, base: dict[str, str] | None = None) -> di
 
 
 def _tail(path: Path, lines: int = 8) -> str:
-    from experiment_runner.launcher import read_log_tail
-
     return read_log_tail(path, lines=lines)
 
 
@@ -106,7 +108,7 @@ def run_cache_bench(task: Task, add_artifact: Callable[[str, Path], None],
         result_path, log_path = out_dir / f"{phase}.json", out_dir / f"{phase}.log"
         started = perf_counter()
         with open(log_path, "wb") as log:
-            rc = subprocess.run([python, "-m", "experiment_runner.cachebench", str(task_path), str(result_path)],
+            rc = subprocess.run([python, "-m", "experiment_runner.child.instrument.cachebench", str(task_path), str(result_path)],
                                 env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT).returncode
         add_artifact(f"cachebench_{phase}_log", log_path)
         if rc != 0 or not result_path.exists():

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from experiment_runner.devices import DeviceRuntime
-from experiment_runner.protocol import RunOptions
+from experiment_runner.child.devices import DeviceRuntime
+from experiment_runner.core.options import RunOptions
 
 US = 1e-6
 

@@ -1,87 +1,29 @@
-"""The launcher: one fresh child process per experiment, and exactly one record for it.
+"""The plain launcher: one fresh interpreter per experiment (`python -m experiment_runner.child`).
 
 The child runs in its own session (process group) with its own environment and a log
 file for its output. On timeout the whole group is killed, grandchildren included; after
-every child, whatever is left of its group is killed too. The record is built here from
-the child's result file, or, when the child died without one, from its exit status and
-the tail of its log.
+every child, whatever is left of its group is killed too. What happened comes back as a
+`ChildOutcome`, from which `core.record.build_record` makes the one record.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Callable
 
-from experiment_runner.matrix import Experiment
-from experiment_runner.protocol import RunOptions, Task, read_result
-from experiment_runner.results import SCHEMA_VERSION, VERIFICATION_CODES
-from experiment_runner.stats import summarize
+from experiment_runner.core.logs import read_log_tail
+from experiment_runner.core.protocol import Task, read_result
+from experiment_runner.core.record import ChildOutcome
+from experiment_runner.parent.launch.env import child_environment
 
 # SIGTERM first so a child can flush; SIGKILL after this grace period.
 KILL_GRACE_S = 2.0
-LOG_TAIL_LINES = 15
-# Lines that identify a memory exhaustion in a log when the child died without a result.
-_OOM_MARKERS = ("MemoryError", "out of memory", "OutOfMemoryError", "Cannot allocate memory")
-
-# Variables a parent shell may carry that would silently change an experiment.
-_INHERITED_XLA_VARS = ("XLA_FLAGS", "PJRT_DEVICE", "XLA_USE_BF16", "XLA_USE_FP16", "XLA_DOWNCAST_BF16",
-                       "XLA_SAVE_TENSORS_FMT", "XLA_SAVE_TENSORS_FILE", "XLA_DISABLE_FUNCTIONALIZATION")
-
-
-@dataclass
-class ChildOutcome:
-    """What happened to one child, seen from the parent."""
-
-    result: dict[str, Any] | None
-    returncode: int | None
-    timed_out: bool = False
-    interrupted: bool = False
-    wall_s: float = 0.0
-    log_tail: str = ""
-    launcher: str = "subprocess"
-    cuda_visible_devices: str | None = None  # the GPU the child was pinned to, if any
-
-
-def child_environment(task: Task, base: dict[str, str] | None = None,
-                      extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The experiment's environment: inherited XLA settings cleaned, then set per experiment.
-
-    Compiler caches and temporary files go to the experiment's own scratch folder, so
-    every experiment compiles cold and leaves nothing behind in the user's home.
-    """
-    env = dict(os.environ if base is None else base)
-    for name in _INHERITED_XLA_VARS:
-        env.pop(name, None)
-    config = task.experiment.config
-    scratch = Path(task.artifacts_dir) / "scratch"
-    env.update({
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONFAULTHANDLER": "1",  # a segfault leaves the Python stack in the log
-        "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"),
-        "TRITON_CACHE_DIR": str(scratch / "triton"),
-        "TMPDIR": str(scratch / "tmp"),
-    })
-    if config.xla is not None:
-        from experiment_runner.environment import PJRT_DEVICE
-
-        env["PJRT_DEVICE"] = PJRT_DEVICE[config.accelerator]
-        if config.xla_flags:
-            env["XLA_FLAGS"] = config.xla_flags
-        from experiment_runner.xla import artifact_environment
-
-        env.update(artifact_environment(task.options, task.artifacts_dir, env.get("XLA_FLAGS")))
-    env.update(extra or {})
-    return env
-
-
 def kill_process_group(pgid: int, grace_s: float = KILL_GRACE_S) -> None:
     """SIGTERM the group, then SIGKILL whatever is still there after grace_s."""
     try:
@@ -99,18 +41,6 @@ def kill_process_group(pgid: int, grace_s: float = KILL_GRACE_S) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def read_log_tail(path: Path, lines: int = LOG_TAIL_LINES, max_bytes: int = 16384) -> str:
-    """The last lines of a log, reading only its end (a child may have written gigabytes)."""
-    try:
-        with open(path, "rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - max_bytes))
-            data = handle.read()
-    except OSError:
-        return ""
-    return "\n".join(data.decode("utf-8", "replace").rstrip().splitlines()[-lines:])
 
 
 def _tee(pipe: IO[bytes], log: IO[bytes], stream: IO[str]) -> None:
@@ -167,7 +97,7 @@ def _parent_death_signal(sig: int = signal.SIGKILL) -> Callable[[], None] | None
 
 
 class SubprocessLauncher:
-    """Starts each experiment as `python -m experiment_runner.worker` in a new session.
+    """Starts each experiment as `python -m experiment_runner.child` in a new session.
 
     Thread-safe: with --max-parallel several threads call `launch` at once; `interrupt`
     (from the SIGINT handler) kills every running child's group.
@@ -217,7 +147,7 @@ class SubprocessLauncher:
             pass
 
     def command(self, task_path: Path) -> list[str]:
-        return [sys.executable, "-m", "experiment_runner.worker", str(task_path)]
+        return [sys.executable, "-m", "experiment_runner.child", str(task_path)]
 
     def prepare(self, task: Task, extra_env: dict[str, str] | None = None) -> tuple[Path, dict[str, str]]:
         """Write the task file and build the child's environment and scratch folders."""
@@ -262,108 +192,3 @@ class SubprocessLauncher:
 
     def close(self) -> None:
         """Release what the launcher holds (nothing for plain subprocesses)."""
-
-
-def classify_death(outcome: ChildOutcome, timeout_s: float | None) -> tuple[str, dict[str, Any]]:
-    """Status and error block for a child that left no result of its own."""
-    rc = outcome.returncode
-    error: dict[str, Any] = {"type": None, "message": "", "traceback_tail": outcome.log_tail,
-                             "returncode": rc, "signal": None}
-    if rc is not None and rc < 0:
-        error["signal"] = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
-    if outcome.interrupted:
-        error.update(type="Interrupted", message="interrupted by the user (SIGINT); the child was killed")
-        return "interrupted", error
-    if outcome.timed_out:
-        error.update(type="Timeout", message=f"no result within --subprocess-timeout={timeout_s}s; "
-                                             "the child's process group was killed")
-        return "timeout", error
-    if rc == -signal.SIGKILL:
-        error.update(type="Killed", message="killed by SIGKILL from outside the runner, "
-                                            "most likely the kernel's out-of-memory killer")
-        return "oom", error
-    if any(marker in outcome.log_tail for marker in _OOM_MARKERS):
-        error.update(type="OutOfMemory", message="the child died out of memory")
-        return "oom", error
-    if rc is not None and rc < 0:
-        error.update(type="Signal", message=f"the child died from signal {error['signal']}")
-    else:
-        error.update(type="Exit", message=f"the child exited with status {rc} without a result")
-    return "crashed", error
-
-
-@dataclass
-class RecordContext:
-    """Run-wide fields every record carries."""
-
-    run_id: str
-    options: RunOptions
-    output_dir: Path
-    host_environment: dict[str, Any] = field(default_factory=dict)
-
-
-def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | None = None,
-                 skip_reason: str | None = None, artifacts_dir: Path | None = None,
-                 timeout_s: float | None = None, source: str | None = None) -> dict[str, Any]:
-    """The one record of an experiment, from its child's result or its death."""
-    config = exp.config
-    result = outcome.result if outcome is not None else None
-    if skip_reason is not None:
-        status, error = "skipped", {"type": "Skipped", "message": skip_reason}
-    elif result is not None:
-        status, error = result["status"], result.get("error")
-        if error is not None:
-            error = {**error, "returncode": outcome.returncode, "signal": None}
-    else:
-        assert outcome is not None
-        status, error = classify_death(outcome, timeout_s)
-    result = result or {}
-    code = result.get("verification_code") or (
-        "VERIFIER_DIDNT_RUN" if ctx.options.verify and status not in ("ok", "skipped") else "VERIFIER_SKIPPED")
-    assert code in VERIFICATION_CODES, code
-    relative = (lambda p: os.path.relpath(p, ctx.output_dir)) if artifacts_dir is not None else None
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "run_id": ctx.run_id,
-        "experiment_id": exp.experiment_id,
-        "model": {"suite_name": exp.suite_name, "model_name": exp.model_name,
-                  "source": result.get("source") or source},
-        "experiment": {
-            "accelerator": config.accelerator,
-            "accelerator_model": result.get("accelerator_model"),
-            "xla": config.xla,
-            "xla_flags": config.xla_flags,
-            "dynamo": config.dynamo,
-            "torch_xla2": config.torch_xla2,
-            "keep_model_data_on_cuda": False,
-            # torch_xla's functionalization layer stays on (XLA_DISABLE_FUNCTIONALIZATION is cleaned).
-            "enable_functionalization": config.xla is not None,
-            "test": config.test,
-            "batch_size": result.get("batch_size", config.batch_size),
-            "precision": result.get("precision", config.precision),
-        },
-        "repeat": ctx.options.repeat,
-        "iterations_per_run": ctx.options.iterations_per_run,
-        "metrics": result.get("metrics", {}),
-        "stats": {"per_iter_time": summarize(result.get("metrics", {}).get("per_iter_time", []))},
-        "status": status,
-        "error": error,
-        "verification_code": code,
-        "verification": result.get("verification"),
-        "artifacts": {
-            **({"dir": relative(artifacts_dir), "log": relative(artifacts_dir / "child.log")}
-               if relative is not None and outcome is not None else {}),
-            **{k: os.path.join(relative(artifacts_dir), v) for k, v in result.get("artifacts", {}).items()
-               if relative is not None},
-        },
-        "timings": {**result.get("timings", {}), **({"wall_s": outcome.wall_s} if outcome else {})},
-        "placement": {"launcher": outcome.launcher if outcome else None,
-                      "cuda_visible_devices": outcome.cuda_visible_devices if outcome else None},
-        "environment": result.get("environment") or ctx.host_environment,
-        "timestamp": time.time(),
-    }
-
-
-def scratch_cleanup(artifacts_dir: Path) -> None:
-    """Compiler caches are large and per experiment: drop them once the record is written."""
-    shutil.rmtree(Path(artifacts_dir) / "scratch", ignore_errors=True)

@@ -17,7 +17,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from conftest import assert_no_process_left, cli_command, cli_env, read_records
 
 COMMON = ("--suite-name=faulty", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=1",

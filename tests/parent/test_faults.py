@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import CliRun, assert_no_process_left, invoke_cli
 
 LAUNCHERS = ("forkserver", "subprocess")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-SUPPORT = Path(__file__).parent / "support"
+SUPPORT = Path(__file__).parents[1] / "support"
 sys.path.insert(0, str(SUPPORT))
 
 from verifier_plugin import SUITE_NAME, VERIFIER_DATA  # noqa: E402
@@ -77,7 +77,7 @@ def test_each_code_is_reached(records: Records, key: tuple[str, str, str], code:
 
 
 def test_all_seven_codes_are_covered(records: Records):
-    from experiment_runner.results import VERIFICATION_CODES
+    from experiment_runner.core.results import VERIFICATION_CODES
 
     assert {r["verification_code"] for r in records.values()} == set(VERIFICATION_CODES)
 

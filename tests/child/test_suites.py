@@ -19,7 +19,7 @@ from benchmark_models.optional import MissingDependency
 from benchmark_models.registry import get_suite
 from benchmark_models.torchbench import TORCHBENCH_DIR_ENV
 
-FAKE_TORCHBENCH = Path(__file__).parent / "fake_torchbenchmark"
+FAKE_TORCHBENCH = Path(__file__).parents[1] / "fake_torchbenchmark"
 DATA_FILES = {"torchbench": "torchbench.json", "huggingface": "huggingface.json", "timm": "timm.json"}
 QUICK_RUN = ("--accelerator=cpu", "--test=eval", "--dynamo=None", "--batch-size=1", "--repeat=2",
              "--warmup-iterations=1")
@@ -127,7 +127,7 @@ def test_data_files_cover_the_required_models_with_cpu_batch_sizes():
 
 def test_skip_list_is_data_and_no_skip_overrides_it():
     from benchmark_models import get_suite
-    from experiment_runner.matrix import HostCapabilities, MatrixChoices, expand
+    from experiment_runner.core.matrix import HostCapabilities, MatrixChoices, expand
 
     rules = get_suite("torchbench").skip_rules()
     caps = HostCapabilities(torch_xla=True, xla_accelerators=frozenset({"cpu"}))
@@ -223,7 +223,7 @@ def sweep_cases() -> list[tuple[str, str]]:
 def test_every_listed_model_runs_one_eval_and_one_train_iteration(suite, model):
     """Load at batch size 1 on CPU; one eval forward and one training step with the suite's
     loss. The step is plain SGD so memory stays at weights + gradients (DebertaV2 has 0.9B
-    parameters; Adam's state would double that). Run with `pytest tests/test_suites.py -m slow`."""
+    parameters; Adam's state would double that). Run with `pytest tests/child/test_suites.py -m slow`."""
     import torch
 
     started = time.perf_counter()

@@ -12,18 +12,25 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiment_runner import cachebench
-from experiment_runner.cli import build_parser, options_from_args
-from experiment_runner.devices import CudaRuntime, DeviceRuntime
-from experiment_runner.instrumentation import (
-    Instrumentation, compile_time_metrics, counters_delta, dynamo_compile_summary, dynamo_counters,
+from experiment_runner.child.devices import DeviceRuntime
+from experiment_runner.child.devices.cuda import CudaRuntime
+from experiment_runner.child.harness import time_iterations
+from experiment_runner.child.instrument import cachebench
+from experiment_runner.child.instrument.dynamo import (
+    compile_time_metrics,
+    counters_delta,
+    dynamo_compile_summary,
+    dynamo_counters,
     summarize_graph_breaks,
 )
-from experiment_runner.matrix import Experiment, ExperimentConfig
-from experiment_runner.profiling import profile_pass
-from experiment_runner.protocol import RunOptions, Task
-from experiment_runner.results import iter_records
-from experiment_runner.worker import run_task, time_iterations
+from experiment_runner.child.instrument.pipeline import Instrumentation
+from experiment_runner.child.instrument.profiling import profile_pass
+from experiment_runner.child.main import run_task
+from experiment_runner.cli import build_parser, options_from_args
+from experiment_runner.core.matrix import Experiment, ExperimentConfig
+from experiment_runner.core.options import RunOptions
+from experiment_runner.core.protocol import Task
+from experiment_runner.core.results import iter_records
 
 # The CLI fixture compiles with inductor three times on CPU (experiment, cold and warm probes).
 pytestmark = pytest.mark.timeout(1200)

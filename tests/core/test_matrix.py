@@ -4,9 +4,17 @@ import re
 
 import pytest
 
-from experiment_runner.matrix import (
-    DEFAULT_PRECISION, ExperimentConfig, HostCapabilities, MatrixChoices, SkipRule, compile_patterns,
-    configurations, expand, invalid_reason, select_models,
+from experiment_runner.core.matrix import (
+    DEFAULT_PRECISION,
+    ExperimentConfig,
+    HostCapabilities,
+    MatrixChoices,
+    SkipRule,
+    compile_patterns,
+    configurations,
+    expand,
+    invalid_reason,
+    select_models,
 )
 
 CPU_ONLY = HostCapabilities()

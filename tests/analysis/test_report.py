@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from experiment_runner import report
+from experiment_runner.analysis import report
+from experiment_runner.analysis.loader import COLUMNS, load_dataframe
 from experiment_runner.cli import main as cli_main
-from experiment_runner.loader import COLUMNS, load_dataframe
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "golden"
 RESULTS = GOLDEN / "results.jsonl"
 OLD_RUN, NEW_RUN = "20250101T000000Z-aaaaaa", "20250102T000000Z-bbbbbb"
 

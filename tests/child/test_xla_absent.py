@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from experiment_runner.cli import EXIT_USAGE
+from experiment_runner.errors import EXIT_USAGE
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch_xla") is not None,
                                 reason="torch_xla is installed here; these tests need an environment without it")

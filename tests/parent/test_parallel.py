@@ -48,7 +48,7 @@ def test_cpu_experiments_stay_serial_by_default(run_cli) -> None:
 
 def fake_two_gpus(env: dict[str, str]) -> None:
     """Write the capabilities cache this environment will read, claiming two GPUs."""
-    code = ("from experiment_runner.environment import _cache_dir, _cache_key, probe_capabilities\n"
+    code = ("from experiment_runner.parent.host import _cache_dir, _cache_key, probe_capabilities\n"
             "probe_capabilities()\n"
             "print(_cache_dir() / f'capabilities-{_cache_key()}.json')")
     path = Path(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

@@ -8,10 +8,8 @@ import signal
 
 import pytest
 
-from experiment_runner.results import (
-    BadLine, ResultsFileError, append_record, final_records, finished_experiments, iter_records,
-    latest_run_id,
-)
+from experiment_runner.core.results import BadLine, ResultsFileError, final_records, iter_records
+from experiment_runner.parent.store import append_record, finished_experiments, latest_run_id
 
 
 def record(run_id: str, exp: str, status: str = "ok", **extra) -> dict:

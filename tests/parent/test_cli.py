@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,8 @@ def test_dry_run_prints_the_plan_and_never_imports_torch_in_the_parent(env, tmp_
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
-    assert "torch" not in imported and "experiment_runner.matrix" in imported
+    assert "torch" not in imported and "experiment_runner.core.matrix" in imported
+    assert not any(name.startswith("experiment_runner.child") for name in imported)
     assert "dummy_mlp: cpu xla=None dynamo=inductor train fp32" in proc.stdout
     assert "openxla requires xla=PJRT" in proc.stdout
     assert not (tmp_path / "results.jsonl").exists()
@@ -59,3 +60,29 @@ def test_bad_input_is_one_line_exit_2_and_leaves_results_untouched(env, tmp_path
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert results.read_bytes() == before
+
+
+def test_a_plugin_suite_is_resolved_by_name_and_never_runs_in_the_parent(env, tmp_path):
+    """A plugin importing torch at module level: the plan lists its models, yet the parent
+    imports neither the plugin nor torch; only the catalog child does."""
+    trace = tmp_path / "imported_by.txt"
+    plugin_env = dict(env, PYTHONPATH=os.pathsep.join([str(REPO / "tests" / "support"), env.get("PYTHONPATH", "")]),
+                      EXPERIMENT_RUNNER_SUITES="torch_plugin=torch_plugin_suite:TorchPluginSuite",
+                      TORCH_PLUGIN_TRACE=str(trace))
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "experiment_runner",
+                             "--suite-name=torch_plugin", "--dry-run", "--dynamo=None", f"--output-dirname={tmp_path}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=plugin_env)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "plugin_linear: cpu xla=None dynamo=None eval fp32" in out
+    imported = {line.split("|")[-1].strip() for line in err.splitlines() if "|" in line}
+    assert "torch" not in imported and "torch_plugin_suite" not in imported
+    importers = {int(pid) for pid in trace.read_text().split()}
+    assert importers and proc.pid not in importers
+
+
+def test_an_unknown_suite_is_one_line_and_exit_2(env, tmp_path):
+    out = cli(env, "--suite-name=nonesuch", "--dry-run", f"--output-dirname={tmp_path}")
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "experiment_runner: error: unknown suite 'nonesuch'; choose from dummy, torchbench, huggingface, timm"]

@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiment_runner.devices import DeviceRuntime
-from experiment_runner.matrix import Experiment, ExperimentConfig
-from experiment_runner.protocol import RunOptions
-from experiment_runner.worker import ExperimentHarness
+from experiment_runner.child.devices import DeviceRuntime
+from experiment_runner.child.harness import ExperimentHarness
+from experiment_runner.core.matrix import Experiment, ExperimentConfig
+from experiment_runner.core.options import RunOptions
 from verifier import Context, UnsupportedOutput, compare, identical, policy_for, verify_experiment
 from verifier.compare import COSINE_THRESHOLD
 from verifier.run import reference_harness
 from verifier.tolerances import load_data
 
-sys.path.insert(0, str(Path(__file__).parent / "support"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 
 
 def gen(seed: int = 0) -> torch.Generator:

@@ -10,8 +10,8 @@ from typing import Sequence
 
 import pytest
 
+from experiment_runner.analysis.regress import min_two_sided_p
 from experiment_runner.cli import main as cli_main
-from experiment_runner.compare import min_two_sided_p
 
 MODELS = ("llama", "nanogpt", "resnet50", "dlrm", "BERT_pytorch")
 SPREAD = 0.04  # +-4% uniform noise, the same on both sides

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from experiment_runner.results import iter_records
+from experiment_runner.core.results import iter_records
 
 
 @pytest.fixture(scope="module")

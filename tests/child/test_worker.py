@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiment_runner.devices import DeviceRuntime
-from experiment_runner.matrix import Experiment, ExperimentConfig
-from experiment_runner.protocol import RunOptions
-from experiment_runner.worker import ExperimentHarness, apply_matmul_precision, randomize_inputs, time_iterations
+from experiment_runner.child.devices import DeviceRuntime
+from experiment_runner.child.harness import ExperimentHarness, apply_matmul_precision, randomize_inputs, time_iterations
+from experiment_runner.core.matrix import Experiment, ExperimentConfig
+from experiment_runner.core.options import RunOptions
 
 
 def harness(tmp_path: Path, test: str = "eval", **options) -> ExperimentHarness:

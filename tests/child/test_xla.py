@@ -1,7 +1,7 @@
 """PyTorch/XLA for real: torch_xla on the CPU PJRT device, no mocks.
 
 The tests marked `xla` need torch_xla and run in the XLA environment with
-`PJRT_DEVICE=CPU pytest -m xla tests/test_xla.py` (.ci/xla.sh); the unmarked ones check
+`PJRT_DEVICE=CPU pytest -m xla tests/child/test_xla.py` (.ci/xla.sh); the unmarked ones check
 the pure dump settings and run everywhere.
 """
 
@@ -12,12 +12,14 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import invoke_cli
-from experiment_runner.launcher import child_environment
-from experiment_runner.matrix import Experiment, ExperimentConfig
-from experiment_runner.protocol import RunOptions, Task
-from experiment_runner.xla import XLA_MATMUL_PRECISION, artifact_environment
+
+from experiment_runner.child.devices.xla import XLA_MATMUL_PRECISION
+from experiment_runner.core.matrix import Experiment, ExperimentConfig
+from experiment_runner.core.options import RunOptions
+from experiment_runner.core.protocol import Task
+from experiment_runner.core.xla_dumps import artifact_environment
+from experiment_runner.parent.launch.env import child_environment
 
 XLA_METRICS = ("trace_total_time", "trace_per_iter_time", "xla_CompileTime_time_s", "xla_CompileTime_number",
                "xla_ExecuteTime_time_s", "xla_ExecuteTime_number")
@@ -56,7 +58,7 @@ def test_no_dump_options_leave_the_environment_alone(tmp_path: Path) -> None:
 def xla_runtime():
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     pytest.importorskip("torch_xla")
-    from experiment_runner.xla import XlaRuntime
+    from experiment_runner.child.devices.xla import XlaRuntime
 
     return XlaRuntime(xla_config())
 
@@ -119,7 +121,7 @@ def test_matmul_precision_reaches_xla(xla_runtime, tmp_path, flag) -> None:
 def test_amp_on_xla_computes_matmuls_in_bfloat16(xla_runtime) -> None:
     import torch
 
-    from experiment_runner.xla import xla_autocast
+    from experiment_runner.child.devices.xla import xla_autocast
 
     x = torch.randn(4, 4).to(xla_runtime.torch_device)
     with xla_autocast(xla_config(precision="amp")):

@@ -1,0 +1,1 @@
+"""Reads results files: reports, plots and regression comparisons. No torch, no runner."""

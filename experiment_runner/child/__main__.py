@@ -1,0 +1,5 @@
+import sys
+
+from experiment_runner.child.main import main
+
+sys.exit(main())

@@ -1,0 +1,166 @@
+"""The fork server process: imports torch once, then forks one experiment child per request.
+
+It initializes no device, so nothing device-side is shared; each forked child becomes a
+process of its own (new session, its own environment and log) and runs
+`experiment_runner.child.main`, ending with os._exit(). The protocol and the parent's half
+are in `experiment_runner.parent.launch.forkserver`.
+
+Run as `python -m experiment_runner.child.forkserver` (by the parent only).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import select
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from experiment_runner.core.processes import signal_group
+
+# Modules worth having in memory before the fork: what every experiment imports anyway
+# (torch._dynamo too: optimizers and torch.compile import it, seconds on a small machine).
+PRELOAD = ("torch", "numpy", "torch._dynamo", "experiment_runner.child.main")
+
+
+def _send(fd: int, message: dict[str, Any]) -> None:
+    os.write(fd, (json.dumps(message) + "\n").encode())
+
+
+def _run_child(request: dict[str, Any], close_fds: list[int]) -> None:
+    """In the forked child: become an experiment process, run the worker, never return."""
+    code = 1
+    try:
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for fd in close_fds:
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        import tempfile
+
+        tempfile.tempdir = None  # TMPDIR is per experiment
+        log_fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        null_fd = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null_fd, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
+        os.close(null_fd)
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True,
+                                      errors="backslashreplace")
+        if os.environ.get("PYTHONFAULTHANDLER"):
+            import faulthandler
+
+            faulthandler.enable(sys.stderr)
+        os.chdir(request["cwd"])
+        from experiment_runner.child import main as child_main
+
+        code = child_main.main([request["task"]])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - the log must say why, and the child must not return
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve() -> int:
+    """The server loop: fork on request, report pids and wait statuses, clean up on EOF."""
+    requests_fd = os.dup(0)
+    replies_fd = os.dup(1)
+    null_fd = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null_fd, 0)
+    os.dup2(2, 1)  # a stray print from an import must not corrupt the protocol
+    os.close(null_fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # The parent's death (PR_SET_PDEATHSIG) arrives as SIGTERM, possibly mid-import.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # torch.cuda.is_available() through NVML, so no import below can initialize the CUDA
+    # driver, which a forked child could not use.
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    for name in PRELOAD:
+        __import__(name)
+    if _cuda_driver_loaded():
+        print("forkserver: the CUDA driver was loaded while preloading; refusing to fork", file=sys.stderr)
+        return 1
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    _send(replies_fd, {"ready": os.getpid()})
+
+    children: dict[int, int] = {}  # pid -> request id
+    try:
+        _serve_requests(requests_fd, replies_fd, wake_r, wake_w, children)
+    finally:
+        for pid in children:
+            signal_group(pid, signal.SIGKILL)
+    return 0
+
+
+def _exit_on_sigterm(*_: Any) -> None:
+    raise SystemExit(0)
+
+
+def _serve_requests(requests_fd: int, replies_fd: int, wake_r: int, wake_w: int,
+                    children: dict[int, int]) -> None:
+    buffer = b""
+    eof = False
+    while not eof or children:
+        try:
+            readable, _, _ = select.select([wake_r] + ([] if eof else [requests_fd]), [], [],
+                                           None if not eof else 0.1)
+        except InterruptedError:
+            readable = []
+        if wake_r in readable:
+            os.read(wake_r, 4096)
+        if requests_fd in readable:
+            data = os.read(requests_fd, 65536)
+            if not data:
+                eof = True
+                for pid in children:
+                    signal_group(pid, signal.SIGKILL)
+            buffer += data
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                request = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    _run_child(request, [requests_fd, replies_fd, wake_r, wake_w])
+                children[pid] = request["id"]
+                _send(replies_fd, {"id": request["id"], "pid": pid})
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            request_id = children.pop(pid, None)
+            if request_id is not None and not eof:
+                _send(replies_fd, {"id": request_id, "status": status})
+
+
+def _cuda_driver_loaded() -> bool:
+    try:
+        return "libcuda.so" in Path("/proc/self/maps").read_text()
+    except OSError:
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(serve())

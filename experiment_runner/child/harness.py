@@ -1,0 +1,185 @@
+"""The experiment harness: load a model, build its step, and time it.
+
+Shared by the timing run and the verifier, which loads the same model again (eager,
+float64) from the same seed to judge the experiment's outputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from benchmark_models import BenchmarkModel, LoadRequest, get_suite, map_tensors
+from experiment_runner.child.devices import DeviceRuntime
+from experiment_runner.core.matrix import Experiment
+from experiment_runner.core.options import RunOptions
+
+_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
+
+
+def randomize_inputs(value: Any) -> Any:
+    """New random values, same shapes and dtypes (integer ids stay within their range)."""
+    import torch
+
+    def fresh(t: "torch.Tensor") -> "torch.Tensor":
+        if t.is_floating_point():
+            return torch.randn_like(t)
+        if t.dtype == torch.bool:
+            return torch.rand(t.shape, device=t.device) > 0.5
+        low, high = int(t.min()), int(t.max()) + 1
+        return torch.randint(low, max(high, low + 1), t.shape, dtype=t.dtype, device=t.device)
+
+    return map_tensors(value, fresh)
+
+
+@dataclass
+class ExperimentHarness:
+    """Everything needed to run one experiment's iterations, shared by timing and the verifier.
+
+    `load(dtype)` builds a fresh copy of the model from the same seed, so the verifier can
+    run eager, float64 and the experiment from identical weights and inputs.
+    """
+
+    experiment: Experiment
+    options: RunOptions
+    device: DeviceRuntime
+    artifacts_dir: Path
+    model: BenchmarkModel | None = None
+
+    @property
+    def config(self):
+        return self.experiment.config
+
+    def load(self, precision: str | None = None) -> BenchmarkModel:
+        """Load the model (seeded), cast to `precision` ("fp64" for the verifier's reference)."""
+        import torch
+
+        precision = precision or self.config.precision
+        self.device.reset_rng(self.options.seed)
+        suite = get_suite(self.experiment.suite_name)
+        model = suite.load(LoadRequest(
+            model_name=self.experiment.model_name, test=self.config.test,
+            device=self.device.build_device, accelerator=self.config.accelerator,
+            precision=self.config.precision, batch_size=self.config.batch_size,
+        ))
+        if precision in _DTYPES and precision != "fp32":
+            dtype = getattr(torch, _DTYPES[precision])
+            model.module = model.module.to(dtype)
+            cast = lambda t: t.to(dtype) if t.is_floating_point() else t  # noqa: E731
+            model.args, model.kwargs = map_tensors(model.args, cast), map_tensors(model.kwargs, cast)
+        if self.options.randomize_input:
+            self.device.reset_rng(self.options.seed + 1)
+            model.args, model.kwargs = randomize_inputs(model.args), randomize_inputs(model.kwargs)
+        if self.device.build_device != self.device.torch_device:
+            move = lambda t: t.to(self.device.torch_device)  # noqa: E731
+            model.module = model.module.to(self.device.torch_device)
+            model.args, model.kwargs = map_tensors(model.args, move), map_tensors(model.kwargs, move)
+        return model
+
+    def autocast(self, precision: str) -> contextlib.AbstractContextManager:
+        import torch
+
+        if precision != "amp":
+            return contextlib.nullcontext()
+        if self.config.xla is not None:
+            from experiment_runner.child.devices.xla import xla_autocast
+
+            return xla_autocast(self.config)
+        device_type = "cuda" if self.config.accelerator == "cuda" else "cpu"
+        dtype = torch.float16 if device_type == "cuda" else torch.bfloat16
+        return torch.autocast(device_type=device_type, dtype=dtype)
+
+    def make_step(self, model: BenchmarkModel, compiled: bool = True,
+                  precision: str | None = None, full_output: bool | None = None) -> Callable[[], Any]:
+        """One iteration as a closure. eval: forward under no_grad; train: forward, loss,
+        backward and optimizer step. `compiled` applies the experiment's dynamo backend.
+
+        Train returns the loss, or (loss, output) with full_output (`--collect-full-output`).
+        """
+        import torch
+
+        precision = precision or self.config.precision
+        full_output = self.options.collect_full_output if full_output is None else full_output
+        module = model.module
+        target = module
+        if compiled and self.config.dynamo is not None:
+            target = torch.compile(module, backend=self.config.dynamo)
+        args, kwargs = model.args, model.kwargs
+
+        if self.config.test == "eval":
+            module.eval()
+
+            def eval_step() -> Any:
+                with torch.no_grad(), self.autocast(precision):
+                    return model.run_forward(target, args, kwargs)
+
+            return eval_step
+
+        module.train()
+        optimizer = model.optimizer(module.parameters())
+
+        def train_step() -> Any:
+            optimizer.zero_grad(set_to_none=True)
+            with self.autocast(precision):
+                output = model.run_forward(target, args, kwargs)
+                loss = model.compute_loss(output)
+            loss.backward()
+            optimizer.step()
+            return (loss, output) if full_output else loss
+
+        return train_step
+
+
+def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: RunOptions,
+                    on_repeat: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Warm-up apart, then `repeat` timed runs of `iterations_per_run` iterations.
+
+    The device is synchronized before the clock starts and before it stops; RNG state is
+    reset before each run, outside the clock. Warm-up times are kept (they hold the
+    compilation) but never mixed into the timed samples. `on_repeat(i)` runs after timed
+    run i, outside the clock (per-repeat dumps).
+    """
+    from time import perf_counter
+
+    warmup_time: list[float] = []
+    for _ in range(options.warmup_iterations):
+        device.reset_rng(options.seed)
+        device.synchronize()
+        start = perf_counter()
+        device.run_iteration(step)
+        device.synchronize()
+        warmup_time.append(perf_counter() - start)
+
+    device.reset_peak_memory()
+    metrics: dict[str, Any] = {"total_time": [], "per_iter_time": []}
+    for index in range(options.repeat):
+        device.reset_rng(options.seed)
+        device.begin_repeat()
+        device.synchronize()
+        start = perf_counter()
+        for _ in range(options.iterations_per_run):
+            device.run_iteration(step)
+        device.synchronize()
+        elapsed = perf_counter() - start
+        metrics["total_time"].append(elapsed)
+        metrics["per_iter_time"].append(elapsed / options.iterations_per_run)
+        for key, value in device.end_repeat().items():
+            metrics.setdefault(key, []).append(value)
+        if on_repeat is not None:
+            on_repeat(index)
+    metrics["warmup_time"] = warmup_time
+    metrics.update(device.peak_memory())
+    return metrics
+
+
+def apply_matmul_precision(options: RunOptions) -> None:
+    import torch
+
+    if options.disable_tf32:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+    elif options.matmul_precision:
+        torch.set_float32_matmul_precision(options.matmul_precision)

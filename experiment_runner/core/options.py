@@ -1,0 +1,47 @@
+"""The per-experiment options a child needs, as the command line set them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+# How compile_time_s is derived; the child computes it, --help states it.
+COMPILE_TIME_DOC = (
+    "compile_time_s = first warm-up iteration minus the median timed iteration, floored at 0: "
+    "the one-off cost of the first call (dynamo tracing, backend compilation, cache loads, lazy "
+    "initialization) beyond a steady iteration. first_iter_time_s and steady_iter_time_s are "
+    "recorded beside it; without warm-up iterations there is no compile_time_s."
+)
+
+# The IR formats --save-ir-format offers (PyTorch lazy IR text, HLO, StableHLO).
+SAVE_IR_FORMATS: tuple[str, ...] = ("text", "hlo", "stablehlo")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Per-experiment options from the command line that the worker needs."""
+
+    repeat: int = 10
+    iterations_per_run: int = 1
+    warmup_iterations: int = 2
+    seed: int = 1337
+    randomize_input: bool = False
+    collect_full_output: bool = False
+    verify: bool = False
+    verify_iterations: int = 1
+    tolerance: float | None = None
+    matmul_precision: str | None = None
+    disable_tf32: bool = False
+    collect_dynamo_counters: bool = False
+    dump_dynamo_counters: bool = False
+    profile_cuda_cpu: bool = False
+    profile_cuda_cpu_individual_ops: bool = False
+    dump_pytorch_profiles: bool = False
+    cache_bench: bool = False  # cold then warm compile in fresh processes (experiment_runner.cachebench)
+    dump_pytorch_xla_metrics: bool = False
+    dump_hlo: bool = False
+    save_ir_format: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunOptions":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})

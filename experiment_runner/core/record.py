@@ -1,0 +1,136 @@
+"""One experiment's record: built from its child's result, or from how the child died.
+
+Pure Python (no torch), shared by every side: the local launchers and remote executors
+build records with it, and tests pin its shape.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from experiment_runner.core.matrix import Experiment
+from experiment_runner.core.options import RunOptions
+from experiment_runner.core.results import SCHEMA_VERSION, VERIFICATION_CODES
+from experiment_runner.core.stats import summarize
+
+# Lines that identify a memory exhaustion in a log when the child died without a result.
+_OOM_MARKERS = ("MemoryError", "out of memory", "OutOfMemoryError", "Cannot allocate memory")
+
+
+@dataclass
+class ChildOutcome:
+    """What happened to one child, seen from the parent."""
+
+    result: dict[str, Any] | None
+    returncode: int | None
+    timed_out: bool = False
+    interrupted: bool = False
+    wall_s: float = 0.0
+    log_tail: str = ""
+    launcher: str = "subprocess"
+    cuda_visible_devices: str | None = None  # the GPU the child was pinned to, if any
+
+
+def classify_death(outcome: ChildOutcome, timeout_s: float | None) -> tuple[str, dict[str, Any]]:
+    """Status and error block for a child that left no result of its own."""
+    rc = outcome.returncode
+    error: dict[str, Any] = {"type": None, "message": "", "traceback_tail": outcome.log_tail,
+                             "returncode": rc, "signal": None}
+    if rc is not None and rc < 0:
+        error["signal"] = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
+    if outcome.interrupted:
+        error.update(type="Interrupted", message="interrupted by the user (SIGINT); the child was killed")
+        return "interrupted", error
+    if outcome.timed_out:
+        error.update(type="Timeout", message=f"no result within --subprocess-timeout={timeout_s}s; "
+                                             "the child's process group was killed")
+        return "timeout", error
+    if rc == -signal.SIGKILL:
+        error.update(type="Killed", message="killed by SIGKILL from outside the runner, "
+                                            "most likely the kernel's out-of-memory killer")
+        return "oom", error
+    if any(marker in outcome.log_tail for marker in _OOM_MARKERS):
+        error.update(type="OutOfMemory", message="the child died out of memory")
+        return "oom", error
+    if rc is not None and rc < 0:
+        error.update(type="Signal", message=f"the child died from signal {error['signal']}")
+    else:
+        error.update(type="Exit", message=f"the child exited with status {rc} without a result")
+    return "crashed", error
+
+
+@dataclass
+class RecordContext:
+    """Run-wide fields every record carries."""
+
+    run_id: str
+    options: RunOptions
+    output_dir: Path
+    host_environment: dict[str, Any] = field(default_factory=dict)
+
+
+def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | None = None,
+                 skip_reason: str | None = None, artifacts_dir: Path | None = None,
+                 timeout_s: float | None = None, source: str | None = None) -> dict[str, Any]:
+    """The one record of an experiment, from its child's result or its death."""
+    config = exp.config
+    result = outcome.result if outcome is not None else None
+    if skip_reason is not None:
+        status, error = "skipped", {"type": "Skipped", "message": skip_reason}
+    elif result is not None:
+        status, error = result["status"], result.get("error")
+        if error is not None:
+            error = {**error, "returncode": outcome.returncode, "signal": None}
+    else:
+        assert outcome is not None
+        status, error = classify_death(outcome, timeout_s)
+    result = result or {}
+    code = result.get("verification_code") or (
+        "VERIFIER_DIDNT_RUN" if ctx.options.verify and status not in ("ok", "skipped") else "VERIFIER_SKIPPED")
+    assert code in VERIFICATION_CODES, code
+    relative = (lambda p: os.path.relpath(p, ctx.output_dir)) if artifacts_dir is not None else None
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": ctx.run_id,
+        "experiment_id": exp.experiment_id,
+        "model": {"suite_name": exp.suite_name, "model_name": exp.model_name,
+                  "source": result.get("source") or source},
+        "experiment": {
+            "accelerator": config.accelerator,
+            "accelerator_model": result.get("accelerator_model"),
+            "xla": config.xla,
+            "xla_flags": config.xla_flags,
+            "dynamo": config.dynamo,
+            "torch_xla2": config.torch_xla2,
+            "keep_model_data_on_cuda": False,
+            # torch_xla's functionalization layer stays on (XLA_DISABLE_FUNCTIONALIZATION is cleaned).
+            "enable_functionalization": config.xla is not None,
+            "test": config.test,
+            "batch_size": result.get("batch_size", config.batch_size),
+            "precision": result.get("precision", config.precision),
+        },
+        "repeat": ctx.options.repeat,
+        "iterations_per_run": ctx.options.iterations_per_run,
+        "metrics": result.get("metrics", {}),
+        "stats": {"per_iter_time": summarize(result.get("metrics", {}).get("per_iter_time", []))},
+        "status": status,
+        "error": error,
+        "verification_code": code,
+        "verification": result.get("verification"),
+        "artifacts": {
+            **({"dir": relative(artifacts_dir), "log": relative(artifacts_dir / "child.log")}
+               if relative is not None and outcome is not None else {}),
+            **{k: os.path.join(relative(artifacts_dir), v) for k, v in result.get("artifacts", {}).items()
+               if relative is not None},
+        },
+        "timings": {**result.get("timings", {}), **({"wall_s": outcome.wall_s} if outcome else {})},
+        "placement": {"launcher": outcome.launcher if outcome else None,
+                      "cuda_visible_devices": outcome.cuda_visible_devices if outcome else None},
+        "environment": result.get("environment") or ctx.host_environment,
+        "timestamp": time.time(),
+    }

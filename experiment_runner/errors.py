@@ -1,0 +1,30 @@
+"""Exit codes and the errors that become them: one line for the user, never a traceback."""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+EXIT_OK = 0  # the runner did its job; failed experiments are data, not exit codes
+EXIT_INTERNAL = 1  # a bug in the runner itself
+EXIT_USAGE = 2  # bad input: flags, suite, regex, model, unavailable accelerator or backend
+EXIT_RESULTS_IO = 3  # the results file or output folder cannot be read or written
+EXIT_INTERRUPTED = 130  # Ctrl-C: the current experiment is recorded as interrupted
+EXIT_REGRESSION = 1  # compare: a significant regression or a new failure (cron acts on it)
+
+
+class UsageError(Exception):
+    """Bad input; the message is the one line the user sees."""
+
+
+class ReportError(Exception):
+    """Bad input to an analysis command: one line for the user and the exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def fail(message: str, code: int) -> NoReturn:
+    print(f"experiment_runner: error: {message}", file=sys.stderr)
+    sys.exit(code)

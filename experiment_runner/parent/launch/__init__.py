@@ -1,0 +1,1 @@
+"""Launchers: how one experiment's child process is started, watched and killed."""

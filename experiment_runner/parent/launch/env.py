@@ -1,0 +1,48 @@
+"""The environment an experiment's child starts with, set by the parent before launch."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from experiment_runner.core.environment import PJRT_DEVICE
+from experiment_runner.core.protocol import Task
+from experiment_runner.core.xla_dumps import artifact_environment
+
+# Variables a parent shell may carry that would silently change an experiment.
+INHERITED_XLA_VARS = ("XLA_FLAGS", "PJRT_DEVICE", "XLA_USE_BF16", "XLA_USE_FP16", "XLA_DOWNCAST_BF16",
+                       "XLA_SAVE_TENSORS_FMT", "XLA_SAVE_TENSORS_FILE", "XLA_DISABLE_FUNCTIONALIZATION")
+
+
+def child_environment(task: Task, base: dict[str, str] | None = None,
+                      extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The experiment's environment: inherited XLA settings cleaned, then set per experiment.
+
+    Compiler caches and temporary files go to the experiment's own scratch folder, so
+    every experiment compiles cold and leaves nothing behind in the user's home.
+    """
+    env = dict(os.environ if base is None else base)
+    for name in INHERITED_XLA_VARS:
+        env.pop(name, None)
+    config = task.experiment.config
+    scratch = Path(task.artifacts_dir) / "scratch"
+    env.update({
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONFAULTHANDLER": "1",  # a segfault leaves the Python stack in the log
+        "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"),
+        "TRITON_CACHE_DIR": str(scratch / "triton"),
+        "TMPDIR": str(scratch / "tmp"),
+    })
+    if config.xla is not None:
+        env["PJRT_DEVICE"] = PJRT_DEVICE[config.accelerator]
+        if config.xla_flags:
+            env["XLA_FLAGS"] = config.xla_flags
+        env.update(artifact_environment(task.options, task.artifacts_dir, env.get("XLA_FLAGS")))
+    env.update(extra or {})
+    return env
+
+
+def scratch_cleanup(artifacts_dir: Path) -> None:
+    """Compiler caches are large and per experiment: drop them once the record is written."""
+    shutil.rmtree(Path(artifacts_dir) / "scratch", ignore_errors=True)

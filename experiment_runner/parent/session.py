@@ -1,0 +1,165 @@
+"""The parent's run: plan the matrix, resume, launch one child per experiment, summarise.
+
+Reached from `cli.main` with validated flags. Never imports torch or model code: the
+host is probed in a child, suites are resolved by name (plugin suites through a child).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from benchmark_models.registry import UnknownSuite
+from experiment_runner.core import matrix
+from experiment_runner.core.environment import describe_environment
+from experiment_runner.core.options import RunOptions
+from experiment_runner.core.record import RecordContext
+from experiment_runner.core.results import ResultsFileError
+from experiment_runner.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_RESULTS_IO,
+    EXIT_USAGE,
+    UsageError,
+    fail,
+)
+from experiment_runner.parent.host import ProbeError, probe_capabilities
+from experiment_runner.parent.launch.forkserver import ForkServerLauncher, prestart
+from experiment_runner.parent.launch.subprocess import SubprocessLauncher
+from experiment_runner.parent.runner import Parallelism, Runner
+from experiment_runner.parent.store import new_run_id, resume_state
+from experiment_runner.parent.suites import CatalogError, suite_catalog
+from experiment_runner.parent.summary import render_summary
+
+
+def check_requested(args: argparse.Namespace, caps: matrix.HostCapabilities) -> None:
+    """Explicit requests that cannot run here are errors; defaults are silently narrowed."""
+    if "cuda" in (args.accelerator or []) and not caps.cuda:
+        raise UsageError("--accelerator=cuda, but CUDA is not available on this host "
+                         "(torch.cuda.is_available() is False)")
+    if "PJRT" in (args.xla or []) and not caps.torch_xla:
+        raise UsageError("--xla=PJRT, but torch_xla cannot be imported here")
+    xla_accelerators = args.accelerator if "PJRT" in (args.xla or []) else ["tpu"]
+    for acc in set(args.accelerator or []) & set(xla_accelerators):
+        if caps.torch_xla and acc not in caps.xla_accelerators:
+            raise UsageError(f"--accelerator={acc} with xla, but torch_xla found no {acc} PJRT device")
+    for backend in args.dynamo or []:
+        if backend not in (None, "openxla") and backend not in caps.dynamo_backends:
+            known = ", ".join(sorted(caps.dynamo_backends))
+            raise UsageError(f"unknown dynamo backend {backend!r}; known: None, openxla, {known}")
+
+
+def print_dry_run(plan: matrix.Plan, done: set[str]) -> None:
+    planned = plan.planned
+    print(f"{len(planned)} experiment(s):")
+    for i, p in enumerate(planned, start=1):
+        exp = p.experiment
+        mark = ""
+        if p.skip_reason is not None:
+            mark = f"  [skipped: {p.skip_reason}]"
+        elif exp.experiment_id in done:
+            mark = "  [already done in the run being resumed]"
+        print(f"{i:4d}. {exp.model_name}: {exp.config.label()}{mark}")
+    if plan.dropped:
+        print(f"\n{len(plan.dropped)} combination(s) dropped:")
+        by_reason: dict[str, list[str]] = {}
+        for d in plan.dropped:
+            labels = by_reason.setdefault(d.reason, [])
+            if d.config.label() not in labels:
+                labels.append(d.config.label())
+        for reason, labels in by_reason.items():
+            examples = "; ".join(labels[:3]) + (f"; and {len(labels) - 3} more" if len(labels) > 3 else "")
+            print(f"  - {reason}: {examples}")
+
+
+def run(args: argparse.Namespace, options: RunOptions) -> int:
+    """Plan the matrix the validated flags ask for, then run it (or print it with --dry-run)."""
+    try:
+        if args.launcher == "forkserver" and not args.dry_run:
+            prestart()  # its torch import overlaps with ours: probing, planning, resuming
+        filters, excludes = args.filter_patterns, args.exclude_patterns
+        try:
+            suite = suite_catalog(args.suite_name)
+        except UnknownSuite as exc:
+            raise UsageError(exc.args[0]) from None
+        except CatalogError as exc:
+            raise UsageError(str(exc)) from None
+        names = suite.model_names
+        models = matrix.select_models(names, filters, excludes, args.total_partitions, args.partition_id)
+        if not models:
+            shown = ", ".join(sorted(names)[:40]) + (" ..." if len(names) > 40 else "")
+            raise UsageError(f"no {args.suite_name} model matches the filters; models: {shown}")
+        try:
+            caps = probe_capabilities()
+        except ProbeError as exc:
+            raise UsageError(f"cannot probe this host (is torch installed?): {exc}") from None
+        check_requested(args, caps)
+    except UsageError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+    choices = matrix.MatrixChoices(
+        accelerators=args.accelerator, xla=args.xla, dynamo=args.dynamo, tests=args.test,
+        precisions=args.precision, xla_flags=args.xla_flags, batch_size=args.batch_size,
+    )
+    plan = matrix.expand(args.suite_name, models, choices, caps, suite.skip_rules, args.no_skip)
+    results_path = Path(args.output_dirname) / args.output_basename
+
+    done: set[str] = set()
+    run_id = new_run_id()
+    try:
+        if args.resume:
+            state = resume_state(results_path, args.retry_failed)
+            planned_ids = {p.experiment.experiment_id for p in plan.planned}
+            run_id, done = state.run_id or run_id, state.done & planned_ids
+            if state.bad_lines:
+                where = ", ".join(str(b.lineno) for b in state.bad_lines[:5])
+                print(f"experiment_runner: warning: skipped {len(state.bad_lines)} corrupt or torn line(s) "
+                      f"of {results_path} (line {where}); they are kept as they are", file=sys.stderr)
+    except ResultsFileError as exc:
+        fail(str(exc), EXIT_RESULTS_IO)
+    args.gpu_id_list = tuple(filter(None, (args.gpu_ids or os.environ.get("CUDA_VISIBLE_DEVICES")
+                                           or ",".join(map(str, range(caps.cuda_device_count)))).split(",")))
+
+    if args.dry_run:
+        print_dry_run(plan, done)
+        return EXIT_OK
+    if not plan.planned:
+        fail("every combination was dropped as invalid here; --dry-run shows why", EXIT_USAGE)
+    return execute(args, options, plan, results_path, run_id, done, suite.source)
+
+
+def execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, results_path: Path, run_id: str,
+            done: set[str], source: str) -> int:
+    output_dir = Path(args.output_dirname)
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        with open(results_path, "ab"):
+            pass
+    except OSError as exc:
+        fail(f"cannot write results file {results_path}: {exc.strerror or exc}", EXIT_RESULTS_IO)
+
+    ctx = RecordContext(run_id=run_id, options=options, output_dir=output_dir,
+                        host_environment=describe_environment())
+    if args.launcher == "forkserver":
+        (output_dir / "runs" / run_id).mkdir(parents=True, exist_ok=True)
+        launcher: SubprocessLauncher = ForkServerLauncher(
+            timeout_s=args.subprocess_timeout, print_subprocess=args.print_subprocess,
+            server_log=output_dir / "runs" / run_id / "forkserver.log")
+    else:
+        launcher = SubprocessLauncher(timeout_s=args.subprocess_timeout, print_subprocess=args.print_subprocess)
+    progress = sys.stderr.isatty() if args.progress_bar is None else args.progress_bar
+    parallelism = Parallelism(args.max_parallel, args.gpu_id_list, args.parallel_cpu)
+    runner = Runner(ctx, results_path, launcher, timeout_s=args.subprocess_timeout, progress_bar=progress,
+                    parallelism=parallelism)
+    print(f"run {run_id}: {len(plan.planned) - len(done)} experiment(s) to run, "
+          f"{len(done)} already done; records go to {results_path}", file=sys.stderr)
+    try:
+        outcome = runner.run(plan, done, source)
+    except ResultsFileError as exc:
+        fail(str(exc), EXIT_RESULTS_IO)
+    finally:
+        launcher.close()
+    print(render_summary(outcome.records, results_path, run_id, outcome.interrupted))
+    return EXIT_INTERRUPTED if outcome.interrupted else EXIT_OK

@@ -1,0 +1,51 @@
+"""Suites as the parent sees them: a name and a catalog, never model code.
+
+Built-in suites read their data files here; a plugin suite (EXPERIMENT_RUNNER_SUITES) is
+resolved by name and its catalog comes from a child (`experiment_runner.child.catalog`),
+so no plugin code executes in the parent.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from benchmark_models.registry import UnknownSuite, available_suites, get_suite, is_builtin
+from experiment_runner.core.matrix import SkipRule
+
+CATALOG_TIMEOUT_S = 300
+
+
+class CatalogError(RuntimeError):
+    """The suite's catalog could not be read; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class SuiteCatalog:
+    name: str
+    model_names: list[str]
+    skip_rules: list[SkipRule]
+    source: str
+
+
+def suite_catalog(name: str) -> SuiteCatalog:
+    """The catalog of suite `name`; raises UnknownSuite or CatalogError."""
+    if is_builtin(name):
+        suite = get_suite(name)
+        return SuiteCatalog(name, suite.model_names(), suite.skip_rules(), suite.source)
+    if name not in available_suites():
+        get_suite(name)  # raises UnknownSuite with the list of known suites
+        raise UnknownSuite(name)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "experiment_runner.child.catalog", name],
+                              capture_output=True, text=True, timeout=CATALOG_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise CatalogError(f"reading the catalog of plugin suite {name!r} timed out "
+                           f"after {CATALOG_TIMEOUT_S}s") from None
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise CatalogError(f"cannot load plugin suite {name!r}: {tail}")
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    return SuiteCatalog(name, data["models"], [SkipRule(**r) for r in data["skip_rules"]], data["source"])
