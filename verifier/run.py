@@ -9,8 +9,11 @@ same RNG state, so eager, float64 and the experiment see identical weights and i
 3. the experiment itself (its dynamo backend, its precision);
 4. compare experiment against eager → PASS or FAIL.
 
-Training compares the loss, the output, every parameter's gradient and the updated
-parameters after --verify-iterations SGD steps (see verification_optimizer).
+Training compares, as PyTorch's harness does (torch._dynamo.testing.collect_results), the
+loss, the output, every parameter's gradient and the updated parameters after
+--verify-iterations SGD steps (see verification_optimizer), under the paths `loss`,
+`output...`, `grads.<parameter>` and `params.<parameter>`. Nothing assumes how the suite
+reduces its output to a loss: the loss is whatever the harness's step returns.
 """
 
 from __future__ import annotations
@@ -131,9 +134,9 @@ def procedure(harness: "ExperimentHarness", policy: Policy) -> Verification:
     """Steps 1 to 4 of the module docstring (may raise: verify_experiment catches)."""
     precision = harness.config.precision
     if policy.skip_reason is not None:
-        return Verification("VERIFIER_SKIPPED", details={"reason": policy.skip_reason})
+        return Verification("VERIFIER_SKIPPED", details={"reason": policy.skip_reason, **policy.describe()})
     reference = reference_harness(harness)
-    base = {"tolerance_source": policy.source, "cosine_chosen": policy.cosine,
+    base = {**policy.describe(),
             "iterations": harness.options.verify_iterations if harness.config.test == "train" else 1,
             "eager_device": reference.device.torch_device}
     try:
@@ -160,7 +163,8 @@ def procedure(harness: "ExperimentHarness", policy: Policy) -> Verification:
 
     result = run_once(harness, precision, compiled=True)
     gc.collect()
-    outcome: Comparison = compare(eager, result, fp64, tolerance=policy.tolerance, cosine=policy.cosine)
+    outcome: Comparison = compare(eager, result, fp64, tolerance=policy.tolerance, cosine=policy.cosine,
+                                  larger_small_multiplier=policy.larger_multiplier_reason is not None)
     return Verification("PASS" if outcome.passed else "FAIL", method=outcome.method,
                         tolerance=policy.tolerance, details={**base, **outcome.details()})
 

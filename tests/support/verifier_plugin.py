@@ -1,9 +1,17 @@
 """Test-only plug-in for the verifier's end-to-end tests: a suite of tiny models that each
-provoke one verification code, and a dynamo backend that is wrong on purpose.
+provoke one verification code, and dynamo backends that are wrong (or right) on purpose.
 
 Used through the runner's plug-in seams, as a user's own suite and backend would be:
-EXPERIMENT_RUNNER_PLUGINS=verifier_plugin registers the backend `verifier_perturb` in every
-child and in the capabilities probe; EXPERIMENT_RUNNER_SUITES=verifier_test=verifier_plugin:VerifierTestSuite
+EXPERIMENT_RUNNER_PLUGINS=verifier_plugin registers the backends below in every child and
+in the capabilities probe:
+
+- `verifier_perturb`: every floating graph output 1% too large (PERTURBATION);
+- `verifier_loss_x1_5`: every floating graph output ×1.5, so a training loss (a sum or a
+  mean of outputs alike) is ×1.5;
+- `verifier_nan`: the first element of every floating graph output becomes NaN;
+- `verifier_identity`: runs the captured graph unchanged.
+
+ EXPERIMENT_RUNNER_SUITES=verifier_test=verifier_plugin:VerifierTestSuite
 adds the suite; EXPERIMENT_RUNNER_VERIFIER_DATA=<VERIFIER_DATA written to a file> lists the
 models to skip and the one known to be nondeterministic.
 """
@@ -20,7 +28,8 @@ from torch import nn
 from benchmark_models.base import LoadRequest, ModelNotFound, Suite
 from benchmark_models.model import BenchmarkModel
 
-PERTURBATION = 1.01  # the backend's error: every floating output 1% too large
+PERTURBATION = 1.01  # verifier_perturb's error: every floating output 1% too large
+LOSS_SCALE = 1.5  # verifier_loss_x1_5's error
 
 SUITE_NAME = "verifier_test"
 VERIFIER_DATA: dict[str, Any] = {
@@ -31,20 +40,35 @@ VERIFIER_DATA: dict[str, Any] = {
 }
 
 
-def perturbing_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
-    """Runs the captured graph eagerly, then scales every floating output: a miscompile."""
+def _rewriting_backend(change: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., Any]:
+    """A backend that runs the captured graph eagerly, then applies `change` to every
+    floating output: a miscompile of a known kind."""
 
-    def run(*args: Any) -> Any:
-        outputs = gm.forward(*args)
-        scale = lambda t: t * PERTURBATION if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
-        if isinstance(outputs, (list, tuple)):
-            return type(outputs)(scale(o) for o in outputs)
-        return scale(outputs)
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            outputs = gm.forward(*args)
+            fix = lambda t: change(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
+            if isinstance(outputs, (list, tuple)):
+                return type(outputs)(fix(o) for o in outputs)
+            return fix(outputs)
 
-    return run
+        return run
+
+    return backend
 
 
-torch._dynamo.register_backend(perturbing_backend, name="verifier_perturb")
+def first_element_nan(t: torch.Tensor) -> torch.Tensor:
+    if t.numel() == 0:
+        return t
+    mask = torch.zeros(t.shape, dtype=torch.bool, device=t.device)
+    mask.view(-1)[0] = True
+    return t.masked_fill(mask, float("nan"))
+
+
+torch._dynamo.register_backend(_rewriting_backend(lambda t: t * PERTURBATION), name="verifier_perturb")
+torch._dynamo.register_backend(_rewriting_backend(lambda t: t * LOSS_SCALE), name="verifier_loss_x1_5")
+torch._dynamo.register_backend(_rewriting_backend(first_element_nan), name="verifier_nan")
+torch._dynamo.register_backend(lambda gm, example_inputs: gm.forward, name="verifier_identity")
 
 _calls = itertools.count(1)
 
@@ -74,6 +98,13 @@ class EagerOnlyBroken(Mlp):
         return self.layers(x)
 
 
+class NanAtFirst(Mlp):
+    """Eager itself gives NaN as the first element of its output (as verifier_nan does)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return first_element_nan(self.layers(x))
+
+
 class OpaqueOutput(nn.Module):
     """Returns a set, an output type the comparison does not know how to walk."""
 
@@ -101,6 +132,7 @@ class Dictionary(Mlp):
 MODELS: dict[str, type[nn.Module]] = {
     "tiny_mlp": Mlp,
     "tiny_dict": Dictionary,
+    "nan_at_first": NanAtFirst,
     "jitter": Jitter,
     "jitter_listed": Jitter,
     "eager_broken": EagerOnlyBroken,

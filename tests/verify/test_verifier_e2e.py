@@ -1,8 +1,10 @@
 """End to end: `python -m experiment_runner --verify` on test-only models reaches each of the
-seven verification codes, with timings and verification in the same record.
+seven verification codes, with timings and verification in the same record; backends that
+are wrong on purpose (loss ×1.5 in training, outputs ×1.01, NaN) FAIL and the identity
+backend and inductor PASS.
 
-The models and the deliberately wrong backend come from tests/support/verifier_plugin.py
-through the runner's plug-in seams, exactly as a user's own suite and backend would.
+The models and the backends come from tests/support/verifier_plugin.py through the runner's
+plug-in seams, exactly as a user's own suite and backend would.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from verifier_plugin import SUITE_NAME, VERIFIER_DATA  # noqa: E402
 Records = dict[tuple[str, str | None, str], dict[str, Any]]
 
 
-def run_cli(tmp: Path, name: str, *flags: str) -> list[dict[str, Any]]:
+def run_cli(tmp: Path, name: str, *flags: str, suite: str = SUITE_NAME) -> list[dict[str, Any]]:
     data = tmp / "verifier_data.json"
     data.write_text(json.dumps(VERIFIER_DATA))
     env = dict(os.environ,
@@ -32,10 +34,10 @@ def run_cli(tmp: Path, name: str, *flags: str) -> list[dict[str, Any]]:
                EXPERIMENT_RUNNER_PLUGINS="verifier_plugin",
                EXPERIMENT_RUNNER_SUITES=f"{SUITE_NAME}=verifier_plugin:VerifierTestSuite",
                EXPERIMENT_RUNNER_VERIFIER_DATA=str(data),
-               XDG_CACHE_HOME=str(tmp / "cache"))
+               XDG_CACHE_HOME=str(tmp / "cache"), TORCHINDUCTOR_CACHE_DIR=str(tmp / "inductor"))
     out = tmp / name
     proc = subprocess.run(
-        [sys.executable, "-m", "experiment_runner", f"--suite-name={SUITE_NAME}", "--accelerator=cpu",
+        [sys.executable, "-m", "experiment_runner", f"--suite-name={suite}", "--accelerator=cpu",
          "--xla=None", "--verify", "--repeat=1", "--warmup-iterations=1", f"--output-dirname={out}", *flags],
         env=env, capture_output=True, text=True, timeout=540,
     )
@@ -50,6 +52,11 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> Records:
     found += run_cli(tmp, "perturb", "--filter=^tiny_mlp$", "--dynamo=verifier_perturb")
     found += run_cli(tmp, "loose", "--filter=^tiny_mlp$", "--dynamo=verifier_perturb", "--test=eval",
                      "--tolerance=0.05")
+    found += run_cli(tmp, "nan", "--filter=^(tiny_mlp|nan_at_first)$", "--dynamo=verifier_nan",
+                     "--dynamo=verifier_identity", "--test=eval")
+    # The acceptance command of issue 12, with a loss-scaling backend and with inductor.
+    found += run_cli(tmp, "dummy", "--test=train", "--dynamo=verifier_loss_x1_5", "--dynamo=inductor",
+                     suite="dummy")
     by_key: Records = {}
     for record in found:
         tolerance = (record["verification"] or {}).get("tolerance")
@@ -65,6 +72,13 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> Records:
     (("tiny_mlp", "verifier_perturb", "eval"), "FAIL"),
     (("tiny_mlp", "verifier_perturb", "train"), "FAIL"),
     (("tiny_mlp", "verifier_perturb", "eval --tolerance=0.05"), "PASS"),
+    (("tiny_mlp", "verifier_identity", "eval"), "PASS"),
+    (("nan_at_first", "verifier_identity", "eval"), "PASS"),
+    (("nan_at_first", "eager", "eval"), "PASS"),
+    (("tiny_mlp", "verifier_nan", "eval"), "FAIL"),
+    (("nan_at_first", "verifier_nan", "eval"), "PASS"),
+    (("dummy_mlp", "verifier_loss_x1_5", "train"), "FAIL"),
+    (("dummy_mlp", "inductor", "train"), "PASS"),
     (("eager_broken", "eager", "eval"), "EAGER_FAILED"),
     (("opaque_output", "eager", "eval"), "EXCEPTION_RAISED"),
     (("jitter", "eager", "eval"), "NONDETERMINISTIC_EAGER_RUN"),
@@ -119,3 +133,21 @@ def test_codes_that_explain_themselves(records: Records):
     assert skipped["reason"] == "listed to skip for the test"
     died = records[("dies_in_fp64", "eager", "eval")]
     assert died["status"] == "crashed" and died["verification"] is None
+
+
+def test_loss_scaling_fail_names_the_loss_leaf(records: Records):
+    details = records[("dummy_mlp", "verifier_loss_x1_5", "train")]["verification"]["details"]
+    assert "loss" in details["failed_paths"]
+    assert {p.split(".")[0] for p in details["failed_paths"]} <= {"loss", "output", "grads", "params"}
+    assert details["tolerance_rule"] == {"from": "default", "tolerance": 1e-4}
+
+
+def test_inductor_training_compares_loss_gradients_and_parameters(records: Records):
+    details = records[("dummy_mlp", "inductor", "train")]["verification"]["details"]
+    assert details["reference"] == "float64" and details["failed_paths"] == []
+    assert details["leaves"] == 2 + 2 * 6  # loss, output, 6 gradients, 6 updated parameters
+
+
+def test_nan_where_eager_has_none_fails_and_says_so(records: Records):
+    details = records[("tiny_mlp", "verifier_nan", "eval")]["verification"]["details"]
+    assert "NaN positions differ: 1 NaN only in the result" in details["reason"]
