@@ -18,7 +18,7 @@ from experiment_runner.child.harness import ExperimentHarness
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
 from verifier import Context, UnsupportedOutput, compare, identical, policy_for, verify_experiment
-from verifier.compare import COSINE_THRESHOLD
+from verifier.compare import COSINE_MIN_ELEMENTS, COSINE_THRESHOLD
 from verifier.run import reference_harness
 from verifier.tolerances import load_data
 
@@ -129,6 +129,174 @@ def test_infinities_must_match():
     flipped = eager.clone()
     flipped[3] = float("-inf")
     assert not compare(eager, flipped, TRUTH, tolerance=1e-4).passed
+
+
+# --- the issue-12 reproducers and the rules that fix them --------------------------------
+
+def test_a_tripled_loss_fails_though_the_float64_run_gave_float32():
+    """The float64 run's loss is float32 when the loss is built with .float(): upcast, RMSE rule."""
+    outcome = compare({"loss": torch.tensor(2.)}, {"loss": torch.tensor(6.)}, {"loss": torch.tensor(2.)},
+                      tolerance=1e-3)
+    assert not outcome.passed and outcome.method == "rmse" and outcome.failed_paths == ["loss"]
+    assert outcome.worst.rmse_result == pytest.approx(4.0) and outcome.worst.rmse_eager == 0.0
+
+
+def test_python_float_against_a_float64_tensor_uses_the_rmse_rule():
+    outcome = compare(2.0, 6.0, torch.tensor(2., dtype=torch.float64), tolerance=1e-3)
+    assert not outcome.passed and outcome.method == "rmse"
+    assert compare(2.0, 2.0000001, torch.tensor(2., dtype=torch.float64), tolerance=1e-3).passed
+
+
+def test_all_nan_reference_cannot_pass_a_result_that_differs_from_eager():
+    a = torch.randn(100, generator=gen(7))
+    nan64 = torch.full((100,), float("nan"), dtype=torch.float64)
+    outcome = compare(a, -a, nan64, tolerance=1e-3)
+    assert not outcome.passed and outcome.worst.unreferenced == 100
+    assert "NaN/inf at 100 positions" in outcome.worst.reason
+    assert compare(a, a.clone(), nan64, tolerance=1e-3).passed
+
+
+def test_where_the_reference_is_not_finite_the_result_must_match_eager():
+    eager, result = noisy(TRUTH, 1e-3, 2), noisy(TRUTH, 1e-3, 3)
+    reference = TRUTH.clone()
+    reference[:10] = float("nan")
+    reference[10:20] = float("inf")
+    result[:20] = eager[:20]  # agrees with eager where there is no truth: the RMSE decides the rest
+    outcome = compare(eager, result, reference, tolerance=1e-4)
+    assert outcome.passed and outcome.method == "rmse" and outcome.worst.unreferenced == 20
+    result[15] = eager[15] + 1.0
+    outcome = compare(eager, result, reference, tolerance=1e-4)
+    assert not outcome.passed and "1 differ" in outcome.worst.reason
+
+
+@pytest.mark.parametrize("size", [1, 5, 15])
+def test_cosine_never_decides_a_small_leaf(size):
+    eager = torch.arange(1.0, size + 1)
+    tripled = eager * 3  # same direction: cosine similarity 1
+    no_reference = compare(eager, tripled, None, tolerance=1e-3)
+    assert not no_reference.passed and no_reference.method == "allclose"
+    assert f"{size} < {COSINE_MIN_ELEMENTS} elements" in no_reference.worst.reason
+    chosen = compare(eager, tripled, eager.double(), tolerance=1e-3, cosine=True)
+    assert not chosen.passed and chosen.method == "rmse"
+
+
+def test_cosine_still_decides_from_sixteen_elements():
+    eager = torch.arange(1.0, COSINE_MIN_ELEMENTS + 1)
+    outcome = compare(eager, eager * 1.001, None, tolerance=1e-5)
+    assert outcome.passed and outcome.method == "cosine"
+
+
+def test_larger_multiplier_for_small_tensors_when_the_data_asks():
+    tiny, mid = TRUTH[:10], TRUTH[:400]
+    assert compare(noisy(tiny, 0.01, 2), noisy(tiny, 0.05, 3), tiny, tolerance=1e-4,
+                   larger_small_multiplier=True).worst.multiplier == 10.0
+    assert compare(noisy(mid, 0.01, 2), noisy(mid, 0.05, 3), mid, tolerance=1e-4,
+                   larger_small_multiplier=True).worst.multiplier == 8.0
+    assert compare(noisy(mid, 0.01, 2), noisy(mid, 0.05, 3), mid, tolerance=1e-4).worst.multiplier == 3.0
+
+
+def test_integers_under_cosine_and_large_integers_must_be_equal():
+    ids = torch.arange(2**40, 2**40 + 100)
+    outcome = compare(ids, ids + (ids == 2**40 + 3), ids, tolerance=1e-2, cosine=True)
+    assert not outcome.passed and outcome.method == "equal"
+    assert not compare(2**53, 2**53 + 1, None, tolerance=1e-2).passed
+
+
+def test_failed_paths_and_notes_reach_the_details():
+    ref = {"loss": torch.tensor(1.0), "grads": {"w": TRUTH[:64].float(), "b": TRUTH[64:80].float()},
+           "sparse": TRUTH[:16].float().reshape(4, 4).to_sparse()}
+    res = {"loss": torch.tensor(1.5), "grads": {"w": -TRUTH[:64].float(), "b": TRUTH[64:80].float()},
+           "sparse": ref["sparse"].clone()}
+    details = compare(ref, res, None, tolerance=1e-4).details()
+    assert set(details["failed_paths"]) == {"loss", "grads.w"} and details["failed_leaves"] == 2
+    assert details["notes"] == {"sparse": "sparse_coo tensor densified"}
+    json.dumps(details, allow_nan=False)
+
+
+# --- every tensor kind gets a verdict ------------------------------------------------------
+
+@pytest.mark.parametrize("convert", [torch.Tensor.to_sparse, torch.Tensor.to_sparse_csr,
+                                     lambda t: t.to_sparse_csc(), lambda t: t.to_sparse_bsr((2, 2))],
+                         ids=["coo", "csr", "csc", "bsr"])
+def test_sparse_tensors_are_densified(convert):
+    dense = TRUTH[:64].float().reshape(8, 8)
+    ok = compare(convert(dense), convert(dense.clone()), dense.double(), tolerance=1e-4)
+    assert ok.passed and "densified" in ok.notes[""]
+    bad = compare(convert(dense), convert(dense * 2), dense.double(), tolerance=1e-4)
+    assert not bad.passed and bad.method == "rmse"
+
+
+def test_sparse_against_dense_is_a_layout_mismatch():
+    dense = TRUTH[:64].float().reshape(8, 8)
+    outcome = compare(dense.to_sparse(), dense, None, tolerance=1e-4)
+    assert not outcome.passed and "layout mismatch" in outcome.worst.reason
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_float8_is_upcast(dtype):
+    eager = TRUTH[:64].to(dtype)
+    ok = compare(eager, eager.clone(), TRUTH[:64], tolerance=1e-4)
+    assert ok.passed and ok.notes[""] == f"{str(dtype).removeprefix('torch.')} upcast to float32"
+    assert not compare(eager, (TRUTH[:64] * 4).to(dtype), TRUTH[:64], tolerance=1e-4).passed
+
+
+def test_packed_float4_is_compared_bit_for_bit():
+    raw = torch.arange(8, dtype=torch.uint8)
+    packed = raw.view(torch.float4_e2m1fn_x2)
+    assert compare(packed, raw.clone().view(torch.float4_e2m1fn_x2), None, tolerance=1e-4).passed
+    outcome = compare(packed, (raw + 1).view(torch.float4_e2m1fn_x2), None, tolerance=1e-4)
+    assert not outcome.passed and "bit for bit" in outcome.notes[""]
+
+
+def test_quantized_tensors_are_dequantized():
+    q = torch.quantize_per_tensor(TRUTH[:32].float(), 0.1, 0, torch.qint8)
+    ok = compare(q, q.clone(), None, tolerance=1e-4)
+    assert ok.passed and ok.notes[""] == "qint8 tensor dequantized"
+
+
+def test_meta_and_fake_tensors_compare_shape_and_dtype_only():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    meta = torch.empty(3, 4, device="meta")
+    outcome = compare({"x": meta}, {"x": torch.empty(3, 4, device="meta")}, None, tolerance=1e-4)
+    assert outcome.passed and outcome.method == "metadata" and "no values" in outcome.notes["x"]
+    assert "shape mismatch" in compare(meta, torch.empty(4, 3, device="meta"), None, tolerance=1e-4).worst.reason
+    mixed = compare(meta, torch.zeros(3, 4), None, tolerance=1e-4)
+    assert not mixed.passed and "meta/fake" in mixed.worst.reason
+    with FakeTensorMode():
+        fake = torch.empty(2)
+    assert compare(fake, fake, None, tolerance=1e-4).method == "metadata"
+
+
+def test_nested_tensors_are_judged_component_by_component():
+    parts = [TRUTH[:20].float(), TRUTH[20:50].float()]
+    nested = torch.nested.nested_tensor(parts, layout=torch.jagged)
+    fp64 = torch.nested.nested_tensor([p.double() for p in parts], layout=torch.jagged)
+    assert compare(nested, torch.nested.nested_tensor(parts, layout=torch.jagged), fp64, tolerance=1e-4).passed
+    bad = torch.nested.nested_tensor([parts[0], parts[1] * 2], layout=torch.jagged)
+    outcome = compare({"h": nested}, {"h": bad}, {"h": fp64}, tolerance=1e-4)
+    assert not outcome.passed and outcome.failed_paths == ["h.1"] and outcome.method == "rmse"
+    assert "nested tensor" in outcome.notes["h.1"]
+
+
+def test_numpy_object_and_string_arrays():
+    import numpy as np
+
+    objects = np.array([1, "a", 2.5], dtype=object)
+    assert compare(objects, objects.copy(), None, tolerance=1e-4).passed
+    outcome = compare(objects, np.array([1, "b", 2.5], dtype=object), None, tolerance=1e-4)
+    assert not outcome.passed and outcome.failed_paths == ["1"] and "numpy object array" in outcome.notes["1"]
+    words = np.array(["x", "y"])
+    assert compare(words, words.copy(), None, tolerance=1e-4).passed
+    assert not compare(words, np.array(["x", "z"]), None, tolerance=1e-4).passed
+
+
+def test_zero_dim_and_empty_tensors():
+    assert compare(torch.zeros(0, 3), torch.zeros(0, 3), None, tolerance=1e-4).passed
+    assert compare(torch.tensor(1.0), torch.tensor(1.00001), torch.tensor(1.0, dtype=torch.float64),
+                   tolerance=1e-4).passed
+    assert compare(1 + 2j, 1 + 2j, None, tolerance=1e-4).passed
+    assert not compare(1 + 2j, 1 - 2j, None, tolerance=1e-4).passed
 
 
 # --- structure ---------------------------------------------------------------------------
@@ -265,6 +433,50 @@ def test_tolerance_per_suite_test_and_precision(context, expected):
     assert policy.tolerance == expected and not policy.cosine and policy.skip_reason is None
 
 
+@pytest.mark.parametrize("context, expected, source, note", [
+    (ctx(model="doctr_reco_predictor", precision="fp16"), 1e-2, "torchbench/doctr_reco_predictor",
+     "tolerance.higher_fp16"),
+    (ctx(model="drq", precision="bf16"), 1e-2, "torchbench/drq", "tolerance.higher_bf16"),
+    (ctx(model="phlippe_resnet", precision="bf16"), 1e-4, "torchbench", None),
+    (ctx(model="yolov3", test="train", accelerator="cuda"), 8e-2, "torchbench/yolov3", "tolerance.even_higher"),
+    (ctx(model="yolov3", test="train", accelerator="cuda", precision="amp"), 1e-3, "torchbench", "fp16/amp"),
+    (ctx(model="yolov3", test="train"), 1e-4, "torchbench", None),
+    (ctx(suite="huggingface", model="GPT2ForSequenceClassification"), 5e-3,
+     "huggingface/GPT2ForSequenceClassification", "tolerance.higher_inference_cpu"),
+    (ctx(suite="huggingface", model="GPT2ForSequenceClassification", accelerator="cuda"), 4e-3,
+     "huggingface/GPT2ForSequenceClassification", "tolerance.higher_inference"),
+    (ctx(suite="huggingface", model="BertForMaskedLM", test="train"), 2e-2, "huggingface/BertForMaskedLM",
+     "tolerance.higher_training"),
+    (ctx(suite="timm", model="beit_base_patch16_224", test="train"), 0.16, "timm/beit_base_patch16_224",
+     "tolerance.highest_training"),
+    (ctx(suite="timm", model="inception_v3", test="train"), 4e-2, "timm/inception_v3", "tolerance.higher_training"),
+    (ctx(suite="timm", model="inception_v3"), 1e-3, "timm", None),
+])
+def test_per_model_rules_from_pytorchs_harness(context, expected, source, note):
+    policy = policy_for(context)
+    assert (policy.tolerance, policy.source) == (expected, source)
+    assert policy.rule["from"] == source and policy.rule.get("note", "").startswith(note or "")
+    assert policy.describe()["tolerance_rule"] == policy.rule
+
+
+def test_per_model_lists_from_pytorchs_harness():
+    assert "large_models" in policy_for(ctx(model="maml")).skip_reason
+    assert policy_for(ctx(model="pytorch_unet", test="train")).skip_reason is not None
+    assert policy_for(ctx(model="pytorch_unet")).skip_reason is None
+    assert "98355" in policy_for(ctx(model="mobilenet_v3_large")).describe()["nondeterministic"]
+    assert policy_for(ctx(model="yolov3")).larger_multiplier_reason is not None
+    assert policy_for(ctx(suite="timm", model="vit_base_patch14_dinov2.lvd142m")).larger_multiplier_reason
+    assert policy_for(ctx(model="resnet50")).describe() == {
+        "tolerance_source": "torchbench", "tolerance_rule": {"from": "torchbench", "tolerance": 1e-4},
+        "cosine_chosen": False}
+
+
+def test_every_suite_cites_where_its_facts_come_from():
+    data = load_data("")
+    for name in ("torchbench", "huggingface", "timm"):
+        assert "benchmarks/dynamo" in data["suites"][name]["source"]
+
+
 def test_command_line_tolerance_overrides_the_data():
     policy = policy_for(ctx(), override=0.5)
     assert policy.tolerance == 0.5 and policy.source == "--tolerance"
@@ -280,6 +492,7 @@ def test_extra_data_layers_models_skips_and_nondeterminism(tmp_path):
     data = load_data(str(extra))
     big = policy_for(ctx(model="big", test="train"), data=data)
     assert (big.tolerance, big.cosine, big.source) == (8e-2, True, "torchbench/big")
+    assert policy_for(ctx(model="big", test="train"), override=0.3, data=data).rule["from"] == "torchbench/big"
     assert policy_for(ctx(model="big"), data=data).tolerance == 1e-4
     assert policy_for(ctx(model="huge"), data=data).skip_reason == "too slow on cpu"
     assert policy_for(ctx(model="huge", accelerator="cuda"), data=data).skip_reason is None
@@ -321,6 +534,24 @@ def test_train_failure_is_located_in_a_gradient_or_parameter(tmp_path):
     verification = verify_experiment(harness_for("train", "verifier_perturb", tmp_path))
     assert verification["code"] == "FAIL" and verification["method"] in ("rmse", "allclose")
     assert verification["details"]["path"].split(".")[0] in ("loss", "output", "grads", "params")
+
+
+@pytest.mark.parametrize("backend, code", [("eager", "PASS"), ("verifier_loss_x1_5", "FAIL")])
+def test_training_verification_does_not_assume_a_summed_loss(backend, code, tmp_path, monkeypatch):
+    """With a mean loss (PyTorch's reduce_to_scalar_loss) a scaled loss still fails, by its path."""
+    import verifier_plugin  # noqa: F401 - registers verifier_loss_x1_5
+
+    load = ExperimentHarness.load
+
+    def mean_loss(self, precision=None):
+        model = load(self, precision)
+        model.loss = lambda output: output.mean()
+        return model
+
+    monkeypatch.setattr(ExperimentHarness, "load", mean_loss)
+    verification = verify_experiment(harness_for("train", backend, tmp_path))
+    assert verification["code"] == code, verification
+    assert ("loss" in verification["details"]["failed_paths"]) == (code == "FAIL")
 
 
 def test_eager_raising_is_eager_failed(tmp_path, monkeypatch):
