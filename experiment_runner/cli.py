@@ -11,6 +11,7 @@ live in `analysis/`. `--help` imports neither torch nor any child-side module.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from dataclasses import fields
@@ -154,6 +155,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="forkserver: fork each experiment's fresh process from a server that has torch "
                         "imported (fast start, no device initialized before the fork); subprocess: start "
                         "a new interpreter per experiment. XLA experiments always use subprocess")
+
+    g = p.add_argument_group("many hosts (see 'Many hosts' in the README)")
+    g.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local: experiments on this host (--launcher, --max-parallel); ray: each experiment is a "
+                        "Ray task on a node of an existing cluster, run there in its own child process "
+                        "(needs pip install 'experiment_runner[ray]'; nodes declare experiment_slot for CPU "
+                        "experiments, cuda experiments take one GPU each)")
+    g.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS"), metavar="HOST:PORT",
+                   help="the Ray cluster to join with --executor=ray (default: the RAY_ADDRESS variable)")
+    g.add_argument("--allow-mixed-versions", action="store_true",
+                   help="with --executor=ray, run even when the nodes' torch versions differ")
+    g.add_argument("--shard-by", metavar="duration:PATH",
+                   help="balance the --total-partitions shards by each model's duration in an earlier results "
+                        "file (longest first onto the least loaded shard; unknown models count as the median); "
+                        "default: round-robin over the sorted model names")
     return p
 
 
@@ -183,6 +199,19 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError(f"--gpu-ids must be comma-separated integers, got {args.gpu_ids!r}")
     for flags in args.xla_flags or []:
         check_xla_flags(flags)
+    if args.executor == "ray":
+        local_only = [flag for flag, used in (("--max-parallel", args.max_parallel != 1),
+                                              ("--gpu-ids", args.gpu_ids is not None),
+                                              ("--parallel-cpu", args.parallel_cpu)) if used]
+        if local_only:
+            raise UsageError(f"{local_only[0]} is for --executor=local; on Ray the nodes' resources "
+                             "(GPUs, experiment_slot) decide what runs at once")
+    elif args.allow_mixed_versions:
+        raise UsageError("--allow-mixed-versions needs --executor=ray")
+    if args.shard_by is not None:
+        kind, _, path = args.shard_by.partition(":")
+        if kind != "duration" or not path:
+            raise UsageError(f"--shard-by must be duration:PATH (an earlier results file), got {args.shard_by!r}")
 
 
 def check_xla_flags(flags: str | None) -> None:

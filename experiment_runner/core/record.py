@@ -34,6 +34,9 @@ class ChildOutcome:
     log_tail: str = ""
     launcher: str = "subprocess"
     cuda_visible_devices: str | None = None  # the GPU the child was pinned to, if any
+    # Set by a remote executor that lost the child with its node: error.reason, and what the engine said.
+    lost_reason: str | None = None
+    lost_detail: str = ""
 
 
 def classify_death(outcome: ChildOutcome, timeout_s: float | None) -> tuple[str, dict[str, Any]]:
@@ -43,6 +46,9 @@ def classify_death(outcome: ChildOutcome, timeout_s: float | None) -> tuple[str,
                              "returncode": rc, "signal": None}
     if rc is not None and rc < 0:
         error["signal"] = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
+    if outcome.lost_reason is not None:
+        error.update(type="Lost", reason=outcome.lost_reason, message=outcome.lost_detail)
+        return "crashed", error
     if outcome.interrupted:
         error.update(type="Interrupted", message="interrupted by the user (SIGINT); the child was killed")
         return "interrupted", error
@@ -76,8 +82,12 @@ class RecordContext:
 
 def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | None = None,
                  skip_reason: str | None = None, artifacts_dir: Path | None = None,
-                 timeout_s: float | None = None, source: str | None = None) -> dict[str, Any]:
-    """The one record of an experiment, from its child's result or its death."""
+                 timeout_s: float | None = None, source: str | None = None,
+                 placement: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The one record of an experiment, from its child's result or its death.
+
+    `placement` says where it ran (executor, host, node id); by default, on this host.
+    """
     config = exp.config
     result = outcome.result if outcome is not None else None
     if skip_reason is not None:
@@ -129,7 +139,9 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
                if relative is not None},
         },
         "timings": {**result.get("timings", {}), **({"wall_s": outcome.wall_s} if outcome else {})},
-        "placement": {"launcher": outcome.launcher if outcome else None,
+        "placement": {"executor": "local", "host": ctx.host_environment.get("hostname"), "node_id": None,
+                      **(placement or {}),
+                      "launcher": outcome.launcher if outcome else None,
                       "cuda_visible_devices": outcome.cuda_visible_devices if outcome else None},
         "environment": result.get("environment") or ctx.host_environment,
         "timestamp": time.time(),

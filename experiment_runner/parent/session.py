@@ -7,6 +7,7 @@ host is probed in a child, suites are resolved by name (plugin suites through a 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -25,10 +26,10 @@ from experiment_runner.errors import (
     UsageError,
     fail,
 )
+from experiment_runner.parent.executors import ExecutorOptions, create
 from experiment_runner.parent.host import ProbeError, probe_capabilities
-from experiment_runner.parent.launch.forkserver import ForkServerLauncher, prestart
-from experiment_runner.parent.launch.subprocess import SubprocessLauncher
-from experiment_runner.parent.runner import Parallelism, Runner
+from experiment_runner.parent.launch.forkserver import prestart
+from experiment_runner.parent.runner import Runner
 from experiment_runner.parent.store import new_run_id, resume_state
 from experiment_runner.parent.suites import CatalogError, suite_catalog
 from experiment_runner.parent.summary import render_summary
@@ -77,7 +78,7 @@ def print_dry_run(plan: matrix.Plan, done: set[str]) -> None:
 def run(args: argparse.Namespace, options: RunOptions) -> int:
     """Plan the matrix the validated flags ask for, then run it (or print it with --dry-run)."""
     try:
-        if args.launcher == "forkserver" and not args.dry_run:
+        if args.executor == "local" and args.launcher == "forkserver" and not args.dry_run:
             prestart()  # its torch import overlaps with ours: probing, planning, resuming
         filters, excludes = args.filter_patterns, args.exclude_patterns
         try:
@@ -95,6 +96,8 @@ def run(args: argparse.Namespace, options: RunOptions) -> int:
             caps = probe_capabilities()
         except ProbeError as exc:
             raise UsageError(f"cannot probe this host (is torch installed?): {exc}") from None
+        if args.executor == "ray" and "cuda" in (args.accelerator or []):
+            caps = dataclasses.replace(caps, cuda=True)  # the cluster's GPUs, checked once connected
         check_requested(args, caps)
     except UsageError as exc:
         fail(str(exc), EXIT_USAGE)
@@ -134,25 +137,29 @@ def execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, re
             done: set[str], source: str) -> int:
     output_dir = Path(args.output_dirname)
     try:
+        executor = create(ExecutorOptions(
+            name=args.executor, timeout_s=args.subprocess_timeout, launcher=args.launcher,
+            print_subprocess=args.print_subprocess, server_log=output_dir / "runs" / run_id / "forkserver.log",
+            max_parallel=args.max_parallel, gpu_ids=args.gpu_id_list, parallel_cpu=args.parallel_cpu,
+            ray_address=args.ray_address, allow_mixed_versions=args.allow_mixed_versions))
+    except UsageError as exc:
+        fail(str(exc), EXIT_USAGE)
+    try:
+        executor.prepare([p for p in plan.planned if p.experiment.experiment_id not in done])
         output_dir.mkdir(parents=True, exist_ok=True)
         with open(results_path, "ab"):
             pass
+    except UsageError as exc:
+        executor.close()
+        fail(str(exc), EXIT_USAGE)
     except OSError as exc:
+        executor.close()
         fail(f"cannot write results file {results_path}: {exc.strerror or exc}", EXIT_RESULTS_IO)
 
     ctx = RecordContext(run_id=run_id, options=options, output_dir=output_dir,
                         host_environment=describe_environment())
-    if args.launcher == "forkserver":
-        (output_dir / "runs" / run_id).mkdir(parents=True, exist_ok=True)
-        launcher: SubprocessLauncher = ForkServerLauncher(
-            timeout_s=args.subprocess_timeout, print_subprocess=args.print_subprocess,
-            server_log=output_dir / "runs" / run_id / "forkserver.log")
-    else:
-        launcher = SubprocessLauncher(timeout_s=args.subprocess_timeout, print_subprocess=args.print_subprocess)
     progress = sys.stderr.isatty() if args.progress_bar is None else args.progress_bar
-    parallelism = Parallelism(args.max_parallel, args.gpu_id_list, args.parallel_cpu)
-    runner = Runner(ctx, results_path, launcher, timeout_s=args.subprocess_timeout, progress_bar=progress,
-                    parallelism=parallelism)
+    runner = Runner(ctx, results_path, executor, timeout_s=args.subprocess_timeout, progress_bar=progress)
     print(f"run {run_id}: {len(plan.planned) - len(done)} experiment(s) to run, "
           f"{len(done)} already done; records go to {results_path}", file=sys.stderr)
     try:
@@ -160,6 +167,6 @@ def execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, re
     except ResultsFileError as exc:
         fail(str(exc), EXIT_RESULTS_IO)
     finally:
-        launcher.close()
+        executor.close()
     print(render_summary(outcome.records, results_path, run_id, outcome.interrupted))
     return EXIT_INTERRUPTED if outcome.interrupted else EXIT_OK

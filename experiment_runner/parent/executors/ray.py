@@ -1,0 +1,273 @@
+"""The Ray executor: each experiment is one Ray task on a cluster node.
+
+The task starts the experiment in its own child process on the node through the same
+`SubprocessLauncher` as a local run, so isolation, the timeout, crash classification and
+the record are what they are locally. It streams two items back: where it started (node,
+host, GPU, the node's environment), then the child's outcome with its log and small
+artifacts. The driver rebuilds the artifact folder here and builds the record with
+`core.record.build_record`; the runner stays the only writer of the results file.
+
+Resources: a cuda experiment asks for one GPU (Ray pins CUDA_VISIBLE_DEVICES); a CPU
+experiment takes one `experiment_slot`, a custom resource each node declares, so CPU
+timings never share a node unless its owner declares more slots. A node lost mid-experiment
+gives that experiment a `crashed` record with error.reason "node lost" (no automatic retry:
+`--resume --retry-failed` runs it again, as a new record). Ray is imported here only, lazily.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from experiment_runner.core.environment import describe_environment
+from experiment_runner.core.logs import read_log_tail
+from experiment_runner.core.matrix import Planned
+from experiment_runner.core.protocol import Task
+from experiment_runner.core.record import ChildOutcome
+from experiment_runner.errors import UsageError
+from experiment_runner.parent.executors.base import Job, forwarded_environment
+from experiment_runner.parent.launch.env import scratch_cleanup
+from experiment_runner.parent.launch.subprocess import SubprocessLauncher
+
+SLOT = "experiment_slot"
+# Artifacts travel back through Ray's object store; bigger files are dropped and listed.
+MAX_FILE_BYTES = 8 << 20
+MAX_TOTAL_BYTES = 64 << 20
+LEFT_ON_NODE = "left_on_node.txt"
+INSTALL_HINT = "pip install 'experiment_runner[ray]'"
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    address: str | None
+    allow_mixed_versions: bool = False
+    timeout_s: float | None = None
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(f"--executor=ray needs Ray, which is not installed here: {INSTALL_HINT}") from None
+    return ray
+
+
+def resources_for(planned: Planned) -> dict[str, Any]:
+    """The Ray task options that give an experiment its device, and only that."""
+    accelerator = planned.experiment.config.accelerator
+    if accelerator == "cuda":
+        return {"num_cpus": 0, "num_gpus": 1}
+    if accelerator == "tpu":
+        return {"num_cpus": 0, "resources": {"TPU": 1}}
+    return {"num_cpus": 0, "resources": {SLOT: 1}}
+
+
+def node_description() -> dict[str, Any]:
+    """Where this task runs: host, Ray node id, pinned GPU, and the node's environment block."""
+    import ray
+
+    context = ray.get_runtime_context()
+    gpus = context.get_accelerator_ids().get("GPU") or []
+    return {"host": socket.gethostname(), "node_id": context.get_node_id(),
+            "cuda_visible_devices": ",".join(map(str, gpus)) or None, "environment": describe_environment()}
+
+
+def collect_files(folder: Path) -> tuple[dict[str, bytes], list[str]]:
+    """The small files of an experiment's folder (relative path -> bytes) and those left out."""
+    files: dict[str, bytes] = {}
+    left: list[str] = []
+    total = 0
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        relative = str(path.relative_to(folder))
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES or total + size > MAX_TOTAL_BYTES:
+            left.append(f"{relative} ({size} bytes)")
+            continue
+        files[relative] = path.read_bytes()
+        total += size
+    return files, left
+
+
+def run_on_node(task: dict[str, Any], extra_env: dict[str, str], timeout_s: float | None) -> Iterator[Any]:
+    """The Ray task body: say where it runs, then run the experiment in a child process there.
+
+    Cancelling the task raises KeyboardInterrupt here, and the launcher kills the child's
+    process group on the way out; a worker that dies takes the child with it (the launcher
+    asks Linux for a parent-death signal).
+    """
+    where = node_description()
+    yield where
+    with tempfile.TemporaryDirectory(prefix="experiment_runner-") as folder:
+        local = Task.from_dict({**task, "artifacts_dir": folder})
+        env = dict(extra_env)
+        if where["cuda_visible_devices"] is not None:
+            env["CUDA_VISIBLE_DEVICES"] = where["cuda_visible_devices"]
+        log = Path(folder) / "child.log"
+        outcome = SubprocessLauncher(timeout_s=timeout_s).launch(local, log, env)
+        scratch_cleanup(Path(folder))
+        files, left = collect_files(Path(folder))
+        yield {"outcome": dataclasses.asdict(outcome), "files": files, "left_on_node": left}
+
+
+@dataclass
+class _InFlight:
+    planned: Planned
+    where: dict[str, Any] | None = None
+
+
+class RayExecutor:
+    """Submits every experiment as a Ray task and records each as its result streams back."""
+
+    name = "ray"
+
+    def __init__(self, config: RayConfig) -> None:
+        self.config = config
+        self.interrupt_requested = False
+        self.ray = import_ray()
+        self._connected = False
+
+    def prepare(self, todo: Sequence[Planned]) -> None:
+        """Join the cluster and check that it can run this plan: UsageError otherwise."""
+        ray = self.ray
+        address = self.config.address
+        if not address:
+            raise UsageError("--executor=ray needs the cluster's address: --ray-address=HOST:PORT or RAY_ADDRESS "
+                             "(see 'Many hosts' in the README)")
+        import logging
+
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
+                     configure_logging=True)
+        except Exception as exc:  # noqa: BLE001 - Ray raises many types for an unreachable cluster
+            raise UsageError(f"cannot connect to the Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
+        self._connected = True
+        self.check_resources(todo)
+        self.check_versions()
+
+    def check_resources(self, todo: Sequence[Planned]) -> None:
+        available = self.ray.cluster_resources()
+        for planned in todo:
+            if planned.skip_reason is not None:
+                continue
+            wanted = resources_for(planned)
+            needs = {**wanted.get("resources", {}), **({"GPU": 1} if wanted.get("num_gpus") else {})}
+            missing = [name for name in needs if available.get(name, 0) < needs[name]]
+            if missing:
+                accelerator = planned.experiment.config.accelerator
+                hint = (f"start each node with ray start ... --resources='{{\"{SLOT}\": 1}}'" if SLOT in missing
+                        else "no node of the cluster offers it")
+                raise UsageError(f"the Ray cluster at {self.config.address} has no {missing[0]} resource for "
+                                 f"{accelerator} experiments: {hint}")
+
+    def check_versions(self) -> None:
+        """Refuse a cluster whose nodes run different torch versions (their timings do not compare)."""
+        ray = self.ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        probe = ray.remote(num_cpus=0, max_retries=0)(describe_environment)
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        envs = ray.get([probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                        .remote() for n in nodes])
+        by_version: dict[str | None, list[str]] = {}
+        for env in envs:
+            by_version.setdefault(env.get("torch"), []).append(str(env.get("hostname")))
+        if len(by_version) > 1 and not self.config.allow_mixed_versions:
+            listed = "; ".join(f"torch {v}: {', '.join(sorted(set(h)))}" for v, h in by_version.items())
+            raise UsageError(f"the Ray cluster's nodes run different torch versions ({listed}); "
+                             "pass --allow-mixed-versions to run anyway")
+
+    def interrupt(self) -> None:
+        """Safe in a signal handler: only a flag; the scheduling loop cancels the tasks."""
+        self.interrupt_requested = True
+
+    def close(self) -> None:
+        if self._connected:
+            self.ray.shutdown()
+            self._connected = False
+
+    def schedule(self, todo: Sequence[Planned], job: Job) -> Iterator[tuple[Planned, dict[str, Any]]]:
+        ray = self.ray
+        body = ray.remote(max_retries=0)(run_on_node)
+        extra_env = forwarded_environment()
+        in_flight: dict[Any, _InFlight] = {}
+        for planned in todo:
+            if planned.skip_reason is not None:
+                yield planned, job.skipped(planned)
+                continue
+            task = Task(planned.experiment, job.ctx.options, "").to_dict()
+            generator = body.options(**resources_for(planned)).remote(task, extra_env, self.config.timeout_s)
+            in_flight[generator] = _InFlight(planned)
+        cancelled = False
+        try:
+            while in_flight:
+                if self.interrupt_requested and not cancelled:
+                    for generator in in_flight:
+                        ray.cancel(generator)
+                    cancelled = True
+                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.2)
+                for generator in ready:
+                    state = in_flight[generator]
+                    finished, record = self._advance(generator, state, job)
+                    if finished:
+                        del in_flight[generator]
+                    if record is not None:
+                        yield state.planned, record
+        finally:
+            for generator in in_flight:
+                ray.cancel(generator, force=True)
+
+    def _advance(self, generator: Any, state: _InFlight, job: Job) -> tuple[bool, dict[str, Any] | None]:
+        """Take the next item of an experiment's stream: (is it over, its record if it has one).
+
+        An experiment cancelled before it started leaves no record (it never ran, as
+        locally); one cancelled while running is `interrupted`; one whose node or worker
+        died is `crashed` with error.reason "node lost"."""
+        ray = self.ray
+        try:
+            item = ray.get(next(generator))
+        except StopIteration:
+            return True, None
+        except ray.exceptions.TaskCancelledError:
+            if state.where is None:
+                return True, None
+            return True, job.record(state.planned, ChildOutcome(None, None, interrupted=True),
+                                    self._placement(state.where), state.where["environment"])
+        except (ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError,
+                ray.exceptions.ObjectLostError, ray.exceptions.RaySystemError) as exc:
+            if self.interrupt_requested and state.where is None:
+                return True, None
+            detail = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+            outcome = ChildOutcome(None, None, lost_reason="node lost", lost_detail=detail)
+            where = state.where or {}
+            return True, job.record(state.planned, outcome, self._placement(where), where.get("environment"))
+        if state.where is None:
+            state.where = item
+            return False, None
+        return True, self._finish(state, item, job)
+
+    def _finish(self, state: _InFlight, item: dict[str, Any], job: Job) -> dict[str, Any]:
+        folder = job.artifacts_dir(state.planned)
+        folder.mkdir(parents=True, exist_ok=True)
+        for relative, data in item["files"].items():
+            target = folder / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        if item["left_on_node"]:
+            (folder / LEFT_ON_NODE).write_text(
+                f"too large to bring back from {state.where['host']} (over {MAX_FILE_BYTES} bytes each or "
+                f"{MAX_TOTAL_BYTES} in all), so not kept:\n"
+                + "\n".join(item["left_on_node"]) + "\n")
+        fields = {f.name for f in dataclasses.fields(ChildOutcome)}
+        outcome = ChildOutcome(**{k: v for k, v in item["outcome"].items() if k in fields})
+        outcome.log_tail = outcome.log_tail or read_log_tail(folder / "child.log")
+        return job.record(state.planned, outcome, self._placement(state.where), state.where["environment"])
+
+    @staticmethod
+    def _placement(where: dict[str, Any]) -> dict[str, Any]:
+        return {"executor": "ray", "host": where.get("host"), "node_id": where.get("node_id")}

@@ -1,0 +1,215 @@
+"""--executor=ray on a real Ray cluster of two nodes on this machine (tests/support/ray_cluster.py).
+
+The cluster is started once for the module and stopped by the pids it started. Experiments
+are the quick `faulty` models and the dummy suite without inductor, so most of the time
+goes to Ray and process start-up, not to benchmarks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+import pytest
+from conftest import (
+    SUPPORT,
+    assert_no_process_left,
+    cli_command,
+    cli_env,
+    marked_processes,
+    read_records,
+)
+
+sys.path.insert(0, str(SUPPORT))
+from ray_cluster import LocalRayCluster  # noqa: E402  (tests/support)
+
+QUICK = ("--suite-name=faulty", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=1",
+         "--executor=ray", "--no-progress-bar")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalRayCluster]:
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(SUPPORT), os.environ.get("PYTHONPATH")]))}
+    with LocalRayCluster(nodes=2, slots=1, env=env) as started:
+        yield started
+
+
+@pytest.fixture
+def two_nodes(cluster: LocalRayCluster) -> LocalRayCluster:
+    """The cluster with two live nodes again, whatever an earlier test killed."""
+    while sum(1 for node in cluster.started if not node.killed) < 2:
+        cluster.add_node()
+    return cluster
+
+
+def start_run(args: tuple[str, ...], output: Path, cache: Path, address: str, marker: str) -> subprocess.Popen:
+    env = cli_env(cache, marker, {"RAY_ADDRESS": address})
+    return subprocess.Popen(cli_command(args, output), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def run(args: tuple[str, ...], output: Path, cache: Path, address: str) -> tuple[subprocess.CompletedProcess, str]:
+    marker = uuid.uuid4().hex
+    proc = subprocess.run(cli_command(args, output), env=cli_env(cache, marker, {"RAY_ADDRESS": address}),
+                          capture_output=True, text=True, timeout=300)
+    return proc, marker
+
+
+def wait_until(predicate, timeout_s: float = 120, what: str = "") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def experiment_on(node_pid: int, marker: str) -> bool:
+    """Whether an experiment child of this run is running under the node started as node_pid."""
+    for line in marked_processes(marker):
+        try:
+            if node_pid in {p.pid for p in psutil.Process(int(line.split()[0])).parents()}:
+                return True
+        except psutil.NoSuchProcess:
+            continue
+    return False
+
+
+def test_every_experiment_once_with_its_node(two_nodes, tmp_path: Path, cli_cache: Path) -> None:
+    args = (*QUICK, "--filter=^quick_0[0-5]$", "--filter=^segfault$")
+    proc, marker = run(args, tmp_path / "out", cli_cache, two_nodes.address)
+    assert proc.returncode == 0, proc.stderr
+    records = read_records(tmp_path / "out" / "results.jsonl")
+    assert Counter(r["experiment_id"] for r in records).most_common(1)[0][1] == 1
+    assert sorted(r["model"]["model_name"] for r in records) == sorted([f"quick_0{i}" for i in range(6)]
+                                                                        + ["segfault"])
+    statuses = {r["model"]["model_name"]: r["status"] for r in records}
+    assert statuses.pop("segfault") == "crashed" and set(statuses.values()) == {"ok"}
+    for record in records:
+        placement = record["placement"]
+        assert placement["executor"] == "ray" and placement["launcher"] == "subprocess"
+        assert placement["host"] and len(placement["node_id"]) == 56
+        assert record["environment"]["torch"] and record["environment"]["hostname"] == placement["host"]
+        log = tmp_path / "out" / record["artifacts"]["log"]
+        assert record["experiment_id"] in log.read_text()  # the node's log came back beside the record
+    segfault = next(r for r in records if r["model"]["model_name"] == "segfault")
+    assert segfault["error"]["signal"] == "SIGSEGV" and "faulty_suite.py" in segfault["error"]["traceback_tail"]
+    assert len({r["placement"]["node_id"] for r in records}) == 2, "both nodes should have taken experiments"
+
+    report = subprocess.run([sys.executable, "-m", "experiment_runner", "report", str(tmp_path / "out" / "results.jsonl")],
+                            capture_output=True, text=True)
+    assert report.returncode == 0 and "quick_05" in report.stdout, report.stderr
+    assert_no_process_left(marker)
+
+
+def test_a_lost_node_gives_its_experiment_one_crashed_record(two_nodes, tmp_path: Path, cli_cache: Path) -> None:
+    victim = next(node for node in two_nodes.started[1:] if not node.killed)
+    marker = uuid.uuid4().hex
+    output = tmp_path / "out"
+    driver = start_run((*QUICK, "--filter=^nap_0[0-5]$", "--filter=^quick_0[0-3]$"), output, cli_cache,
+                       two_nodes.address, marker)
+    wait_until(lambda: experiment_on(victim.proc.pid, marker), what="an experiment on the second node")
+    victim.kill()
+    stdout, stderr = driver.communicate(timeout=300)
+    assert driver.returncode == 0, stderr
+    records = read_records(output / "results.jsonl")
+    assert sorted(r["model"]["model_name"] for r in records) == sorted(
+        [f"nap_0{i}" for i in range(6)] + [f"quick_0{i}" for i in range(4)])
+    lost = [r for r in records if r["status"] == "crashed"]
+    assert len(lost) == 1, stderr
+    assert lost[0]["error"]["reason"] == "node lost" and lost[0]["error"]["type"] == "Lost"
+    assert lost[0]["placement"]["node_id"], "the lost experiment says which node it was on"
+    assert all(r["status"] == "ok" for r in records if r is not lost[0])
+    assert_no_process_left(marker, within_s=15)
+    assert not victim.alive()
+
+
+def test_driver_killed_then_resume_loses_and_duplicates_nothing(two_nodes, tmp_path: Path,
+                                                                  cli_cache: Path) -> None:
+    marker = uuid.uuid4().hex
+    output = tmp_path / "out"
+    args = (*QUICK, "--filter=^nap_0[0-7]$")
+    driver = start_run(args, output, cli_cache, two_nodes.address, marker)
+    results = output / "results.jsonl"
+    wait_until(lambda: results.exists() and len(read_records(results)) >= 2 and marked_processes(marker),
+               what="two records and a running experiment")
+    driver.kill()
+    driver.communicate()
+    assert_no_process_left(marker, within_s=30)  # Ray ends the dead driver's tasks; their children follow
+    before = read_records(results)
+
+    proc, _ = run((*args, "--resume"), output, cli_cache, two_nodes.address)
+    assert proc.returncode == 0, proc.stderr
+    after = read_records(results)
+    assert after[:len(before)] == before
+    assert Counter(r["experiment_id"] for r in after) == Counter({r["experiment_id"]: 1 for r in after})
+    assert sorted(r["model"]["model_name"] for r in after) == [f"nap_0{i}" for i in range(8)]
+    assert {r["run_id"] for r in after} == {before[0]["run_id"]} and {r["status"] for r in after} == {"ok"}
+
+
+def test_sigterm_cancels_running_tasks_and_records_them_interrupted(two_nodes, tmp_path: Path,
+                                                                    cli_cache: Path) -> None:
+    marker = uuid.uuid4().hex
+    output = tmp_path / "out"
+    driver = start_run((*QUICK, "--filter=^hang$", "--filter=^nap_0[0-3]$"), output, cli_cache,
+                       two_nodes.address, marker)
+    wait_until(lambda: len(marked_processes(marker)) >= 2, what="experiments running on both nodes")
+    driver.send_signal(signal.SIGTERM)
+    _, stderr = driver.communicate(timeout=120)
+    assert driver.returncode == 130, stderr
+    records = read_records(output / "results.jsonl")
+    assert Counter(r["experiment_id"] for r in records).most_common(1)[0][1] == 1
+    interrupted = [r for r in records if r["status"] == "interrupted"]
+    assert "hang" in {r["model"]["model_name"] for r in interrupted}
+    assert all(r["placement"]["node_id"] for r in interrupted)
+    assert len(records) < 5  # experiments that never started get no record: --resume runs them
+    assert_no_process_left(marker, within_s=15)
+
+
+def test_cluster_without_the_resource_is_one_line_and_exit_2(two_nodes, tmp_path: Path, cli_cache: Path) -> None:
+    # The driver has no GPU either: with --executor=ray, whether cuda can run is the cluster's to say.
+    proc, _ = run(("--suite-name=dummy", "--accelerator=cuda", "--dynamo=None", "--test=eval", "--executor=ray"),
+                  tmp_path / "out", cli_cache, two_nodes.address)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("experiment_runner: error: the Ray cluster at ")
+    assert "no GPU resource for cuda experiments" in proc.stderr
+    assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_without_ray_address_or_ray_is_one_line_and_exit_2(tmp_path: Path, cli_cache: Path) -> None:
+    env = cli_env(cli_cache, "x")
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run(cli_command(["--suite-name=dummy", "--accelerator=cpu", "--executor=ray"], tmp_path),
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "needs the cluster's address" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+    blocker = tmp_path / "no_ray"
+    (blocker / "ray").mkdir(parents=True)
+    (blocker / "ray" / "__init__.py").write_text("raise ImportError('ray is not installed (simulated)')\n")
+    env["PYTHONPATH"] = os.pathsep.join([str(blocker), env["PYTHONPATH"]])
+    proc = subprocess.run(cli_command(["--suite-name=dummy", "--accelerator=cpu", "--executor=ray",
+                                       "--ray-address=127.0.0.1:1"], tmp_path), env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == ("experiment_runner: error: --executor=ray needs Ray, which is not installed "
+                                   "here: pip install 'experiment_runner[ray]'")
+
+
+def test_local_only_flags_are_refused_with_ray(run_cli) -> None:
+    run_ = run_cli("--suite-name=dummy", "--executor=ray", "--max-parallel=2")
+    assert run_.returncode == 2 and "--max-parallel is for --executor=local" in run_.stderr
+
+
+def test_records_say_where_they_ran_locally(run_cli) -> None:
+    run_ = run_cli("--suite-name=dummy", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=1")
+    assert run_.returncode == 0, run_.stderr
+    (record,) = run_.records()
+    assert record["placement"]["executor"] == "local" and record["placement"]["node_id"] is None
+    assert record["placement"]["host"] == record["environment"]["hostname"]
