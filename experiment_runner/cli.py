@@ -28,7 +28,8 @@ from experiment_runner.errors import (
 )
 
 # Subcommand → the analysis module whose main(argv) runs it.
-SUBCOMMANDS = {"report": "experiment_runner.analysis.report", "compare": "experiment_runner.analysis.regress"}
+SUBCOMMANDS = {"report": "experiment_runner.analysis.report", "compare": "experiment_runner.analysis.regress",
+               "merge": "experiment_runner.analysis.merge"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="experiment_runner",
         description="Run an accelerator x xla x dynamo x test matrix of PyTorch model benchmarks, "
                     "one child process per experiment, one JSON line per experiment. "
-                    "Subcommands: 'experiment_runner report FILE...' and 'experiment_runner compare A B'.",
+                    "Subcommands: 'experiment_runner report FILE...', 'experiment_runner compare A B' and "
+                    "'experiment_runner merge SHARD.jsonl... -o ALL.jsonl'.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     g = p.add_argument_group("matrix")

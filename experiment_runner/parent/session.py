@@ -18,6 +18,7 @@ from experiment_runner.core.environment import describe_environment
 from experiment_runner.core.options import RunOptions
 from experiment_runner.core.record import RecordContext
 from experiment_runner.core.results import ResultsFileError
+from experiment_runner.core.shards import balanced_shards, read_durations
 from experiment_runner.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -75,12 +76,24 @@ def print_dry_run(plan: matrix.Plan, done: set[str]) -> None:
             print(f"  - {reason}: {examples}")
 
 
+def select_shard(args: argparse.Namespace, names: list[str]) -> list[str]:
+    """This host's models: round-robin over the sorted names, or balanced by earlier durations."""
+    if args.shard_by is None:
+        return matrix.select_models(names, args.filter_patterns, args.exclude_patterns, args.total_partitions,
+                                    args.partition_id)
+    models = matrix.select_models(names, args.filter_patterns, args.exclude_patterns)
+    try:
+        durations = read_durations(Path(args.shard_by.partition(":")[2]))
+    except ResultsFileError as exc:
+        fail(str(exc), EXIT_RESULTS_IO)
+    return balanced_shards(models, durations, args.total_partitions)[args.partition_id]
+
+
 def run(args: argparse.Namespace, options: RunOptions) -> int:
     """Plan the matrix the validated flags ask for, then run it (or print it with --dry-run)."""
     try:
         if args.executor == "local" and args.launcher == "forkserver" and not args.dry_run:
             prestart()  # its torch import overlaps with ours: probing, planning, resuming
-        filters, excludes = args.filter_patterns, args.exclude_patterns
         try:
             suite = suite_catalog(args.suite_name)
         except UnknownSuite as exc:
@@ -88,7 +101,7 @@ def run(args: argparse.Namespace, options: RunOptions) -> int:
         except CatalogError as exc:
             raise UsageError(str(exc)) from None
         names = suite.model_names
-        models = matrix.select_models(names, filters, excludes, args.total_partitions, args.partition_id)
+        models = select_shard(args, names)
         if not models:
             shown = ", ".join(sorted(names)[:40]) + (" ..." if len(names) > 40 else "")
             raise UsageError(f"no {args.suite_name} model matches the filters; models: {shown}")
