@@ -1,0 +1,129 @@
+"""Many hosts: what --executor=ray costs and gains, and how even --shard-by=duration makes shards.
+
+Three measures, each against a real Ray cluster started on this machine
+(tests/support/ray_cluster.py) and real `python -m experiment_runner` runs:
+
+1. overhead: 40 quick experiments (the `sleepy` plugin suite's quick_NN, eval and train of
+   20 models) on the local executor (subprocess launcher, serial) and on a one-node,
+   one-slot cluster (also serial, the same launcher on the node), alternated --runs times.
+   Overhead per experiment = (command wall - sum of timings.work_s) / experiments; the
+   figure is Ray's minus local's.
+2. scaling: 40 experiments that sleep 2 s each (sleep_NN): a one-node one-slot cluster
+   against two nodes with two slots each; the figure is the 2x2 wall over the 1x1 wall.
+3. shards: a results file of 120 models with heavy-tailed (log-normal) durations split
+   4 ways: the longest shard over the ideal (total / 4), LPT (--shard-by=duration) beside
+   round-robin and contiguous blocks of the sorted names.
+
+    python benchmarks/ray_overhead.py                 # all three
+    python benchmarks/ray_overhead.py --only shards   # one of overhead, scaling, shards
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+from ray_cluster import LocalRayCluster  # noqa: E402
+
+from experiment_runner.core.matrix import select_models  # noqa: E402
+from experiment_runner.core.shards import balanced_shards, read_durations, shard_loads  # noqa: E402
+
+SUITE_ENV = {"EXPERIMENT_RUNNER_SUITES": "sleepy=sleepy_suite:SleepySuite",
+             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "benchmarks"), str(ROOT),
+                                                         os.environ.get("PYTHONPATH")]))}
+QUICK = ["--suite-name=sleepy", "--filter=^quick_[01]", "--accelerator=cpu", "--dynamo=None", "--test=eval",
+         "--test=train", "--repeat=1", "--no-progress-bar"]
+SLEEPY = ["--suite-name=sleepy", "--filter=^sleep_", "--accelerator=cpu", "--dynamo=None", "--test=eval",
+          "--repeat=1", "--no-progress-bar"]
+
+
+def run(matrix: list[str], folder: Path, extra: list[str], address: str | None = None) -> tuple[float, list[dict]]:
+    output = folder / f"out-{time.monotonic_ns()}"
+    env = {**os.environ, **SUITE_ENV, **({"RAY_ADDRESS": address} if address else {})}
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "experiment_runner", *matrix, *extra, f"--output-dirname={output}"],
+                          env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"run failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    records = [json.loads(line) for line in (output / "results.jsonl").read_text().splitlines()]
+    assert all(r["status"] == "ok" for r in records), [r["error"] for r in records if r["status"] != "ok"]
+    return wall, records
+
+
+def overhead(folder: Path, runs: int) -> None:
+    per_exp: dict[str, list[float]] = {"local": [], "ray": []}
+    with LocalRayCluster(nodes=1, slots=1, env=SUITE_ENV) as cluster:
+        run(QUICK[:1] + ["--filter=^quick_00$"] + QUICK[2:], folder, ["--launcher=subprocess"])  # fills caches
+        for _ in range(runs):
+            for name, extra, address in (("local", ["--launcher=subprocess"], None),
+                                         ("ray", ["--executor=ray"], cluster.address)):
+                wall, records = run(QUICK, folder, extra, address)
+                work = sum(r["timings"].get("work_s", 0.0) for r in records)
+                per_exp[name].append((wall - work) / len(records))
+    local, ray = statistics.median(per_exp["local"]), statistics.median(per_exp["ray"])
+    print(f"overhead per experiment, 40 quick experiments, median of {runs} alternated run(s): "
+          f"local {local:.3f} s, ray {ray:.3f} s, ray - local {ray - local:+.3f} s "
+          f"(runs: local {', '.join(f'{v:.3f}' for v in per_exp['local'])}; "
+          f"ray {', '.join(f'{v:.3f}' for v in per_exp['ray'])})", flush=True)
+
+
+def scaling(folder: Path) -> None:
+    walls = {}
+    for nodes, slots in ((1, 1), (2, 2)):
+        with LocalRayCluster(nodes=nodes, slots=slots, num_cpus=slots, env=SUITE_ENV) as cluster:
+            walls[(nodes, slots)], records = run(SLEEPY, folder, ["--executor=ray"], cluster.address)
+            hosts = {r["placement"]["node_id"] for r in records}
+            print(f"  {nodes} node(s) x {slots} slot(s): {len(records)} experiments in "
+                  f"{walls[(nodes, slots)]:.1f} s on {len(hosts)} node(s)", flush=True)
+    print(f"scaling: 2 nodes x 2 slots / 1 slot wall = {walls[(2, 2)] / walls[(1, 1)]:.2f}", flush=True)
+
+
+def shards(folder: Path) -> None:
+    rng = random.Random(2026)
+    path = folder / "mixed.jsonl"
+    with open(path, "w") as handle:
+        for i in range(120):
+            for test in ("eval", "train"):
+                wall = rng.lognormvariate(3.0, 1.3)  # a few models dominate, as in real suites
+                handle.write(json.dumps({"run_id": "earlier", "experiment_id": f"model_{i:03d}-{test}",
+                                         "model": {"model_name": f"model_{i:03d}"}, "status": "ok",
+                                         "timings": {"wall_s": wall}}) + "\n")
+    durations = read_durations(path)
+    models = select_models(durations)
+    ideal = sum(durations.values()) / 4
+    lpt = max(shard_loads(balanced_shards(models, durations, 4), durations)) / ideal
+    rr = max(shard_loads([models[i::4] for i in range(4)], durations)) / ideal
+    size = -(-len(models) // 4)
+    blocks = max(shard_loads([models[i * size:(i + 1) * size] for i in range(4)], durations)) / ideal
+    print(f"shards: 120 models, 4 shards, longest shard / ideal (total / 4): --shard-by=duration {lpt:.3f}, "
+          f"round-robin {rr:.3f}, contiguous blocks {blocks:.3f}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=("overhead", "scaling", "shards"))
+    parser.add_argument("--runs", type=int, default=2, help="alternated runs per executor for the overhead")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ray-overhead-") as tmp:
+        folder = Path(tmp)
+        if args.only in (None, "shards"):
+            shards(folder)
+        if args.only in (None, "overhead"):
+            overhead(folder, args.runs)
+        if args.only in (None, "scaling"):
+            scaling(folder)
+
+
+if __name__ == "__main__":
+    main()
