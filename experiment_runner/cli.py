@@ -1,8 +1,8 @@
 """Command line: drop-in compatible with PyTorch/XLA's benchmarks/experiment_runner.py.
 
-`experiment_runner [run flags]` runs a matrix; `experiment_runner report ...` and
-`experiment_runner compare ...` analyse results files. Bad input is one line on stderr
-and a non-zero exit (see `errors.py`), never a traceback.
+`experiment_runner [run flags]` runs a matrix; `experiment_runner report ...`,
+`experiment_runner compare ...` and `experiment_runner history ...` analyse results files.
+Bad input is one line on stderr and a non-zero exit (see `errors.py`), never a traceback.
 
 Flags and dispatch only: the run itself is `parent.session.run`, the analysis commands
 live in `analysis/`. `--help` imports neither torch nor any child-side module.
@@ -29,7 +29,7 @@ from experiment_runner.errors import (
 
 # Subcommand → the analysis module whose main(argv) runs it.
 SUBCOMMANDS = {"report": "experiment_runner.analysis.report", "compare": "experiment_runner.analysis.regress",
-               "merge": "experiment_runner.analysis.merge"}
+               "merge": "experiment_runner.analysis.merge", "history": "experiment_runner.analysis.history"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,8 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="experiment_runner",
         description="Run an accelerator x xla x dynamo x test matrix of PyTorch model benchmarks, "
                     "one child process per experiment, one JSON line per experiment. "
-                    "Subcommands: 'experiment_runner report FILE...', 'experiment_runner compare A B' and "
-                    "'experiment_runner merge SHARD.jsonl... -o ALL.jsonl'.",
+                    "Subcommands: 'experiment_runner report FILE...', 'experiment_runner compare A B', "
+                    "'experiment_runner merge SHARD.jsonl... -o ALL.jsonl' and "
+                    "'experiment_runner history PATH...' (change points over nightly runs).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     g = p.add_argument_group("matrix")

@@ -428,7 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"baseline configuration; keys: {', '.join(BASELINE_KEYS)}. xla, xla_flags, dynamo "
                         f"and torch_xla2 not given are None; accelerator, test and precision not given "
                         f"are the configuration's own (default: {DEFAULT_BASELINE}, i.e. eager)")
-    p.add_argument("--format", choices=("text", "csv", "json"), default="text", help="output format")
+    p.add_argument("--format", choices=("text", "csv", "json", "html"), default="text",
+                   help="output format; html: one self-contained page (dashboard table, per-model speedups)")
     p.add_argument("--table", choices=("all", "summary", "models"),
                    help="which tables: the summary, the per-model rows, or both (default: all; "
                         "summary for csv, which holds one table)")
@@ -457,6 +458,13 @@ def report(args: argparse.Namespace) -> str:
         return render_text(run, fixed, summaries, results, tables)
     if args.format == "csv":
         return render_csv(summary_records(summaries) if tables == "summary" else model_records(results))
+    if args.format == "html":
+        from experiment_runner.analysis.page import report_page
+
+        key = ("suite", "model", "accelerator", "test", "precision", "batch_size", "configuration")
+        cells = {tuple(getattr(m.row, k) for k in key): m.cell() for m in results}
+        models = [dict(m, cell=cells[tuple(m[k] for k in key)]) for m in model_records(results)]
+        return report_page(run, describe_baseline(fixed), summary_records(summaries), models)
     document: dict[str, Any] = {"run_id": run.run_id, "timestamp": run.timestamp,
                                 "baseline": describe_baseline(fixed)}
     if tables in ("all", "summary"):

@@ -1,0 +1,227 @@
+"""Results files as columns (numpy arrays), read by DuckDB straight from the JSONL.
+
+`history` reads a year of nightly files (hundreds of thousands of records, a gigabyte of
+JSON); parsing each record into a Python dict would take minutes. DuckDB parses only the
+fields asked for, in C++, with the file order kept (`preserve_insertion_order`, its default),
+so "the last record of an experiment within a run wins" holds as in `loader.py`.
+
+A file DuckDB cannot read as a whole (a torn last line after a crash, a mistyped field) is
+read again by `loader.iter_rows`, which skips bad lines with a warning naming each one;
+both paths apply `loader.flatten`'s rules, which a test checks on the same files:
+our figures come from `measurements`, then `metrics`; compile time is recorded or estimated
+from the first warm-up iteration; records without run_id (the reference runner's) are
+grouped into runs by `loader.legacy_run_id`.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES, iter_rows, legacy_experiment_id
+from experiment_runner.core.results import BadLine, ResultsFileError
+from experiment_runner.errors import EXIT_RESULTS_IO, ReportError
+
+if TYPE_CHECKING:
+    import pyarrow
+
+_STRUCT_FIGURES = "warmup_time DOUBLE[], compile_time_s DOUBLE, peak_rss_bytes BIGINT, peak_allocated_bytes BIGINT"
+_COLUMNS = {
+    "run_id": "VARCHAR", "experiment_id": "VARCHAR", "timestamp": "DOUBLE", "status": "VARCHAR",
+    "verification_code": "VARCHAR",
+    "model": "STRUCT(suite_name VARCHAR, model_name VARCHAR)",
+    "experiment": "STRUCT(accelerator VARCHAR, xla VARCHAR, xla_flags VARCHAR, dynamo VARCHAR, "
+                  "torch_xla2 VARCHAR, test VARCHAR, \"precision\" VARCHAR, batch_size BIGINT)",
+    "stats": "STRUCT(per_iter_time STRUCT(n BIGINT, median DOUBLE))",
+    "metrics": f"STRUCT(per_iter_time DOUBLE[], error VARCHAR, {_STRUCT_FIGURES})",
+    "measurements": f"STRUCT({_STRUCT_FIGURES})",
+}
+# What each column is, in SQL over the record fields above; the rules of loader.flatten.
+_SELECT = """
+WITH raw AS (
+  SELECT filename, run_id, experiment_id, timestamp, status, verification_code,
+         model.suite_name AS suite, model.model_name AS model,
+         experiment.accelerator AS accelerator, experiment.xla AS xla, experiment.xla_flags AS xla_flags,
+         experiment.dynamo AS dynamo, experiment.torch_xla2 AS torch_xla2, experiment.test AS test,
+         experiment."precision" AS "precision", experiment.batch_size AS batch_size,
+         list_filter(metrics.per_iter_time, lambda v: isfinite(v)) AS samples,
+         stats.per_iter_time.n AS stats_n, stats.per_iter_time.median AS stats_median,
+         metrics.error IS NOT NULL AS metrics_error,
+         coalesce(measurements.compile_time_s, metrics.compile_time_s) AS recorded_compile,
+         coalesce(measurements.warmup_time, metrics.warmup_time)[1] AS first_warmup,
+         coalesce(measurements.peak_allocated_bytes, metrics.peak_allocated_bytes) AS peak_allocated,
+         coalesce(measurements.peak_rss_bytes, metrics.peak_rss_bytes) AS peak_rss
+  FROM read_json($files, format='newline_delimited', columns=$columns, filename=true)
+), med AS (
+  SELECT *, CASE WHEN stats_n = len(samples) THEN stats_median ELSE list_median(samples) END AS median
+  FROM raw
+)
+SELECT filename, run_id, experiment_id, timestamp,
+       coalesce(status, CASE WHEN len(samples) > 0 AND NOT metrics_error THEN 'ok' ELSE 'error' END) AS status,
+       verification_code, suite, model, accelerator, xla, xla_flags, dynamo, torch_xla2, test, "precision",
+       batch_size, median,
+       CASE WHEN recorded_compile IS NOT NULL AND isfinite(recorded_compile) THEN recorded_compile
+            WHEN first_warmup IS NOT NULL AND median IS NOT NULL THEN greatest(first_warmup - median, 0.0)
+       END AS compile_time_s,
+       coalesce(peak_allocated, peak_rss)::DOUBLE AS peak_memory_bytes
+FROM med
+"""
+STRING_FIELDS = ("run_id", "experiment_id", "status", "verification_code", "suite", "model", "accelerator",
+                 *CONFIG_FIELDS, "test", "precision")
+FLOAT_FIELDS = ("timestamp", "median", "compile_time_s", "peak_memory_bytes", "batch_size")
+
+
+@dataclass
+class Factor:
+    """A string column as codes into its distinct values (-1 where absent): what grouping needs."""
+
+    codes: np.ndarray
+    labels: list[str]
+
+    def values(self, rows: np.ndarray) -> list[str | None]:
+        return [self.labels[c] if c >= 0 else None for c in self.codes[rows].tolist()]
+
+
+@dataclass
+class Records:
+    """One entry per record, in file order. `source` indexes `files`; `index` is the
+    record's position among its file's records (what `iter_records` would count)."""
+
+    files: list[Path]
+    source: np.ndarray
+    index: np.ndarray
+    strings: dict[str, Factor]
+    numbers: dict[str, np.ndarray]  # NaN where absent
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def passed(self) -> np.ndarray:
+        """ok and, when verified, PASS (loader.Row.passed)."""
+        status, code = self.strings["status"], self.strings["verification_code"]
+        ok = np.array([label == "ok" for label in status.labels] + [False], dtype=bool)[status.codes]
+        verified = np.array([label in UNVERIFIED_CODES or label == "PASS" for label in code.labels] + [True],
+                            dtype=bool)[code.codes]
+        return ok & verified
+
+
+def results_files(paths: Sequence[Path]) -> list[Path]:
+    """Files as given; folders searched recursively for *.jsonl in name order (a folder per night sorts by date)."""
+    found: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found.extend(sorted(p for p in path.rglob("*.jsonl") if p.is_file()))
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise ReportError(f"no such results file or folder: {path}", EXIT_RESULTS_IO)
+    if not found:
+        raise ReportError(f"no results files (*.jsonl) in {', '.join(map(str, paths))}", EXIT_RESULTS_IO)
+    return found
+
+
+def _schema() -> "pyarrow.Schema":
+    import pyarrow as pa
+
+    return pa.schema([("filename", pa.string())] + [(n, pa.string()) for n in STRING_FIELDS]
+                     + [(n, pa.float64()) for n in FLOAT_FIELDS])
+
+
+def _duckdb(files: Sequence[Path]) -> "pyarrow.Table | None":
+    """`files` through DuckDB, or None when one of them does not parse cleanly."""
+    import duckdb
+
+    connection = duckdb.connect()
+    try:
+        relation = connection.sql(_SELECT, params={"files": [str(f) for f in files], "columns": _COLUMNS})
+        schema = _schema()
+        return relation.to_arrow_table().select(schema.names).cast(schema)
+    except (duckdb.InvalidInputException, duckdb.ConversionException):  # the data, not the query
+        return None
+    finally:
+        connection.close()
+
+
+def _python(path: Path) -> "pyarrow.Table":
+    """One file through loader.iter_rows: tolerant of torn lines, which become warnings naming them."""
+    import pyarrow as pa
+
+    bad: dict[Path, list[BadLine]] = {}
+    try:
+        rows = list(iter_rows([path], bad))
+    except ResultsFileError as exc:
+        raise ReportError(str(exc), EXIT_RESULTS_IO) from None
+    for line in bad.get(path, []):
+        print(f"warning: {path}:{line.lineno}: skipped a corrupt or torn line ({line.reason})", file=sys.stderr)
+    data: dict[str, list] = {"filename": [str(path)] * len(rows)}
+    for name in STRING_FIELDS + ("timestamp", "compile_time_s", "batch_size"):
+        data[name] = [getattr(row, name) for row in rows]
+    data["run_id"] = [None if r.startswith("legacy:") else r for r in data["run_id"]]  # see legacy_run_id
+    data["median"] = [row.median_per_iter_time_s for row in rows]
+    data["peak_memory_bytes"] = [row.peak_allocated_bytes or row.peak_rss_bytes for row in rows]
+    return pa.Table.from_pydict(data, schema=_schema())
+
+
+def read_records(paths: Sequence[Path]) -> Records:
+    """Every record of every results file under `paths`; a file DuckDB rejects goes through the tolerant reader."""
+    import pyarrow as pa
+
+    files = results_files(paths)
+    table = _duckdb(files)
+    if table is None:
+        table = pa.concat_tables([_duckdb([f]) or _python(f) for f in files])
+    position = {str(f): i for i, f in enumerate(files)}
+    names = table["filename"].combine_chunks().dictionary_encode()
+    lookup = np.array([position[name] for name in names.dictionary.to_pylist()] or [0], dtype=np.int64)
+    source = lookup[names.indices.to_numpy(zero_copy_only=False)] if len(table) else np.zeros(0, dtype=np.int64)
+    index = np.zeros(len(source), dtype=np.int64)
+    if len(source):
+        starts = np.r_[0, np.flatnonzero(np.diff(source)) + 1]
+        index = np.arange(len(source)) - np.repeat(starts, np.diff(np.r_[starts, len(source)]))
+    strings = {name: _factor(table[name]) for name in STRING_FIELDS}
+    numbers = {name: table[name].to_numpy() for name in FLOAT_FIELDS}
+    records = Records(files, source, index, strings, numbers)
+    _fill_legacy(records)
+    return records
+
+
+def _factor(column: "pyarrow.ChunkedArray") -> Factor:
+    encoded = column.combine_chunks().dictionary_encode()
+    codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return Factor(codes, encoded.dictionary.to_pylist())
+
+
+def legacy_run_id(file_name: str, timestamp: float | None) -> str:
+    """The run of a record without run_id: its file and its timestamp (the reference runner
+    stamps every record of one invocation with the same one). The same rule as issue 15's
+    loader.legacy_run_id; this becomes an import of it once that lands."""
+    if timestamp is None:
+        return f"legacy:{file_name}"
+    return f"legacy:{file_name}@{timestamp:.6f}".rstrip("0").rstrip(".")
+
+
+def _fill_legacy(records: Records) -> None:
+    """Records of the reference runner: run ids from file and timestamp, experiment ids from their fields."""
+    runs, experiments = records.strings["run_id"], records.strings["experiment_id"]
+    missing = np.flatnonzero((runs.codes < 0) | (experiments.codes < 0))
+    if not len(missing):
+        return
+    run_labels = {label: i for i, label in enumerate(runs.labels)}
+    exp_labels = {label: i for i, label in enumerate(experiments.labels)}
+    stamps = records.numbers["timestamp"]
+    for i in missing.tolist():
+        if runs.codes[i] < 0:
+            stamp = None if np.isnan(stamps[i]) else float(stamps[i])
+            label = legacy_run_id(records.files[records.source[i]].name, stamp)
+            runs.codes[i] = run_labels.setdefault(label, len(run_labels))
+        if experiments.codes[i] < 0:
+            value = {name: records.strings[name].values(np.array([i]))[0]
+                     for name in ("suite", "model", "accelerator", *CONFIG_FIELDS, "test", "precision")}
+            label = legacy_experiment_id(value.pop("suite"), value.pop("model"), value)
+            experiments.codes[i] = exp_labels.setdefault(label, len(exp_labels))
+    runs.labels = list(run_labels)
+    experiments.labels = list(exp_labels)

@@ -1,0 +1,538 @@
+"""`experiment_runner history`: what changed over the nights, since when, and is it real?
+
+`compare A B` judges two runs on within-process samples, which cannot see night-to-night
+noise. Here every experiment's median per run forms a series over the runs, and change
+points in it are found by PELT (ruptures' KernelCPD, linear kernel: least-squares change
+points in C) on the log of the series, in units of that experiment's own night-to-night
+noise, so one penalty fits every experiment:
+
+  noise      robust standard deviation across runs: 1.4826 x MAD of run-to-run
+             differences / sqrt(2) (steps barely move it, as they are single differences)
+  outliers   a run further than 3 noise units from its 5-run running median is pulled
+             back to that distance first: one bad night never becomes a change by itself
+  change     a segment boundary with at least --min-runs runs on each side whose segment
+             medians differ by at least --min-effect noise units and --min-change
+  first bad  the first run of the new segment; "last good" the run before it
+
+Status (ok -> error, ...) and verification (PASS -> FAIL) changes are every run where an
+experiment's status or code differs from its previous run. The same changes are printed as
+text (newest first), written as JSON or as a self-contained HTML page (--html).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+import numpy as np
+
+from experiment_runner.analysis.columns import Factor, Records, read_records
+from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES
+from experiment_runner.analysis.page import RECORDS_ON_PAGE, encode_series, link_to, render, write_page
+from experiment_runner.core.results import ResultsFileError, iter_records
+from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, EXIT_RESULTS_IO, ReportError
+
+METRICS = ("time", "compile_time", "memory")  # numeric series, each: higher is worse
+METRIC_COLUMNS = {"time": "median", "compile_time": "compile_time_s", "memory": "peak_memory_bytes"}
+GROUP_FIELDS = ("suite", "accelerator", "test", "precision")
+
+DESCRIPTION = "What changed over the nights, since when, and is it real?\n\n" + __doc__.split("\n\n", 1)[1] + """
+Exit status: 0 no regression in the newest --window runs; 1 a regression (slower, larger,
+longer to compile, ok -> not ok, PASS -> not PASS) whose first bad run is among them;
+2 bad flags; 3 a file cannot be read."""
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise ReportError(f"{message} (see --help)")
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    """Change-point settings; the defaults meet the accuracy target of benchmarks/nightly_history.py."""
+
+    penalty: float = 8.0  # PELT penalty per change, x log(runs), in squared noise units
+    min_runs: int = 2  # runs on each side of a change: one night is an outlier, two are a change
+    min_effect: float = 3.0  # noise units between the segments' medians
+    min_change: float = 0.02  # relative change, whatever the noise
+    clip: float = 3.0  # noise units from the running median before a run counts as an outlier
+    noise_floor: float = 1e-3  # relative: identical values every night still have rounding
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change of one experiment: a step in a series, or a status or verification change."""
+
+    experiment_id: str
+    metric: str  # time, compile_time, memory, status, verification
+    kind: str  # regression, improvement, change
+    run_index: int  # first bad run, index into History.runs
+    first_bad_run: str
+    last_good_run: str
+    before: float | str | None  # segment median before, or the old status/code
+    after: float | str | None
+    size: float | None  # after / before - 1 for series
+    noise: float | None  # relative night-to-night noise of the series
+    records: tuple[tuple[int, int], ...] = ()  # (file index, record index): last good, first bad
+
+
+@dataclass
+class History:
+    """Every experiment's final record per run, as (experiments x runs) matrices; runs oldest first."""
+
+    records: Records
+    run_ids: list[str]
+    run_times: np.ndarray  # last timestamp per run (NaN if none)
+    experiment_ids: list[str]
+    info: list[dict[str, Any]]  # per experiment: suite, model, configuration fields, batch size
+    row: np.ndarray  # record number of each (experiment, run), -1 where absent
+    series: dict[str, np.ndarray]  # METRICS, NaN where absent or not ok
+
+    def status(self) -> tuple[np.ndarray, list[str]]:
+        return self._codes("status")
+
+    def verification(self) -> tuple[np.ndarray, list[str]]:
+        return self._codes("verification_code")
+
+    def _codes(self, name: str) -> tuple[np.ndarray, list[str]]:
+        factor: Factor = self.records.strings[name]
+        codes = np.where(self.row >= 0, factor.codes[np.maximum(self.row, 0)], -1)
+        return np.where(self.row >= 0, codes, -2), factor.labels
+
+    def passed(self) -> np.ndarray:
+        """(experiments x runs) booleans; False where absent."""
+        return np.where(self.row >= 0, self.records.passed()[np.maximum(self.row, 0)], False)
+
+
+def load_history(paths: Sequence[Path]) -> History:
+    return build_history(read_records(paths))
+
+
+def build_history(records: Records) -> History:
+    runs, experiments = records.strings["run_id"], records.strings["experiment_id"]
+    n = len(records)
+    if not n:
+        raise ReportError("no records in the given file(s)")
+    # Runs ordered as loader.runs_of orders them: by last timestamp, then by first appearance.
+    stamps = records.numbers["timestamp"]
+    n_runs = len(runs.labels)
+    last = np.full(n_runs, -np.inf)
+    np.fmax.at(last, runs.codes, np.where(np.isnan(stamps), -np.inf, stamps))
+    first_seen = np.full(n_runs, n)
+    np.minimum.at(first_seen, runs.codes, np.arange(n))
+    has = np.isfinite(last)
+    order = np.lexsort((first_seen, np.where(has, last, 0.0), has))
+    run_rank = np.empty(n_runs, dtype=np.int64)
+    run_rank[order] = np.arange(n_runs)
+    # The last record of an experiment within a run wins (a retry supersedes a failure).
+    keys = experiments.codes * n_runs + run_rank[runs.codes]
+    _, first_from_end = np.unique(keys[::-1], return_index=True)
+    final = n - 1 - first_from_end
+    n_exp = len(experiments.labels)
+    row = np.full((n_exp, n_runs), -1, dtype=np.int64)
+    row[experiments.codes[final], run_rank[runs.codes[final]]] = final
+    ok = np.array([label == "ok" for label in records.strings["status"].labels] + [False])[
+        records.strings["status"].codes]
+    present = row >= 0
+    series = {}
+    for metric, column in METRIC_COLUMNS.items():
+        values = np.where(ok, records.numbers[column], np.nan)
+        series[metric] = np.where(present, values[np.maximum(row, 0)], np.nan)
+    first_row = np.full(n_exp, n)
+    np.minimum.at(first_row, experiments.codes, np.arange(n))
+    names = ("suite", "model", "accelerator", *CONFIG_FIELDS, "test", "precision")
+    columns = {name: records.strings[name].values(first_row) for name in names}
+    batch = records.numbers["batch_size"][first_row]
+    info = [{**{name: columns[name][e] for name in names},
+             "batch_size": None if math.isnan(batch[e]) else int(batch[e])} for e in range(n_exp)]
+    run_times = np.where(np.isfinite(last), last, np.nan)[order]
+    return History(records, [runs.labels[i] for i in order], run_times, list(experiments.labels), info, row,
+                   series)
+
+
+def configuration(info: dict[str, Any]) -> str:
+    """The label loader.Row.configuration gives the same fields."""
+    parts = [f"xla={info['xla']}", f"dynamo={info['dynamo']}"]
+    if info["xla_flags"]:
+        parts.append(f"XLA_FLAGS={info['xla_flags']}")
+    if info["torch_xla2"]:
+        parts.append(f"torch_xla2={info['torch_xla2']}")
+    return " ".join(parts)
+
+
+# ---- change points ---------------------------------------------------------------------
+
+def noise_of(logs: np.ndarray) -> float:
+    """Robust standard deviation of a log series across runs, from run-to-run differences."""
+    if len(logs) < 3:
+        return math.nan
+    diffs = np.diff(logs)
+    return float(1.4826 * np.median(np.abs(diffs - np.median(diffs))) / math.sqrt(2.0))
+
+
+def _running_median(values: np.ndarray, width: int = 5) -> np.ndarray:
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    half = width // 2
+    return np.median(sliding_window_view(np.pad(values, half, mode="edge"), width), axis=1)
+
+
+def change_points(values: np.ndarray, config: DetectorConfig) -> tuple[list[tuple[int, float, float]], float]:
+    """Steps in a positive series: (index of the first value after, median before, median after), and the noise."""
+    import ruptures
+
+    logs = np.log(values)
+    noise = noise_of(logs)
+    if not len(logs) >= 2 * config.min_runs or math.isnan(noise):
+        return [], noise
+    if np.ptp(logs) < math.log1p(config.min_change):  # no step can be large enough: skip the search
+        return [], noise
+    scale = max(noise, config.noise_floor)
+    z = (logs - np.median(logs)) / scale
+    trend = _running_median(z)
+    z = trend + np.clip(z - trend, -config.clip, config.clip)
+    bounds = ruptures.KernelCPD(kernel="linear", min_size=config.min_runs).fit(z).predict(
+        pen=config.penalty * math.log(len(z)))
+    edges = [0, *bounds]
+    found = []
+    for i, cut in enumerate(bounds[:-1]):
+        before, after = np.median(logs[edges[i]:cut]), np.median(logs[cut:edges[i + 2]])
+        step = after - before
+        if abs(step) >= config.min_effect * scale and abs(math.expm1(step)) >= config.min_change:
+            found.append((cut, float(math.exp(before)), float(math.exp(after))))
+    return found, noise
+
+
+@dataclass
+class Analysis:
+    """What `history` found: changes (oldest first), per-experiment noise, per-configuration series."""
+
+    history: History
+    changes: list[Change]
+    noise: dict[str, np.ndarray]  # metric -> per experiment relative noise (NaN if too short)
+    window: int
+    dashboard: list[dict[str, Any]] = field(default_factory=list)
+
+    def regressions_in_window(self) -> list[Change]:
+        newest = len(self.history.run_ids) - self.window
+        return [c for c in self.changes if c.kind == "regression" and c.run_index >= newest]
+
+    def as_json(self) -> dict[str, Any]:
+        h = self.history
+        return {
+            "runs": [{"run_id": run_id, "timestamp": _stamp(h.run_times[i]),
+                      "experiments": int((h.row[:, i] >= 0).sum()), "passed": int(h.passed()[:, i].sum())}
+                     for i, run_id in enumerate(h.run_ids)],
+            "window": self.window,
+            "regressions_in_window": len(self.regressions_in_window()),
+            "changes": [change_json(c, h) for c in newest_first(self.changes)],
+            "experiments": [{"experiment_id": e, **h.info[i], "configuration": configuration(h.info[i]),
+                             "noise": {m: _num(self.noise[m][i]) for m in METRICS},
+                             "series": {m: _floats(h.series[m][i]) for m in METRICS}}
+                            for i, e in enumerate(h.experiment_ids)],
+            "dashboard": self.dashboard,
+        }
+
+
+def _num(value: Any) -> float | None:
+    value = float(value)
+    return None if math.isnan(value) else float(f"{value:.6g}")
+
+
+def _floats(values: np.ndarray) -> list[float | None]:
+    """As recorded (no rounding), None where absent."""
+    return [None if math.isnan(v) else v for v in values.tolist()]
+
+
+def _stamp(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)
+
+
+def newest_first(changes: Sequence[Change]) -> list[Change]:
+    return sorted(changes, key=lambda c: (-c.run_index, c.kind != "regression", c.metric, c.experiment_id))
+
+
+def change_json(change: Change, history: History) -> dict[str, Any]:
+    out = asdict(change)
+    out["timestamp"] = _stamp(history.run_times[change.run_index])
+    for name in ("before", "after", "size", "noise"):
+        if isinstance(out[name], float):
+            out[name] = _num(out[name])
+    out["records"] = [{"file": str(history.records.files[f]), "record": int(r)} for f, r in change.records]
+    return out
+
+
+def _records_of(history: History, e: int, runs: Sequence[int]) -> tuple[tuple[int, int], ...]:
+    rows = [history.row[e, r] for r in runs if history.row[e, r] >= 0]
+    return tuple((int(history.records.source[x]), int(history.records.index[x])) for x in rows)
+
+
+def detect(history: History, config: DetectorConfig = DetectorConfig(), window: int = 3) -> Analysis:
+    changes: list[Change] = []
+    n_exp = len(history.experiment_ids)
+    noise = {m: np.full(n_exp, np.nan) for m in METRICS}
+    for metric in METRICS:
+        matrix = history.series[metric]
+        for e in range(n_exp):
+            valid = np.flatnonzero(np.isfinite(matrix[e]) & (matrix[e] > 0))
+            if len(valid) < 3:
+                continue
+            steps, noise[metric][e] = change_points(matrix[e, valid], config)
+            for cut, before, after in steps:
+                first_bad, last_good = int(valid[cut]), int(valid[cut - 1])
+                changes.append(Change(
+                    history.experiment_ids[e], metric, "regression" if after > before else "improvement",
+                    first_bad, history.run_ids[first_bad], history.run_ids[last_good], before, after,
+                    after / before - 1, noise[metric][e], _records_of(history, e, (last_good, first_bad))))
+    changes.extend(_code_changes(history, "status", *history.status(), bad=lambda old, new: old == "ok"))
+    verification, labels = history.verification()
+    verified = {i for i, label in enumerate(labels) if label not in UNVERIFIED_CODES}
+    status, status_labels = history.status()
+    ok_code = status_labels.index("ok") if "ok" in status_labels else -3
+    verification = np.where((status == ok_code) & np.isin(verification, list(verified)), verification, -2)
+    changes.extend(_code_changes(history, "verification", verification, labels, bad=lambda old, new: old == "PASS"))
+    analysis = Analysis(history, sorted(changes, key=lambda c: (c.run_index, c.metric, c.experiment_id)), noise,
+                        window)
+    analysis.dashboard = dashboard(history)
+    return analysis
+
+
+def _code_changes(history: History, metric: str, codes: np.ndarray, labels: list[str], bad: Any) -> list[Change]:
+    """Every run whose code differs from the same experiment's previous run that has one (-2: none)."""
+    found = []
+    for e in range(codes.shape[0]):
+        present = np.flatnonzero(codes[e] != -2)
+        if len(present) < 2:
+            continue
+        values = codes[e, present]
+        for j in np.flatnonzero(values[1:] != values[:-1]).tolist():
+            old, new = (labels[v] if v >= 0 else None for v in (values[j], values[j + 1]))
+            good = (new == "ok") if metric == "status" else (new == "PASS")
+            kind = "regression" if bad(old, new) else "improvement" if good else "change"
+            last_good, first_bad = int(present[j]), int(present[j + 1])
+            found.append(Change(history.experiment_ids[e], metric, kind, first_bad, history.run_ids[first_bad],
+                                history.run_ids[last_good], old, new, None, None,
+                                _records_of(history, e, (last_good, first_bad))))
+    return found
+
+
+# ---- dashboard over runs --------------------------------------------------------------
+
+def _geomean(matrix: np.ndarray) -> np.ndarray:
+    """Column-wise geometric mean ignoring NaN; NaN where a column has no value."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        logs = np.log(matrix)
+        count = np.isfinite(logs).sum(axis=0)
+        total = np.where(np.isfinite(logs), logs, 0.0).sum(axis=0)
+        return np.where(count > 0, np.exp(total / np.maximum(count, 1)), np.nan)
+
+
+def dashboard(history: History) -> list[dict[str, Any]]:
+    """Per configuration and run: pass rate, geomean speedup and memory ratio over the eager
+    baseline (xla=None, dynamo=None, same model, accelerator, test, precision, batch size) and
+    mean compile time of passing models, as report.py defines them."""
+    passed = history.passed()
+    time_, compile_, memory = (history.series[m] for m in METRICS)
+    status, labels = history.status()
+    ok = status == (labels.index("ok") if "ok" in labels else -3)
+    base_of: dict[tuple, int] = {}
+    for e, info in enumerate(history.info):
+        if info["xla"] is None and info["dynamo"] is None and not info["xla_flags"] and not info["torch_xla2"]:
+            base_of[(info["suite"], info["model"], info["accelerator"], info["test"], info["precision"],
+                     info["batch_size"])] = e
+    groups: dict[tuple, list[int]] = {}
+    for e, info in enumerate(history.info):
+        groups.setdefault((*(info[k] for k in GROUP_FIELDS), configuration(info)), []).append(e)
+    out = []
+    for key, members in sorted(groups.items(), key=lambda kv: tuple(str(k) for k in kv[0])):
+        members_a = np.array(members)
+        bases = np.array([base_of.get((history.info[e]["suite"], history.info[e]["model"],
+                                       history.info[e]["accelerator"], history.info[e]["test"],
+                                       history.info[e]["precision"], history.info[e]["batch_size"]), -1)
+                          for e in members])
+        has_base = bases >= 0
+        usable = passed[members_a] & np.where(has_base[:, None], ok[np.maximum(bases, 0)], False)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            speedup = np.where(usable, time_[np.maximum(bases, 0)] / time_[members_a], np.nan)
+            mem_ratio = np.where(usable, memory[np.maximum(bases, 0)] / memory[members_a], np.nan)
+        compile_pass = np.where(passed[members_a], compile_[members_a], np.nan)
+        present = history.row[members_a] >= 0
+        count = np.isfinite(compile_pass).sum(axis=0)
+        compile_mean = np.where(count > 0, np.nansum(compile_pass, axis=0) / np.maximum(count, 1), np.nan)
+        suite, accelerator, test, precision, label = key
+        out.append({
+            "suite": suite, "accelerator": accelerator, "test": test, "precision": precision,
+            "configuration": label, "baseline": label == "xla=None dynamo=None",
+            "experiments": [history.experiment_ids[e] for e in members],
+            "models": [int(v) for v in present.sum(axis=0)],
+            "passed": [int(v) for v in passed[members_a].sum(axis=0)],
+            "speedup_geomean": [_num(v) for v in _geomean(speedup)],
+            "compile_time_mean_s": [_num(v) for v in compile_mean],
+            "memory_ratio_geomean": [_num(v) for v in _geomean(mem_ratio)],
+            "speedups_latest": [_num(v) for v in speedup[:, -1]],
+        })
+    return out
+
+
+# ---- rendering --------------------------------------------------------------------------
+
+def _when(stamp: float) -> str:
+    return "unknown time" if math.isnan(stamp) else time.strftime("%Y-%m-%d %H:%M", time.gmtime(stamp))
+
+
+def _value(value: Any, metric: str) -> str:
+    if not isinstance(value, float):
+        return str(value)
+    if metric == "memory":
+        return f"{value / 2**20:.1f} MiB"
+    return f"{value:.4g} s"
+
+
+def describe(change: Change, history: History) -> str:
+    """One line per change; the same words the page shows."""
+    what = f"{change.before} -> {change.after}" if change.size is None else (
+        f"{change.size:+.1%} ({_value(change.before, change.metric)} -> {_value(change.after, change.metric)}, "
+        f"noise {change.noise:.1%})")
+    return (f"{_when(history.run_times[change.run_index])}  {change.kind.upper():<11} {change.metric:<12} "
+            f"{change.experiment_id}: {what}; first bad run {change.first_bad_run}, "
+            f"last good run {change.last_good_run}")
+
+
+def render_text(analysis: Analysis) -> str:
+    h = analysis.history
+    out = [f"history: {len(h.run_ids)} runs ({_when(h.run_times[0])} .. {_when(h.run_times[-1])}), "
+           f"{len(h.experiment_ids)} experiments, {len(analysis.changes)} changes, newest first"]
+    out.extend(describe(c, h) for c in newest_first(analysis.changes))
+    bad = analysis.regressions_in_window()
+    out.append(f"{len(bad)} regression(s) in the newest {analysis.window} run(s)")
+    return "\n".join(out) + "\n"
+
+
+def load_change_records(analysis: Analysis, limit: int = RECORDS_ON_PAGE) -> dict[tuple[int, int], dict]:
+    """The records behind the newest `limit` changes, read back from their files for the page."""
+    wanted: dict[int, set[int]] = {}
+    for change in newest_first(analysis.changes)[:limit]:
+        for f, r in change.records:
+            wanted.setdefault(f, set()).add(r)
+    found: dict[tuple[int, int], dict] = {}
+    for f, indices in wanted.items():
+        try:
+            for i, record in enumerate(iter_records(analysis.history.records.files[f], bad_lines=[])):
+                if i in indices:
+                    found[(f, i)] = record
+        except ResultsFileError as exc:
+            raise ReportError(str(exc), EXIT_RESULTS_IO) from None
+    return found
+
+
+def page_data(analysis: Analysis, records: dict[tuple[int, int], dict], out: Path | None,
+              limit: int = RECORDS_ON_PAGE) -> dict[str, Any]:
+    """What the page shows of `analysis`; `records` are the records behind its changes (load_change_records)."""
+
+    h = analysis.history
+    files = [link_to(f, out) for f in h.records.files]
+    experiments = [{"id": e, "suite": h.info[i]["suite"], "model": h.info[i]["model"],
+                    "accelerator": h.info[i]["accelerator"], "test": h.info[i]["test"],
+                    "precision": h.info[i]["precision"], "configuration": configuration(h.info[i]),
+                    "noise": {m: None if math.isnan(analysis.noise[m][i]) else round(float(analysis.noise[m][i]), 5)
+                              for m in METRICS}}
+                   for i, e in enumerate(h.experiment_ids)]
+    index = {e: i for i, e in enumerate(h.experiment_ids)}
+    changes, embedded = [], {}
+    for n, change in enumerate(newest_first(analysis.changes)):
+        item = change_json(change, h)
+        keys = [f"{f}:{r}" for f, r in change.records]
+        if n < limit:
+            embedded.update({f"{f}:{r}": records[(f, r)] for f, r in change.records if (f, r) in records})
+        changes.append({"e": index[change.experiment_id], "metric": change.metric, "kind": change.kind,
+                        "run": change.run_index, "good": h.run_ids.index(change.last_good_run),
+                        "size": item["size"], "before": item["before"], "after": item["after"],
+                        "noise": item["noise"], "records": keys, "text": describe(change, h)})
+    data = {
+        "kind": "history",
+        "title": f"experiment_runner history: {len(h.run_ids)} runs, {len(h.experiment_ids)} experiments",
+        "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "window": analysis.window,
+        "regressions_in_window": len(analysis.regressions_in_window()),
+        "runs": [{"id": r, "t": None if math.isnan(t) else float(t)} for r, t in zip(h.run_ids, h.run_times)],
+        "files": files,
+        "experiments": experiments,
+        "series": {m: [encode_series(h.series[m][i]) for i in range(len(h.experiment_ids))] for m in METRICS},
+        "changes": changes,
+        "records": embedded,
+        "dashboard": [{**row, "experiments": [index[e] for e in row["experiments"]]} for row in analysis.dashboard],
+    }
+    return data
+
+
+# ---- command ------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    d = DetectorConfig()
+    p = _Parser(prog="experiment_runner history", description=DESCRIPTION,
+                formatter_class=_Formatter)
+    p.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                   help="results files, or folders searched for *.jsonl (e.g. one folder per night)")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="what goes to stdout")
+    p.add_argument("--html", type=Path, metavar="OUT.html", help="also write the self-contained page there")
+    p.add_argument("--window", type=int, default=3,
+                   help="exit 1 when a regression's first bad run is among the newest N runs")
+    g = p.add_argument_group("change points")
+    g.add_argument("--penalty", type=float, default=d.penalty, help="PELT penalty per change, x log(runs)")
+    g.add_argument("--min-runs", type=int, default=d.min_runs, help="runs on each side of a change")
+    g.add_argument("--min-effect", type=float, default=d.min_effect,
+                   help="smallest step in units of the experiment's night-to-night noise")
+    g.add_argument("--min-change", type=float, default=d.min_change, help="smallest relative step (0.02 = 2%%)")
+    return p
+
+
+def _config(args: argparse.Namespace) -> DetectorConfig:
+    if args.window < 1:
+        raise ReportError("--window must be at least 1")
+    if args.min_runs < 1:
+        raise ReportError("--min-runs must be at least 1")
+    for name in ("penalty", "min_effect", "min_change"):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value >= 0):
+            raise ReportError(f"--{name.replace('_', '-')} must be a finite number >= 0")
+    return DetectorConfig(penalty=args.penalty, min_runs=args.min_runs, min_effect=args.min_effect,
+                          min_change=args.min_change)
+
+
+def _check_dependencies() -> None:
+    from importlib.util import find_spec
+
+    missing = [name for name in ("duckdb", "pyarrow", "ruptures") if find_spec(name) is None]
+    if missing:
+        raise ReportError(f"history needs {', '.join(missing)}: pip install 'experiment_runner[history]'")
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        args = build_parser().parse_args(list(argv))
+        config = _config(args)
+        _check_dependencies()
+        analysis = detect(load_history(args.paths), config, args.window)
+        if args.html is not None:
+            write_page(args.html, render(page_data(analysis, load_change_records(analysis), args.html)))
+            print(f"wrote {args.html}", file=sys.stderr)
+        if args.format == "json":
+            sys.stdout.write(json.dumps(analysis.as_json(), separators=(",", ":")) + "\n")
+        else:
+            sys.stdout.write(render_text(analysis))
+    except ReportError as exc:
+        print(f"experiment_runner history: error: {exc}", file=sys.stderr)
+        return exc.code
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    return EXIT_REGRESSION if analysis.regressions_in_window() else EXIT_OK
