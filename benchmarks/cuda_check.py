@@ -143,7 +143,7 @@ def check_cli(workdir: Path) -> dict[str, Any]:
     if proc.returncode != 0:
         return {"ok": False, "stderr": proc.stderr[-2000:]}
     record = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
-    m = record["metrics"]
+    m = {**record["metrics"], **record["measurements"]}
     keys = ("compile_time_s", "first_iter_time_s", "steady_iter_time_s", "peak_allocated_bytes",
             "peak_reserved_bytes", "total_cuda_time_s", "per_iter_cuda_time_s", "cold_compile_time_s",
             "warm_compile_time_s", "instrumentation_errors")

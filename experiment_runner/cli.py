@@ -11,6 +11,7 @@ live in `analysis/`. `--help` imports neither torch nor any child-side module.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -108,21 +109,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = p.add_argument_group(
         "instrumentation",
-        "Every record's metrics carry first_iter_time_s, steady_iter_time_s and compile_time_s; "
+        "Every record's measurements carry first_iter_time_s, steady_iter_time_s and compile_time_s; "
         f"{COMPILE_TIME_DOC} Dynamo experiments also get dynamo_compile (dynamo's own compile-time "
         "accounting) and graph_breaks (counts by reason). Peak memory is in bytes: peak_rss_bytes "
         "(child's lifetime), timed_peak_rss_bytes (timed runs), on CUDA peak_allocated_bytes and "
         "peak_reserved_bytes (timed runs). The flags below measure outside the timed runs.")
     g.add_argument("--collect-dynamo-counters", action="store_true",
-                   help="torch._dynamo counters in the record's metrics as dynamo_counters")
+                   help="torch._dynamo counters in the record's measurements as dynamo_counters")
     g.add_argument("--dump-dynamo-counters", action="store_true",
                    help="dynamo counters after each timed run into repeat_<i>/dynamo_counters.json")
     g.add_argument("--profile-cuda-cpu", action="store_true",
                    help="a torch.profiler pass after the timed runs: total_cpu_time_s, per_iter_cpu_time_s, "
                         "total_cuda_time_s, per_iter_cuda_time_s per run")
     g.add_argument("--profile-cuda-cpu-individual-ops", action="store_true",
-                   help="per-op self/total CPU and CUDA time and call counts (aten ops; XLA fallback ops "
-                        "on XLA) as per_op_profile")
+                   help="per-op self/total CPU and CUDA time and call counts per profiled run as "
+                        "metrics.inductor_ops (aten ops; on XLA metrics.xla_unlowered_ops, the fallback ops), "
+                        "summed in measurements.per_op_profile")
     g.add_argument("--dump-pytorch-profiles", action="store_true",
                    help="Chrome trace and key_averages table per profiled run in repeat_<i>/")
     g.add_argument("--cache-bench", action="store_true",
@@ -137,13 +139,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tqdm progress bar (default: on when stderr is a terminal)")
     g.add_argument("--output-dirname", default="output", help="folder for results and artifacts")
     g.add_argument("--output-basename", default="results.jsonl", help="results file inside the folder")
+    g.add_argument("--timestamp", type=float, metavar="SECONDS",
+                   help="the run's timestamp (seconds since the epoch) in every record of the run, as "
+                        "nightly jobs pass one per night (default: when the run started; a resumed run "
+                        "keeps its own)")
     resume = g.add_mutually_exclusive_group()
-    resume.add_argument("--resume", action="store_true",
-                        help="continue the latest run in the results file, skipping finished experiments")
+    resume.add_argument("--resume", action="store_true", default=True,
+                        help="the default: continue the run in the results file (the one stamped --timestamp "
+                             "when given, else the latest), skipping experiments it already has a record of; "
+                             "a rerun of a finished command runs nothing")
     resume.add_argument("--no-resume", dest="resume", action="store_false",
-                        help="start a new run (the default); earlier records are always kept")
+                        help="start a new run, appended to the results file. Unlike the reference runner, "
+                             "which deletes the file, earlier records are never deleted")
     g.add_argument("--retry-failed", action="store_true",
-                   help="with --resume, also run again experiments whose record is not ok or skipped")
+                   help="when resuming, also run again experiments whose record is not ok or skipped")
     g.add_argument("--max-parallel", type=int, default=1, metavar="N",
                    help="run up to N experiments at once, one per visible GPU (CUDA_VISIBLE_DEVICES pinned "
                         "per child); CPU experiments still run one at a time, since CPU timings taken side "
@@ -192,10 +201,12 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError("--batch-size must be at least 1")
     if args.total_partitions < 1 or not 0 <= args.partition_id < args.total_partitions:
         raise UsageError("--partition-id must be in [0, --total-partitions)")
+    if args.timestamp is not None and not math.isfinite(args.timestamp):
+        raise UsageError("--timestamp must be a finite number of seconds since the epoch")
     if args.subprocess_timeout <= 0:
         raise UsageError("--subprocess-timeout must be positive")
     if args.retry_failed and not args.resume:
-        raise UsageError("--retry-failed needs --resume")
+        raise UsageError("--retry-failed retries within a resumed run; it cannot go with --no-resume")
     if args.max_parallel < 1:
         raise UsageError("--max-parallel must be at least 1")
     if args.gpu_ids is not None and not re.fullmatch(r"\d+(,\d+)*", args.gpu_ids.replace(" ", "")):

@@ -3,9 +3,13 @@
 Records are streamed through `results.iter_records` and flattened at once, so only the
 few fields the reports need stay in memory, never whole records. Older records of the
 reference runner (no schema_version, run_id, experiment_id, status or stats) are
-accepted: a file of them is one run, `legacy:<file name>`; their experiment key is
-derived from the model and configuration fields; their status is `ok` when they hold
-per_iter_time samples, else `error`.
+accepted: they are grouped into runs by their `timestamp` (the reference stamps every
+record of one invocation with the same one), see `results.legacy_run_id`; their experiment key is
+derived from the model and configuration fields; their status is `error` when their
+metrics hold an `error`, `ok` when they hold per_iter_time samples.
+
+Our figures (compile time, peak memory, ...) are read from `measurements`, and from
+`metrics` in files written before the two were split.
 
 `load_dataframe` needs pandas; nothing here needs torch.
 """
@@ -19,7 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
-from experiment_runner.core.results import BadLine, final_records, iter_records
+from experiment_runner.core.results import BadLine, final_records, iter_records, legacy_run_id
 from experiment_runner.core.stats import summarize
 
 if TYPE_CHECKING:
@@ -148,21 +152,23 @@ def _str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def flatten(record: dict[str, Any], legacy_run_id: str) -> Row:
+def flatten(record: dict[str, Any], file_name: str) -> Row:
     """One record as a Row; missing or mistyped fields become None instead of errors."""
     model = record.get("model") if isinstance(record.get("model"), dict) else {}
     exp = record.get("experiment") if isinstance(record.get("experiment"), dict) else {}
     metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
+    measurements = record.get("measurements")
+    figures = {**metrics, **measurements} if isinstance(measurements, dict) else metrics
     samples = _samples(metrics.get("per_iter_time"))
     stored = (record.get("stats") or {}).get("per_iter_time") if isinstance(record.get("stats"), dict) else None
     stats = stored if isinstance(stored, dict) and stored.get("n") == len(samples) else summarize(samples)
     stats = stats or {}
     median = _number(stats.get("median"))
-    compile_time, estimated = _compile_time(metrics, median)
+    compile_time, estimated = _compile_time(figures, median)
     error = record.get("error") if isinstance(record.get("error"), dict) else {}
     status = record.get("status")
     if not isinstance(status, str):
-        status = "ok" if samples else "error"
+        status = "ok" if samples and "error" not in metrics else "error"
     if not error and "error" in metrics:
         error = {"type": None, "message": metrics.get("error")}
     suite, model_name = _str(model.get("suite_name")), _str(model.get("model_name"))
@@ -171,7 +177,7 @@ def flatten(record: dict[str, Any], legacy_run_id: str) -> Row:
         experiment_id = legacy_experiment_id(suite, model_name, exp)
     run_id = record.get("run_id")
     return Row(
-        run_id=run_id if isinstance(run_id, str) else legacy_run_id,
+        run_id=run_id if isinstance(run_id, str) else legacy_run_id(file_name, record.get("timestamp")),
         experiment_id=experiment_id,
         timestamp=_number(record.get("timestamp")),
         suite=suite,
@@ -201,8 +207,8 @@ def flatten(record: dict[str, Any], legacy_run_id: str) -> Row:
         unstable=stats.get("unstable") if isinstance(stats.get("unstable"), bool) else None,
         compile_time_s=compile_time,
         compile_time_estimated=estimated,
-        peak_allocated_bytes=_int(metrics.get("peak_allocated_bytes")),
-        peak_rss_bytes=_int(metrics.get("peak_rss_bytes")),
+        peak_allocated_bytes=_int(figures.get("peak_allocated_bytes")),
+        peak_rss_bytes=_int(figures.get("peak_rss_bytes")),
         per_iter_time=samples,
     )
 
@@ -212,9 +218,8 @@ def iter_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | None
     for path in paths:
         path = Path(path)
         sink = None if bad_lines is None else bad_lines.setdefault(path, [])
-        legacy_run_id = f"legacy:{path.name}"
         for record in iter_records(path, bad_lines=sink):
-            yield flatten(record, legacy_run_id)
+            yield flatten(record, path.name)
 
 
 def final_rows(rows: Iterable[Row]) -> list[Row]:

@@ -36,7 +36,7 @@ of the same model:
   pass rate      n/N models that are ok and, when verification ran, PASS
   speedup        geometric mean over models of baseline median / configuration median,
                  over models that pass and whose baseline is ok
-  compile time   mean over passing models of metrics.compile_time_s when recorded, else
+  compile time   mean over passing models of measurements.compile_time_s when recorded, else
                  of an estimate: first warm-up iteration minus the median iteration
                  (marked ~)
   memory ratio   geometric mean of baseline peak / configuration peak, both from
@@ -46,7 +46,8 @@ Samples: the median of metrics.per_iter_time, the timed repeats only; warm-up
 iterations are never mixed in. The baseline of a model matches its suite, model,
 accelerator, test, precision and batch size, with the --baseline fields replaced.
 The last record of an experiment within a run wins, so a retry supersedes a failure.
-Records of the reference runner (no run_id) form one run per file: legacy:<file name>.
+Records of the reference runner (no run_id) form one run per timestamp per file:
+legacy:<file name>@<timestamp>.
 Corrupt or torn lines are skipped with a warning naming the line.
 Exit status: 0 done, 2 bad flags or no such run, 3 a file cannot be read."""
 

@@ -2,6 +2,14 @@
 
 Pure Python (no torch), shared by every side: the local launchers and remote executors
 build records with it, and tests pin its shape.
+
+The child reports every figure in one dict; `split_metrics` sorts it, here and only here,
+into the record's `metrics` (exactly the keys PyTorch/XLA's experiment_runner.py writes
+there, each a list with one entry per timed repeat, so its result_analyzer.py and
+aggregate.py read our files) and `measurements` (every figure of ours: warm-up times,
+compile time, peak memory, dynamo accounting, summed op profiles, ...). A failed or
+skipped experiment also gets `metrics.error`, which is how the reference's tools tell a
+failure from a success.
 """
 
 from __future__ import annotations
@@ -17,6 +25,21 @@ from experiment_runner.core.matrix import Experiment
 from experiment_runner.core.options import RunOptions
 from experiment_runner.core.results import SCHEMA_VERSION, VERIFICATION_CODES
 from experiment_runner.core.stats import summarize
+
+# The keys PyTorch/XLA's benchmarks/experiment_runner.py puts in a record's `metrics`, each
+# a list with one value per timed repeat (run_once_and_gather_metrics, accumulated per repeat
+# in run_single_config): timings, the XLA trace split and counters, the profiler totals of
+# --profile-cuda-cpu and the per-op tables of --profile-cuda-cpu-individual-ops.
+# dynamo_counters is left out on purpose: the reference stores one counter snapshot per
+# repeat, ours is one snapshot of the whole experiment (a different figure under that name).
+REFERENCE_METRICS: tuple[str, ...] = (
+    "total_time", "per_iter_time", "trace_total_time", "trace_per_iter_time",
+    "xla_CompileTime_time_s", "xla_CompileTime_number", "xla_ExecuteTime_time_s", "xla_ExecuteTime_number",
+    "total_cpu_time_s", "total_cuda_time_s", "per_iter_cpu_time_s", "per_iter_cuda_time_s",
+    "inductor_ops", "xla_unlowered_ops",
+)
+# What the reference writes as metrics.error for a model it skips as incompatible.
+REFERENCE_SKIP_ERROR = "SKIP"
 
 # Lines that identify a memory exhaustion in a log when the child died without a result.
 _OOM_MARKERS = ("MemoryError", "out of memory", "OutOfMemoryError", "Cannot allocate memory")
@@ -70,14 +93,43 @@ def classify_death(outcome: ChildOutcome, timeout_s: float | None) -> tuple[str,
     return "crashed", error
 
 
+def split_metrics(figures: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(metrics, measurements): reference keys holding per-repeat lists, and the rest.
+
+    A reference key in any other shape (a scalar, a summary) stays with our measurements,
+    so the reference's tools, which take every metrics value as an array, never misread it.
+    """
+    metrics: dict[str, Any] = {}
+    measurements: dict[str, Any] = {}
+    for key, value in figures.items():
+        if key in REFERENCE_METRICS and isinstance(value, list):
+            metrics[key] = value
+        else:
+            measurements[key] = value
+    return metrics, measurements
+
+
+def reference_error(status: str, error: dict[str, Any] | None) -> str | None:
+    """The text the reference's tools see as metrics.error: None when the experiment succeeded."""
+    if status == "ok":
+        return None
+    if status == "skipped":
+        return REFERENCE_SKIP_ERROR
+    error = error or {}
+    head = f"{error.get('type') or status}: {error.get('message') or ''}".rstrip(": ")
+    tail = error.get("traceback_tail") or ""
+    return f"{head}\n{tail}" if tail else head
+
+
 @dataclass
 class RecordContext:
-    """Run-wide fields every record carries."""
+    """Run-wide fields every record carries; `timestamp` is the run's, one for all its records."""
 
     run_id: str
     options: RunOptions
     output_dir: Path
     host_environment: dict[str, Any] = field(default_factory=dict)
+    timestamp: float = field(default_factory=time.time)
 
 
 def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | None = None,
@@ -103,6 +155,10 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
     code = result.get("verification_code") or (
         "VERIFIER_DIDNT_RUN" if ctx.options.verify and status not in ("ok", "skipped") else "VERIFIER_SKIPPED")
     assert code in VERIFICATION_CODES, code
+    metrics, measurements = split_metrics(result.get("metrics", {}))
+    failure = reference_error(status, error)
+    if failure is not None:
+        metrics["error"] = failure
     relative = (lambda p: os.path.relpath(p, ctx.output_dir)) if artifacts_dir is not None else None
     return {
         "schema_version": SCHEMA_VERSION,
@@ -126,7 +182,8 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
         },
         "repeat": ctx.options.repeat,
         "iterations_per_run": ctx.options.iterations_per_run,
-        "metrics": result.get("metrics", {}),
+        "metrics": metrics,
+        "measurements": measurements,
         "stats": {"per_iter_time": summarize(result.get("metrics", {}).get("per_iter_time", []))},
         "status": status,
         "error": error,
@@ -144,5 +201,5 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
                       "launcher": outcome.launcher if outcome else None,
                       "cuda_visible_devices": outcome.cuda_visible_devices if outcome else None},
         "environment": result.get("environment") or ctx.host_environment,
-        "timestamp": time.time(),
+        "timestamp": ctx.timestamp,
     }

@@ -81,6 +81,18 @@ def iter_records(path: Path, bad_lines: list[BadLine] | None = None) -> Iterator
             yield record
 
 
+def legacy_run_id(file_name: str, timestamp: Any) -> str:
+    """The run of a record without run_id (the reference runner's): its file and timestamp.
+
+    The reference runner gives every record of one invocation the same `--timestamp`
+    (nightly.sh passes one per night), so one timestamp is one run. Every reader that
+    groups records into runs (report, compare, history) calls this one function.
+    """
+    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) or not math.isfinite(timestamp):
+        return f"legacy:{file_name}"
+    return f"legacy:{file_name}@{timestamp:.6f}".rstrip("0").rstrip(".")
+
+
 def final_records(records: Iterable[dict]) -> dict[tuple[str, str], dict]:
     """The last record per (run_id, experiment_id): a retried experiment supersedes its failure."""
     latest: dict[tuple[str, str], dict] = {}

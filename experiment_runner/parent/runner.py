@@ -75,7 +75,7 @@ class Runner:
                 except ResultsFileError as exc:
                     raise ResultsFileError(f"{exc}; the record of {exp.model_name} {exp.config.label()} "
                                            "was not written, earlier records are intact "
-                                           "(rerun with --resume)") from exc
+                                           "(rerun the command: it resumes)") from exc
                 outcome.records.append(record)
                 bar.update(1)
                 where = f" on {record['placement']['host']}" if record["placement"]["executor"] != "local" else ""

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import time
 from pathlib import Path
 
 from benchmark_models.registry import UnknownSuite
@@ -123,12 +124,13 @@ def run(args: argparse.Namespace, options: RunOptions) -> int:
     results_path = Path(args.output_dirname) / args.output_basename
 
     done: set[str] = set()
-    run_id = new_run_id()
+    run_id, timestamp = new_run_id(), args.timestamp
     try:
         if args.resume:
-            state = resume_state(results_path, args.retry_failed)
+            state = resume_state(results_path, args.retry_failed, args.timestamp)
             planned_ids = {p.experiment.experiment_id for p in plan.planned}
             run_id, done = state.run_id or run_id, state.done & planned_ids
+            timestamp = state.timestamp if timestamp is None else timestamp
             if state.bad_lines:
                 where = ", ".join(str(b.lineno) for b in state.bad_lines[:5])
                 print(f"experiment_runner: warning: skipped {len(state.bad_lines)} corrupt or torn line(s) "
@@ -143,11 +145,16 @@ def run(args: argparse.Namespace, options: RunOptions) -> int:
         return EXIT_OK
     if not plan.planned:
         fail("every combination was dropped as invalid here; --dry-run shows why", EXIT_USAGE)
-    return execute(args, options, plan, results_path, run_id, done, suite.source)
+    if len(done) == len(plan.planned):
+        print(f"experiment_runner: nothing to run: all {len(done)} experiment(s) already have a record in run "
+              f"{run_id} of {results_path} (--no-resume runs them again as a new run)")
+        return EXIT_OK
+    return execute(args, options, plan, results_path, run_id, done, suite.source,
+                   time.time() if timestamp is None else timestamp)
 
 
 def execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, results_path: Path, run_id: str,
-            done: set[str], source: str) -> int:
+            done: set[str], source: str, timestamp: float) -> int:
     output_dir = Path(args.output_dirname)
     try:
         executor = create(ExecutorOptions(
@@ -170,7 +177,8 @@ def execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, re
         fail(f"cannot write results file {results_path}: {exc.strerror or exc}", EXIT_RESULTS_IO)
 
     ctx = RecordContext(run_id=run_id, options=options, output_dir=output_dir,
-                        host_environment=describe_environment())
+                        host_environment=describe_environment(),
+                        timestamp=timestamp)
     progress = sys.stderr.isatty() if args.progress_bar is None else args.progress_bar
     runner = Runner(ctx, results_path, executor, timeout_s=args.subprocess_timeout, progress_bar=progress)
     print(f"run {run_id}: {len(plan.planned) - len(done)} experiment(s) to run, "

@@ -1,5 +1,5 @@
 """The results file, writer side: whole-line appends under a lock, run ids, and what
-`--resume` finds already done.
+a resumed run (the default) finds already done.
 
 The parent is the only writer. Each record is one JSON line written with a single
 `os.write` under an advisory `flock`, then fsync'd, so concurrent runners never
@@ -61,25 +61,30 @@ def append_record(path: Path, record: dict) -> None:
         os.close(fd)
 
 
-def latest_run_id(records: Iterable[dict]) -> str | None:
-    """The run of the last record in file order (the run `--resume` continues)."""
-    run_id = None
-    for record in records:
-        run_id = record.get("run_id", run_id)
-    return run_id
+@dataclass
+class _RunSeen:
+    timestamp: float | None
+    finished: set[str]
 
 
-def finished_experiments(path: Path, run_id: str, retry_failed: bool = False) -> set[str]:
-    """experiment_ids that already have a final record in `run_id`.
+def _runs_in(path: Path, bad: list[BadLine], retry_failed: bool) -> dict[str, _RunSeen]:
+    """Every run of the file in order of appearance: its timestamp and finished experiments.
 
     With retry_failed, only `ok` and `skipped` count as finished, so failures run again.
+    Records without a run_id (the reference runner's) belong to no run that can be resumed.
     """
     done_statuses = {"ok", "skipped"} if retry_failed else FINAL_STATUSES
-    done: set[str] = set()
-    for record in iter_records(path, bad_lines=[]):
-        if record.get("run_id") == run_id and record.get("status") in done_statuses:
-            done.add(record.get("experiment_id"))
-    return done
+    runs: dict[str, _RunSeen] = {}
+    for record in iter_records(path, bad_lines=bad):
+        run_id = record.get("run_id")
+        if not isinstance(run_id, str):
+            continue
+        stamp = record.get("timestamp")
+        seen = runs.setdefault(run_id, _RunSeen(stamp if isinstance(stamp, (int, float)) else None, set()))
+        runs[run_id] = runs.pop(run_id)  # keep the order of each run's latest record: the last is the latest
+        if record.get("status") in done_statuses:
+            seen.finished.add(record.get("experiment_id"))
+    return runs
 
 
 @dataclass(frozen=True)
@@ -87,21 +92,27 @@ class ResumeState:
     run_id: str | None
     done: set[str]
     bad_lines: list[BadLine]
+    timestamp: float | None = None
 
 
-def resume_state(results_path: Path, retry_failed: bool) -> ResumeState:
-    """The run `--resume` continues and its finished experiments.
+def resume_state(results_path: Path, retry_failed: bool, timestamp: float | None = None) -> ResumeState:
+    """The run a resumed invocation continues and its finished experiments.
 
-    Corrupt lines are skipped (and reported by the caller); a non-empty file without a
-    single valid record is not a results file, and appending to it would be wrong.
+    That run is the one stamped `timestamp` when given (a nightly job passes one per
+    night, so a rerun after a crash continues that night and a new night starts a new
+    run), else the run of the file's last record. Corrupt lines are skipped (and
+    reported by the caller); a non-empty file without a single valid record is not a
+    results file, and appending to it would be wrong.
     """
     if not results_path.exists():
         return ResumeState(None, set(), [])
     bad: list[BadLine] = []
-    run_id = latest_run_id(iter_records(results_path, bad_lines=bad))
-    if run_id is None:
-        if bad:
-            raise ResultsFileError(f"{results_path} is not a results file: none of its lines is a JSON record "
-                                   f"(line {bad[0].lineno}: {bad[0].reason}); nothing was written to it")
-        return ResumeState(None, set(), [])
-    return ResumeState(run_id, finished_experiments(results_path, run_id, retry_failed), bad)
+    runs = _runs_in(results_path, bad, retry_failed)
+    if not runs and bad:
+        raise ResultsFileError(f"{results_path} is not a results file: none of its lines is a JSON record "
+                               f"(line {bad[0].lineno}: {bad[0].reason}); nothing was written to it")
+    candidates = [run_id for run_id, seen in runs.items() if timestamp is None or seen.timestamp == timestamp]
+    if not candidates:
+        return ResumeState(None, set(), bad)
+    run_id = candidates[-1]
+    return ResumeState(run_id, runs[run_id].finished, bad, runs[run_id].timestamp)

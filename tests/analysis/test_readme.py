@@ -40,6 +40,9 @@ def test_jq_recipes_run_on_a_real_results_file(tmp_path):
     failures = [line for line in lines if line.startswith("{")]
     # the golden file retries a failed nanogpt experiment: only its last record counts
     assert sorted(f.split('"status":"')[1].split('"')[0] for f in failures) == ["crashed", "timeout"]
+    # compile time comes from measurements: llama's recorded 12.5 s in the second run
+    assert any(line.split("\t")[:2] == ["torchbench/llama/cpu-None-inductor-eval-fp32-bsdefault", "12.5"]
+               for line in lines)
 
 
 def test_the_two_fresh_machine_commands_are_there_and_ci_runs_the_test_one():

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from experiment_runner.analysis import report
-from experiment_runner.analysis.loader import COLUMNS, load_dataframe
+from experiment_runner.analysis.loader import COLUMNS, load_dataframe, load_rows, runs_of
 from experiment_runner.cli import main as cli_main
 
 GOLDEN = Path(__file__).parents[1] / "golden"
@@ -83,8 +83,8 @@ def test_latest_run_metrics_follow_the_documented_definitions(capsys: pytest.Cap
     assert inductor["speedup_models"] == 2
     assert inductor["speedup_geomean"] == pytest.approx((speedups[0] * speedups[1]) ** 0.5, rel=1e-5)
     # llama records compile_time_s (12.5); nanogpt's is estimated from its first warm-up iteration
-    nanogpt = records_of("nanogpt", "inductor")[-1]["metrics"]
-    estimate = nanogpt["warmup_time"][0] - median(nanogpt["per_iter_time"])
+    nanogpt = records_of("nanogpt", "inductor")[-1]
+    estimate = nanogpt["measurements"]["warmup_time"][0] - median(nanogpt["metrics"]["per_iter_time"])
     assert inductor["compile_time_mean_s"] == pytest.approx((12.5 + estimate) / 2, rel=1e-5)
     assert inductor["compile_time_estimated"] is True
     # rss peaks on CPU: 500 MB eager over 400 MB (llama) and 250 MB (nanogpt)
@@ -146,12 +146,51 @@ def test_reference_runner_records_are_accepted(tmp_path: Path, capsys: pytest.Ca
     code, out, err = run(capsys, old, "--format", "json")
     assert (code, err) == (0, "")
     document = json.loads(out)
-    assert document["run_id"] == "legacy:old.jsonl"
+    assert document["run_id"] == "legacy:old.jsonl@1699680738.72"
     summary = {s["configuration"]: s for s in document["summary"]}
     assert (summary["xla=None dynamo=inductor"]["passed"], summary["xla=None dynamo=inductor"]["models"]) == (1, 2)
     assert summary["xla=None dynamo=inductor"]["speedup_geomean"] == pytest.approx(2.0)
     bert = next(m for m in document["models"] if m["model"] == "bert" and m["configuration"].endswith("inductor"))
     assert bert["status"] == "error"
+
+
+def test_files_from_before_measurements_were_split_from_metrics_report_the_same(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Files written before `measurements` existed kept every figure in `metrics`."""
+    merged = tmp_path / "results.jsonl"
+    with open(merged, "w") as handle:
+        for line in RESULTS.read_text().splitlines():
+            record = json.loads(line)
+            record["metrics"] = {k: v for k, v in record["metrics"].items() if k != "error"}
+            record["metrics"].update(record.pop("measurements"))
+            handle.write(json.dumps(record) + "\n")
+    code, out, _ = run(capsys, merged)
+    assert code == 0 and out == (GOLDEN / "report.txt").read_text()
+
+
+def test_a_legacy_file_of_two_nights_is_two_runs_and_compare_works(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """nightly.sh appends each night to one file with one --timestamp per night."""
+    nights = tmp_path / "v100.jsonl"
+    first, second = 1699680738.72, 1699767138.0
+    nights.write_text("\n".join([
+        legacy_record("alexnet", None, [0.02] * 5, timestamp=first),
+        legacy_record("alexnet", "inductor", [0.01] * 5, timestamp=first),
+        legacy_record("alexnet", None, [0.02] * 5, timestamp=second),
+        legacy_record("alexnet", "inductor", [0.015] * 5, timestamp=second),
+    ]) + "\n")
+    runs = [r.run_id for r in runs_of(load_rows([nights]))]
+    assert runs == ["legacy:v100.jsonl@1699680738.72", "legacy:v100.jsonl@1699767138"]
+    code, out, _ = run(capsys, nights, "--format", "json")
+    assert code == 0 and json.loads(out)["run_id"] == runs[1]
+    code, out, _ = run(capsys, nights, "--run-id", runs[0], "--format", "json")
+    assert code == 0 and json.loads(out)["run_id"] == runs[0]
+    code = cli_main(["compare", str(nights), "--format", "json"])
+    out = capsys.readouterr().out
+    document = json.loads(out)
+    assert (document["run_a"], document["run_b"]) == tuple(runs)
+    inductor = next(c for c in document["comparisons"] if "inductor" in c["experiment_id"])
+    assert inductor["change"] == pytest.approx(0.5)
 
 
 def test_loader_gives_one_flat_row_per_final_experiment() -> None:

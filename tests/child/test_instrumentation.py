@@ -210,6 +210,7 @@ def test_profile_pass_totals_per_op_and_dumps(tmp_path):
     assert 0 < addmm["self_cpu_time_s"] <= addmm["total_cpu_time_s"] + 1e-9
     assert ops["aten::linear"]["total_cpu_time_s"] >= addmm["total_cpu_time_s"]
     assert sum(op["self_cpu_time_s"] for op in ops.values()) <= sum(metrics["total_cpu_time_s"]) + 1e-9
+    assert [run["aten::addmm"]["num_of_calls"] for run in metrics["inductor_ops"]] == [3, 3]
 
     assert sorted(artifacts) == ["pytorch_profile_repeat_0", "pytorch_profile_repeat_1",
                                  "pytorch_trace_repeat_0", "pytorch_trace_repeat_1"]
@@ -228,6 +229,7 @@ def test_per_op_filter_is_the_runtimes_choice(tmp_path):
     options = RunOptions(repeat=1, profile_cuda_cpu_individual_ops=True)
     metrics, artifacts = profile_pass(linear_step(), OnlyAddmm(config()), options, tmp_path)
     assert list(metrics["per_op_profile"]) == ["aten::addmm"]
+    assert metrics["inductor_ops"] == [{"aten::addmm": metrics["per_op_profile"]["aten::addmm"]}]
     assert "total_cpu_time_s" not in metrics and artifacts == {}
 
 
@@ -337,7 +339,7 @@ def inductor_record(tmp_path_factory):
 
 def test_cli_compile_time_and_dynamo_accounting(inductor_record):
     _, record = inductor_record
-    m = record["metrics"]
+    m = record["measurements"]
     assert m["first_iter_time_s"] > m["compile_time_s"] > 10 * m["steady_iter_time_s"]
     dynamo = m["dynamo_compile"]
     assert dynamo["frames"] == 1 and dynamo["inductor_fx_local_cache_miss_count"] == 1
@@ -349,14 +351,14 @@ def test_cli_compile_time_and_dynamo_accounting(inductor_record):
 
 
 def test_cli_peak_memory_in_bytes(inductor_record):
-    m = inductor_record[1]["metrics"]
+    m = inductor_record[1]["measurements"]
     assert 100 * 2**20 < m["peak_rss_bytes"] < 64 * 2**30
     if "timed_peak_rss_bytes" in m:
         assert 50 * 2**20 < m["timed_peak_rss_bytes"] <= m["peak_rss_bytes"]
 
 
 def test_cli_collect_dynamo_counters(inductor_record):
-    counters = inductor_record[1]["metrics"]["dynamo_counters"]
+    counters = inductor_record[1]["measurements"]["dynamo_counters"]
     assert counters["frames"]["ok"] == counters["frames"]["total"] == 1
     assert counters["stats"]["unique_graphs"] == 1
     assert counters["inductor"]["fxgraph_cache_miss"] == 1
@@ -383,12 +385,17 @@ def test_cli_profile_cuda_cpu(inductor_record):
 
 
 def test_cli_profile_individual_ops(inductor_record):
-    ops = inductor_record[1]["metrics"]["per_op_profile"]
+    ops = inductor_record[1]["measurements"]["per_op_profile"]
     assert ops and all(name.startswith("aten::") for name in ops)
     for stats in ops.values():
         assert set(stats) == {"self_cpu_time_s", "total_cpu_time_s", "self_cuda_time_s", "total_cuda_time_s",
                               "num_of_calls"}
         assert stats["num_of_calls"] >= 2 and 0 <= stats["self_cpu_time_s"] <= stats["total_cpu_time_s"] + 1e-9
+    # The reference runner's name and shape: one op table per profiled run, summing to the totals.
+    per_run = inductor_record[1]["metrics"]["inductor_ops"]
+    assert len(per_run) == 2 and set(per_run[0]) <= set(ops)
+    for name, stats in ops.items():
+        assert sum(run.get(name, {}).get("num_of_calls", 0) for run in per_run) == stats["num_of_calls"]
 
 
 def test_cli_dump_pytorch_profiles(inductor_record):
@@ -402,7 +409,7 @@ def test_cli_dump_pytorch_profiles(inductor_record):
 
 def test_cli_cache_bench_cold_then_warm(inductor_record):
     out, record = inductor_record
-    m = record["metrics"]
+    m = record["measurements"]
     bench = m["cache_bench"]
     cold, warm = bench["cold"], bench["warm"]
     assert m["cold_compile_time_s"] == cold["compile_time_s"] and m["warm_compile_time_s"] == warm["compile_time_s"]

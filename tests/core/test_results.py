@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from experiment_runner.core.results import BadLine, ResultsFileError, final_records, iter_records
-from experiment_runner.parent.store import append_record, finished_experiments, latest_run_id
+from experiment_runner.parent.store import append_record, resume_state
 
 
 def record(run_id: str, exp: str, status: str = "ok", **extra) -> dict:
@@ -56,9 +56,22 @@ def test_resume_sets_come_from_the_latest_run_only(tmp_path):
     for r in [record("old", "a"), record("new", "a"), record("new", "b", "crashed"),
               record("new", "c", "interrupted"), record("new", "d", "skipped")]:
         append_record(path, r)
-    assert latest_run_id(iter_records(path)) == "new"
-    assert finished_experiments(path, "new") == {"a", "b", "d"}
-    assert finished_experiments(path, "new", retry_failed=True) == {"a", "d"}
+    state = resume_state(path, retry_failed=False)
+    assert (state.run_id, state.done) == ("new", {"a", "b", "d"})
+    assert resume_state(path, retry_failed=True).done == {"a", "d"}
+
+
+def test_a_timestamp_picks_the_run_it_stamped(tmp_path):
+    """nightly.sh passes one --timestamp per night: a rerun continues that night only."""
+    path = tmp_path / "results.jsonl"
+    for r in [record("night1", "a", timestamp=1.0), record("night2", "a", timestamp=2.0),
+              record("night1", "b", timestamp=1.0), {"model": {}, "metrics": {}, "timestamp": 3.0}]:
+        append_record(path, r)
+    state = resume_state(path, False, timestamp=2.0)
+    assert (state.run_id, state.done, state.timestamp) == ("night2", {"a"}, 2.0)
+    state = resume_state(path, False)
+    assert (state.run_id, state.done, state.timestamp) == ("night1", {"a", "b"}, 1.0)
+    assert resume_state(path, False, timestamp=3.0).run_id is None, "reference records are not resumed"
 
 
 def test_final_records_keep_the_last_attempt(tmp_path):

@@ -97,8 +97,8 @@ def test_resume_retry_failed_reruns_only_failures(run_cli, tmp_path: Path) -> No
     assert first.returncode == 0, first.stderr
     assert sorted(r["status"] for r in first.records()) == ["error", "ok"]
 
-    again = run_cli(*args, "--resume")
-    assert again.returncode == 0 and "0 experiment(s) to run" in again.stderr
+    again = run_cli(*args)
+    assert again.returncode == 0 and "nothing to run: all 2 experiment(s)" in again.stdout
     retried = run_cli(*args, "--resume", "--retry-failed")
     assert retried.returncode == 0, retried.stderr
     records = retried.records()

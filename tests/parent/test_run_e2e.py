@@ -43,7 +43,7 @@ def test_every_experiment_of_the_matrix_leaves_one_ok_record(full_run):
         metrics = r["metrics"]
         assert len(metrics["total_time"]) == len(metrics["per_iter_time"]) == r["repeat"] == 3
         assert all(t == pytest.approx(p * 2) for t, p in zip(metrics["total_time"], metrics["per_iter_time"]))
-        assert len(metrics["warmup_time"]) == 2
+        assert len(r["measurements"]["warmup_time"]) == 2
         assert r["stats"]["per_iter_time"]["n"] == 3
         assert r["environment"]["torch"] and r["environment"]["python"]
         assert (out / r["artifacts"]["log"]).is_file()
@@ -54,7 +54,7 @@ def test_inductor_warm_up_holds_the_compilation(full_run):
     out, _ = full_run
     for r in iter_records(out / "results.jsonl"):
         if r["experiment"]["dynamo"] == "inductor":
-            assert r["metrics"]["warmup_time"][0] > 10 * r["stats"]["per_iter_time"]["median"]
+            assert r["measurements"]["warmup_time"][0] > 10 * r["stats"]["per_iter_time"]["median"]
 
 
 def test_summary_table_names_the_results_file(full_run):
@@ -63,15 +63,20 @@ def test_summary_table_names_the_results_file(full_run):
     assert f"4 record(s) appended to {out / 'results.jsonl'}" in proc.stdout
 
 
-def test_resume_continues_the_latest_run_and_a_new_run_keeps_old_records(env, full_run):
+def test_a_rerun_runs_nothing_and_no_resume_starts_a_new_run_keeping_old_records(env, full_run):
     out, _ = full_run
     before = (out / "results.jsonl").read_bytes()
     run_id = json.loads(before.splitlines()[-1])["run_id"]
-    resumed = cli(env, "--suite-name=dummy", "--accelerator=cpu", "--dynamo=None", "--repeat=1",
-                  f"--output-dirname={out}", "--resume")
-    assert resumed.returncode == 0 and "0 experiment(s) to run, 2 already done" in resumed.stderr
+    for resume in ([], ["--resume"]):  # resuming is the default, as in the reference runner
+        again = cli(env, "--suite-name=dummy", "--accelerator=cpu", "--dynamo=None", "--repeat=1",
+                    f"--output-dirname={out}", *resume)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout == (f"experiment_runner: nothing to run: all 2 experiment(s) already have a record in "
+                                f"run {run_id} of {out / 'results.jsonl'} (--no-resume runs them again as a new "
+                                "run)\n")
+    assert (out / "results.jsonl").read_bytes() == before
     fresh = cli(env, "--suite-name=dummy", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=1",
-                f"--output-dirname={out}")
+                f"--output-dirname={out}", "--no-resume")
     assert fresh.returncode == 0, fresh.stderr
     after = (out / "results.jsonl").read_bytes()
     assert after.startswith(before)

@@ -21,6 +21,8 @@ class DeviceRuntime:
     """Eager CPU behaviour; subclasses override what their device needs."""
 
     torch_device = "cpu"
+    # Where the reference runner files this device's per-op profile in a record's metrics.
+    op_profile_key = "inductor_ops"
 
     def __init__(self, config: ExperimentConfig) -> None:
         self.config = config

@@ -47,6 +47,8 @@ class XlaRuntime(DeviceRuntime):
     repeat so that CompileTime and ExecuteTime belong to that repeat alone.
     """
 
+    op_profile_key = "xla_unlowered_ops"
+
     def __init__(self, config: ExperimentConfig) -> None:
         super().__init__(config)
         import torch_xla

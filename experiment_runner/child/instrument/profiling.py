@@ -9,8 +9,10 @@ Figures (seconds):
 - total_cpu_time_s / total_cuda_time_s: per profiled run, the sum of every event's self
   CPU (device) time, the same totals key_averages().table() prints at its foot;
 - per_iter_cpu_time_s / per_iter_cuda_time_s: those divided by iterations_per_run;
-- per_op_profile: per op kept by the runtime's `profiled_op` (aten ops; XLA fallback ops
-  on XLA), summed over all profiled runs: self and total CPU/CUDA time and call counts.
+- inductor_ops (xla_unlowered_ops on XLA), the reference runner's names and shape: per
+  profiled run, a table of the ops kept by the runtime's `profiled_op` (aten ops; XLA
+  fallback ops on XLA): self and total CPU/CUDA time and call counts;
+- per_op_profile: the same tables summed over all profiled runs, largest first.
 """
 
 from __future__ import annotations
@@ -77,9 +79,13 @@ def profile_pass(step: Callable[[], Any], device: DeviceRuntime, options: RunOpt
                                 ("per_iter_cuda_time_s", cuda / options.iterations_per_run)):
                 metrics.setdefault(name, []).append(value)
         if options.profile_cuda_cpu_individual_ops:
+            run_ops: dict[str, OpTotals] = {}
             for event in averages:
                 if device.profiled_op(event.key):
                     ops.setdefault(event.key, OpTotals()).add(event)
+                    run_ops.setdefault(event.key, OpTotals()).add(event)
+            metrics.setdefault(device.op_profile_key, []).append(
+                {name: asdict(totals) for name, totals in run_ops.items()})
         if options.dump_pytorch_profiles:
             folder = artifacts_dir / f"repeat_{index}"
             folder.mkdir(parents=True, exist_ok=True)
