@@ -108,7 +108,7 @@ def test_resume_retry_failed_reruns_only_failures(run_cli, tmp_path: Path) -> No
 
 def test_two_runners_append_to_one_file(tmp_path: Path, cli_cache: Path) -> None:
     out = tmp_path / "out"
-    args = [*COMMON, "--filter=^quick_"]
+    args = [*COMMON, "--filter=^quick_", "--no-resume"]  # two runs of their own, side by side
     runners = [start_cli(args, out, cli_cache) for _ in range(2)]
     for proc, _ in runners:
         _, stderr = proc.communicate(timeout=600)
