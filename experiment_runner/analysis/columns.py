@@ -10,7 +10,7 @@ read again by `loader.iter_rows`, which skips bad lines with a warning naming ea
 both paths apply `loader.flatten`'s rules, which a test checks on the same files:
 our figures come from `measurements`, then `metrics`; compile time is recorded or estimated
 from the first warm-up iteration; records without run_id (the reference runner's) are
-grouped into runs by `loader.legacy_run_id`.
+grouped into runs by `results.legacy_run_id`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES, iter_rows, legacy_experiment_id
-from experiment_runner.core.results import BadLine, ResultsFileError
+from experiment_runner.core.results import BadLine, ResultsFileError, legacy_run_id
 from experiment_runner.errors import EXIT_RESULTS_IO, ReportError
 
 if TYPE_CHECKING:
@@ -160,7 +160,6 @@ def _python(path: Path) -> "pyarrow.Table":
     data: dict[str, list] = {"filename": [str(path)] * len(rows)}
     for name in STRING_FIELDS + ("timestamp", "compile_time_s", "batch_size"):
         data[name] = [getattr(row, name) for row in rows]
-    data["run_id"] = [None if r.startswith("legacy:") else r for r in data["run_id"]]  # see legacy_run_id
     data["median"] = [row.median_per_iter_time_s for row in rows]
     data["peak_memory_bytes"] = [row.peak_allocated_bytes or row.peak_rss_bytes for row in rows]
     return pa.Table.from_pydict(data, schema=_schema())
@@ -193,15 +192,6 @@ def _factor(column: "pyarrow.ChunkedArray") -> Factor:
     encoded = column.combine_chunks().dictionary_encode()
     codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     return Factor(codes, encoded.dictionary.to_pylist())
-
-
-def legacy_run_id(file_name: str, timestamp: float | None) -> str:
-    """The run of a record without run_id: its file and its timestamp (the reference runner
-    stamps every record of one invocation with the same one). The same rule as issue 15's
-    loader.legacy_run_id; this becomes an import of it once that lands."""
-    if timestamp is None:
-        return f"legacy:{file_name}"
-    return f"legacy:{file_name}@{timestamp:.6f}".rstrip("0").rstrip(".")
 
 
 def _fill_legacy(records: Records) -> None:
