@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from benchmark_models.base import DataFileSuite, LoadRequest
 from benchmark_models.model import BenchmarkModel
+from benchmark_models.training import recipe_for
 
 
 class DummySuite(DataFileSuite):
@@ -20,4 +21,5 @@ class DummySuite(DataFileSuite):
             nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10)
         ).to(request.device)
         inputs = torch.randn(batch_size, 64, device=request.device)
-        return BenchmarkModel(module=module, args=(inputs,), batch_size=batch_size, source=self.source)
+        return BenchmarkModel(module=module, args=(inputs,), batch_size=batch_size, source=self.source,
+                              recipe=recipe_for(self.name, request.model_name))

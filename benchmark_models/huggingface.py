@@ -14,6 +14,7 @@ from typing import Any
 from benchmark_models.base import DataFileSuite, LoadRequest
 from benchmark_models.model import BenchmarkModel
 from benchmark_models.optional import require
+from benchmark_models.training import recipe_for
 
 # Encoder-decoder families that take decoder ids; the reference feeds the input ids again.
 _SEQ2SEQ_PREFIXES = ("T5", "MT5", "M2M100")
@@ -72,4 +73,5 @@ class HuggingFaceSuite(DataFileSuite):
         module = model_cls(config).to(request.device)
 
         inputs = make_inputs(request.model_name, entry, config, batch_size, request.device)
-        return BenchmarkModel(module=module, kwargs=inputs, batch_size=batch_size, source=self.source, loss=own_loss)
+        return BenchmarkModel(module=module, kwargs=inputs, batch_size=batch_size, source=self.source,
+                              recipe=recipe_for(self.name, request.model_name), loss=own_loss)

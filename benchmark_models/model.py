@@ -9,16 +9,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from benchmark_models.training import TrainingRecipe, TrainingState, reduce_first_output, reduce_outputs
+
 if TYPE_CHECKING:
     import torch
+
+# Plugin suites that say nothing train like torchbench's default: reduced outputs, Adam(lr=0.01).
+DEFAULT_RECIPE = TrainingRecipe(loss="mean_per_output", optimizer="Adam", lr=0.01)
 
 
 @dataclass
 class BenchmarkModel:
     """A loaded model, ready on its device, with the inputs one iteration uses.
 
-    `forward` and `loss` carry the suite's semantics (torchbench sums the output,
-    timm uses cross-entropy, huggingface takes the model's own loss).
+    `recipe` says how it trains (loss and optimizer, the references' per suite and model);
+    `loss` overrides the recipe's reduction where the suite computes its own (huggingface:
+    the model's loss from its labels); `forward` overrides how the module is called.
     """
 
     module: "torch.nn.Module"
@@ -26,9 +32,10 @@ class BenchmarkModel:
     kwargs: dict = field(default_factory=dict)
     batch_size: int = 1
     source: str = "builtin"
+    recipe: TrainingRecipe = DEFAULT_RECIPE
     forward: Callable[["torch.nn.Module", tuple, dict], Any] | None = None
     loss: Callable[[Any], "torch.Tensor"] | None = None
-    make_optimizer: Callable[[Any], "torch.optim.Optimizer"] | None = None
+    training_state: TrainingState | None = None  # set by the harness when it builds a train step
 
     def run_forward(self, module: "torch.nn.Module", args: tuple, kwargs: dict) -> Any:
         if self.forward is not None:
@@ -38,14 +45,14 @@ class BenchmarkModel:
     def compute_loss(self, output: Any) -> "torch.Tensor":
         if self.loss is not None:
             return self.loss(output)
-        return sum_outputs(output)
+        if self.recipe.loss == "mean_of_first_output":
+            return reduce_first_output(output)
+        if self.recipe.loss == "mean_per_output":
+            return reduce_outputs(output)
+        raise ValueError(f"training loss {self.recipe.loss!r} needs the suite's own loss function")
 
     def optimizer(self, params: Any) -> "torch.optim.Optimizer":
-        import torch
-
-        if self.make_optimizer is not None:
-            return self.make_optimizer(params)
-        return torch.optim.Adam(params, lr=0.01)
+        return self.recipe.make_optimizer(params)
 
 
 def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
@@ -59,19 +66,3 @@ def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
     if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
         return type(value)(map_tensors(v, fn) for v in value)
     return value
-
-
-def sum_outputs(output: Any) -> "torch.Tensor":
-    """Torchbench's training loss: the sum of every floating output tensor."""
-    import torch
-
-    if isinstance(output, torch.Tensor):
-        return output.float().sum() if output.is_floating_point() else output.new_zeros((), dtype=torch.float32)
-    if isinstance(output, dict):
-        output = list(output.values())
-    if isinstance(output, (list, tuple)):
-        parts = [sum_outputs(o) for o in output if o is not None]
-        return sum(parts[1:], parts[0]) if parts else torch.zeros(())
-    if hasattr(output, "to_tuple"):
-        return sum_outputs(output.to_tuple())
-    raise TypeError(f"cannot build a loss from output of type {type(output).__name__}")

@@ -2,17 +2,16 @@
 
 Semantics follow PyTorch's timm harness: `create_model(name, pretrained=False)`, an input
 batch of the size the model's data config asks for (the test size for eval, the train
-size for training), normalized random pixels, and cross-entropy against random class
-labels as the training loss.
+size for training) and normalized random pixels; training reduces the logits as that
+harness does (benchmark_models/training.py).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from benchmark_models.base import DataFileSuite, LoadRequest
 from benchmark_models.model import BenchmarkModel
 from benchmark_models.optional import require
+from benchmark_models.training import recipe_for
 
 
 class TimmSuite(DataFileSuite):
@@ -32,11 +31,5 @@ class TimmSuite(DataFileSuite):
         # Random pixel values in [0, 255], normalized, as images would be.
         pixels = torch.randint(256, (batch_size, *data_config["input_size"]), device=request.device).float()
         images = (pixels - pixels.mean()) / pixels.std()
-        labels = torch.randint(module.num_classes, (batch_size,), device=request.device)
-        cross_entropy = torch.nn.CrossEntropyLoss()
-
-        def loss(output: Any) -> "torch.Tensor":
-            logits = output[0] if isinstance(output, (tuple, list)) else output
-            return cross_entropy(logits.float(), labels)
-
-        return BenchmarkModel(module=module, args=(images,), batch_size=batch_size, source=self.source, loss=loss)
+        return BenchmarkModel(module=module, args=(images,), batch_size=batch_size, source=self.source,
+                              recipe=recipe_for(self.name, request.model_name))

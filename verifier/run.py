@@ -11,7 +11,7 @@ same RNG state, so eager, float64 and the experiment see identical weights and i
 
 Training compares, as PyTorch's harness does (torch._dynamo.testing.collect_results), the
 loss, the output, every parameter's gradient and the updated parameters after
---verify-iterations SGD steps (see verification_optimizer), under the paths `loss`,
+--verify-iterations SGD steps (see run_once), under the paths `loss`,
 `output...`, `grads.<parameter>` and `params.<parameter>`. Nothing assumes how the suite
 reduces its output to a loss: the loss is whatever the harness's step returns.
 """
@@ -101,20 +101,14 @@ def snapshot(value: Any) -> Any:
     return value
 
 
-def verification_optimizer(params: Any) -> Any:
-    """SGD for the verification steps, whatever the suite times with. Adam's first step moves
-    every weight by about lr * sign(grad), so a near-zero gradient whose sign differs between
-    eager and the compiled model becomes an lr-sized parameter error; SGD keeps parameter
-    errors proportional to gradient errors, which the tolerance rules are made for."""
-    import torch
-
-    return torch.optim.SGD(params, lr=0.01)
-
-
 def run_once(harness: "ExperimentHarness", precision: str, compiled: bool) -> Any:
     """Load a fresh model in `precision`, run it from the seeded RNG state, return what to compare."""
     model = harness.load(precision)
-    model.make_optimizer = verification_optimizer
+    # SGD for the verification steps, whatever the suite times with. Adam's first step moves
+    # every weight by about lr * sign(grad), so a near-zero gradient whose sign differs between
+    # eager and the compiled model becomes an lr-sized parameter error; SGD keeps parameter
+    # errors proportional to gradient errors, which the tolerance rules are made for.
+    model.recipe = dataclasses.replace(model.recipe, optimizer="SGD")
     step = harness.make_step(model, compiled=compiled, precision=precision, full_output=True)
     train = harness.config.test == "train"
     harness.device.reset_rng(harness.options.seed)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from benchmark_models.base import DataFileSuite, LoadRequest, ModelNotFound, ModelSkipped
 from benchmark_models.model import BenchmarkModel, map_tensors
+from benchmark_models.training import recipe_for
 
 TORCHBENCH_DIR_ENV = "TORCHBENCH_DIR"
 
@@ -83,7 +84,7 @@ class TorchBenchSuite(DataFileSuite):
         batch_size = self.batch_size(request)
         built = BUILDERS[request.model_name](batch_size, request.device)
         return BenchmarkModel(module=built.module, args=built.args, batch_size=batch_size,
-                              source=self.source, make_optimizer=built.make_optimizer)
+                              source=self.source, recipe=recipe_for(self.name, request.model_name))
 
     def _load_torchbenchmark(self, request: LoadRequest) -> BenchmarkModel:
         """Build through torchbench's API. XLA devices: build on the CPU, then move, as
@@ -108,4 +109,4 @@ class TorchBenchSuite(DataFileSuite):
             inputs = map_tensors(inputs, lambda t: t.to(request.device))
         args, kwargs = ((), dict(inputs)) if isinstance(inputs, dict) else (tuple(inputs), {})
         return BenchmarkModel(module=model, args=args, kwargs=kwargs, batch_size=int(instance.batch_size),
-                              source=self.source)
+                              source=self.source, recipe=recipe_for(self.name, request.model_name))

@@ -3,8 +3,8 @@
 Used when the real `torchbenchmark` package is not importable, so that
 `--suite-name=torchbench` runs on a fresh machine. Hyperparameters are torchbench's;
 the code is this project's own. Each builder takes (batch_size, device) and returns the
-module, its positional inputs and, where torchbench trains with its own optimizer, a
-factory for it.
+module and its positional inputs; they train with the reference runner's recipe
+(benchmark_models/training.py), not torchbench's own optimizers, as PyTorch/XLA's runner does.
 """
 
 from __future__ import annotations
@@ -17,14 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-OptimizerFactory = Callable[[object], torch.optim.Optimizer]
-
 
 @dataclass(frozen=True)
 class Built:
     module: nn.Module
     args: tuple
-    make_optimizer: OptimizerFactory | None = None
 
 
 # --------------------------------------------------------------------------- llama
@@ -213,20 +210,10 @@ class GPT(nn.Module):
         return self.lm_head(self.ln_f(x)[:, -1:, :])
 
 
-def gpt_optimizer(params: object) -> torch.optim.Optimizer:
-    """nanoGPT's AdamW: weight decay on matrices only."""
-    params = [p for p in params if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95))
-
-
 def build_nanogpt(batch_size: int, device: str) -> Built:
     cfg = GPTConfig()
     idx = torch.randint(1, cfg.vocab_size, (batch_size, cfg.prompt_len), device=device)
-    return Built(GPT(cfg).to(device), (idx,), gpt_optimizer)
+    return Built(GPT(cfg).to(device), (idx,))
 
 
 # --------------------------------------------------------------------------- BERT_pytorch
@@ -328,10 +315,7 @@ def build_bert(batch_size: int, device: str) -> Built:
     tokens = tokens.masked_fill(positions >= lengths, 0)
     segments = torch.where(positions < lengths // 2, 1, 2).masked_fill(positions >= lengths, 0)
 
-    def optimizer(params: object) -> torch.optim.Optimizer:
-        return torch.optim.Adam(params, lr=1e-3, betas=(0.9, 0.999), weight_decay=0.01)
-
-    return Built(BertLM(cfg).to(device), (tokens.to(device), segments.to(device)), optimizer)
+    return Built(BertLM(cfg).to(device), (tokens.to(device), segments.to(device)))
 
 
 # --------------------------------------------------------------------------- dlrm
@@ -393,10 +377,7 @@ def build_dlrm(batch_size: int, device: str) -> Built:
     offsets = (torch.arange(batch_size, device=device) * lookups).expand(cfg.num_tables, -1).contiguous()
     indices = torch.randint(0, cfg.rows_per_table, (cfg.num_tables, batch_size * lookups), device=device)
 
-    def optimizer(params: object) -> torch.optim.Optimizer:
-        return torch.optim.SGD(params, lr=0.01)  # torchbench's; it also handles the sparse gradients
-
-    return Built(DLRM(cfg).to(device), (dense, offsets, indices), optimizer)
+    return Built(DLRM(cfg).to(device), (dense, offsets, indices))
 
 
 # --------------------------------------------------------------------------- resnet50

@@ -1,0 +1,111 @@
+"""Training workloads: the references' loss and optimizer per suite, and a timed workload that
+stays put (every timed repeat starts from the same weights and optimizer state)."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch._dynamo.testing import reduce_to_scalar_loss
+
+from benchmark_models import get_suite
+from benchmark_models.base import LoadRequest
+from benchmark_models.training import TrainingRecipe, TrainingState, recipe_for
+from experiment_runner.child.devices import DeviceRuntime
+from experiment_runner.child.harness import ExperimentHarness, apply_denormal_mode, time_iterations
+from experiment_runner.core.matrix import Experiment, ExperimentConfig
+from experiment_runner.core.options import RunOptions
+
+
+@pytest.mark.parametrize("suite, model, loss, optimizer", [
+    ("torchbench", "llama", "mean_per_output", "Adam(lr=0.01)"),
+    ("torchbench", "BERT_pytorch", "mean_per_output", "SGD(lr=0.01)"),  # PyTorch/XLA's TRAIN_WITH_SGD
+    ("torchbench", "dlrm", "mean_per_output", "SGD(lr=0.01)"),
+    ("huggingface", "OPTForCausalLM", "model_own", "SGD(lr=0.01)"),  # PyTorch's BENCHMARK_USE_SGD
+    ("huggingface", "BertForMaskedLM", "model_own", "Adam(lr=0.01)"),
+    ("timm", "ghostnet_100", "mean_of_first_output", "SGD(lr=0.01)"),
+    ("timm", "resnet50", "mean_of_first_output", "Adam(lr=0.01)"),
+    ("dummy", "dummy_mlp", "mean_per_output", "Adam(lr=0.01)"),
+    ("some_plugin", "anything", "mean_per_output", "Adam(lr=0.01)"),
+])
+def test_each_suite_trains_with_the_references_loss_and_optimizer(suite, model, loss, optimizer):
+    recipe = recipe_for(suite, model)
+    assert (recipe.loss, recipe.optimizer_spec) == (loss, optimizer)
+
+
+def test_torchbench_loss_is_torchs_reduce_to_scalar_loss_not_a_sum():
+    loaded = get_suite("torchbench").load(LoadRequest("BERT_pytorch", "train", "cpu", "cpu", "fp32", batch_size=1))
+    with torch.no_grad():
+        output = loaded.run_forward(loaded.module, loaded.args, loaded.kwargs)
+    assert isinstance(output, tuple) and len(output) == 2
+    loss = loaded.compute_loss(output)
+    assert torch.equal(loss, reduce_to_scalar_loss(output))
+    summed = sum(o.float().sum() for o in output)
+    assert abs(float(loss)) < abs(float(summed)) / 100  # a mean over 20k-word logits, not their sum
+
+
+def test_timm_reduces_its_logits_as_pytorchs_harness_does():
+    loaded = get_suite("timm").load(LoadRequest("resnet50", "train", "cpu", "cpu", "fp32", batch_size=1))
+    logits = torch.randn(1, 1000)
+    assert torch.equal(loaded.compute_loss(logits), logits.sum() / logits.numel())
+    assert torch.equal(loaded.compute_loss((logits, torch.ones(3))), logits.sum() / logits.numel())
+
+
+def test_rewind_restores_weights_buffers_and_optimizer_state_in_place():
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2))
+    optimizer = TrainingRecipe("mean_per_output", "Adam", 0.01).make_optimizer(module.parameters())
+    inputs = torch.randn(16, 4)
+
+    def step() -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        loss = reduce_to_scalar_loss(module(inputs))
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    step()  # the optimizer's state exists from here on, as after warm-up
+    state = TrainingState(module, optimizer)
+    state.rewind()
+    saved = {k: v.clone() for k, v in module.state_dict().items()}
+    exp_avg = optimizer.state[module[0].weight]["exp_avg"]
+    saved_exp_avg, saved_step = exp_avg.clone(), optimizer.state[module[0].weight]["step"].clone()
+    losses = [float(step().detach()) for _ in range(5)]
+    assert losses[-1] < losses[0]  # training moved the weights
+    state.rewind()
+    for key, value in module.state_dict().items():
+        assert torch.equal(value, saved[key]), key
+    assert optimizer.state[module[0].weight]["exp_avg"] is exp_avg, "restored in place: same tensor"
+    assert torch.equal(exp_avg, saved_exp_avg)
+    assert torch.equal(optimizer.state[module[0].weight]["step"], saved_step)
+    assert float(step().detach()) == pytest.approx(losses[0])
+
+
+def harness(tmp_path: Path, **options) -> ExperimentHarness:
+    config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=None, test="train",
+                              precision="fp32")
+    return ExperimentHarness(Experiment("dummy", "dummy_mlp", config), RunOptions(**options),
+                             DeviceRuntime(config), tmp_path)
+
+
+def test_every_timed_repeat_starts_from_the_same_state_and_the_losses_are_kept(tmp_path):
+    h = harness(tmp_path, repeat=4, iterations_per_run=3, warmup_iterations=2)
+    model = h.load()
+    step = h.make_step(model)
+    seen: list[float] = []
+    metrics = time_iterations(lambda: seen.append(float(step().detach())) or step(), h.device, h.options,
+                              training_state=model.training_state)
+    per_repeat = [seen[2 + 3 * r:2 + 3 * (r + 1)] for r in range(4)]
+    assert all(run == pytest.approx(per_repeat[0]) for run in per_repeat), per_repeat
+    assert metrics["loss_first_timed_step"] != metrics["loss_last_timed_step"]  # 2 steps per call here
+    without = time_iterations(step, h.device, h.options)
+    assert "loss_first_timed_step" not in without
+
+
+@pytest.mark.parametrize("flush", [True, False])
+def test_the_denormal_mode_is_set_either_way(flush):
+    tiny = torch.tensor([1e-40], dtype=torch.float32)
+    try:
+        apply_denormal_mode(RunOptions(flush_denormal=flush))
+        assert (float(tiny * 1.0) == 0.0) is flush
+    finally:
+        torch.set_flush_denormal(False)
