@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--matmul-precision", choices=("highest", "high", "medium"),
                    help="torch.set_float32_matmul_precision for every experiment")
     g.add_argument("--disable-tf32", action="store_true", help="float32 matmuls at full precision")
+    g.add_argument("--flush-denormal", action=argparse.BooleanOptionalAction, default=False,
+                   help="flush denormal floats to zero on the CPU (torch.set_flush_denormal), in eager and "
+                        "compiled runs alike; off by default, as PyTorch's CPU dashboard runs. Recorded as "
+                        "experiment.flush_denormal")
 
     g = p.add_argument_group("verification")
     g.add_argument("--verify", action="store_true",

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmark_models import BenchmarkModel, LoadRequest, get_suite, map_tensors
+from benchmark_models.training import TrainingState
 from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.core.matrix import Experiment
 from experiment_runner.core.options import RunOptions
@@ -119,6 +120,7 @@ class ExperimentHarness:
 
         module.train()
         optimizer = model.optimizer(module.parameters())
+        model.training_state = TrainingState(module, optimizer)
 
         def train_step() -> Any:
             optimizer.zero_grad(set_to_none=True)
@@ -133,13 +135,16 @@ class ExperimentHarness:
 
 
 def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: RunOptions,
-                    on_repeat: Callable[[int], None] | None = None) -> dict[str, Any]:
+                    on_repeat: Callable[[int], None] | None = None,
+                    training_state: TrainingState | None = None) -> dict[str, Any]:
     """Warm-up apart, then `repeat` timed runs of `iterations_per_run` iterations.
 
     The device is synchronized before the clock starts and before it stops; RNG state is
     reset before each run, outside the clock. Warm-up times are kept (they hold the
     compilation) but never mixed into the timed samples. `on_repeat(i)` runs after timed
-    run i, outside the clock (per-repeat dumps).
+    run i, outside the clock (per-repeat dumps). A training step's state is rewound before
+    every timed run, outside the clock, so every run times the same workload; the loss of
+    the first and of the last timed step are kept to show it.
     """
     from time import perf_counter
 
@@ -154,13 +159,18 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
 
     device.reset_peak_memory()
     metrics: dict[str, Any] = {"total_time": [], "per_iter_time": []}
+    first = last = None
     for index in range(options.repeat):
+        if training_state is not None:
+            training_state.rewind()
         device.reset_rng(options.seed)
         device.begin_repeat()
         device.synchronize()
         start = perf_counter()
         for _ in range(options.iterations_per_run):
-            device.run_iteration(step)
+            last = device.run_iteration(step)
+            if first is None:
+                first = last
         device.synchronize()
         elapsed = perf_counter() - start
         metrics["total_time"].append(elapsed)
@@ -171,7 +181,24 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
             on_repeat(index)
     metrics["warmup_time"] = warmup_time
     metrics.update(device.peak_memory())
+    if training_state is not None and last is not None:
+        metrics["loss_first_timed_step"] = _loss_value(first)
+        metrics["loss_last_timed_step"] = _loss_value(last)
     return metrics
+
+
+def _loss_value(step_result: Any) -> float:
+    """A train step returns its loss, or (loss, output) with --collect-full-output."""
+    loss = step_result[0] if isinstance(step_result, tuple) else step_result
+    return float(loss.detach().float().cpu())
+
+
+def apply_denormal_mode(options: RunOptions) -> None:
+    """Flush-to-zero on the CPU, set explicitly either way so every record's mode is a fact.
+    Set before the model is loaded or compiled, so eager and compiled runs get the same mode."""
+    import torch
+
+    torch.set_flush_denormal(options.flush_denormal)
 
 
 def apply_matmul_precision(options: RunOptions) -> None:

@@ -17,6 +17,7 @@ from benchmark_models import ModelSkipped
 from experiment_runner.child.devices import DeviceRuntime, runtime_for
 from experiment_runner.child.harness import (
     ExperimentHarness,
+    apply_denormal_mode,
     apply_matmul_precision,
     time_iterations,
 )
@@ -56,18 +57,23 @@ def run_task(task: Task) -> dict[str, Any]:
         device = runtime_for(config)
         result["accelerator_model"] = device.accelerator_model()
         apply_matmul_precision(task.options)
+        apply_denormal_mode(task.options)
         device.prepare(task.options, Path(task.artifacts_dir))
         harness = ExperimentHarness(task.experiment, task.options, device, Path(task.artifacts_dir))
 
         t0 = time.perf_counter()
         model = harness.model = harness.load()
         result.update(source=model.source, batch_size=model.batch_size)
+        if config.test == "train":
+            result.update(loss=model.recipe.loss if model.loss is None else "model_own",
+                          optimizer=model.recipe.optimizer_spec)
         result["timings"]["load_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         step = harness.make_step(model)
         instrumentation = Instrumentation(task, device)
-        result["metrics"] = time_iterations(step, device, task.options, on_repeat=instrumentation.after_repeat)
+        result["metrics"] = time_iterations(step, device, task.options, on_repeat=instrumentation.after_repeat,
+                                            training_state=model.training_state)
         result["timings"]["measure_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()

@@ -31,6 +31,7 @@ class RunOptions:
     tolerance: float | None = None
     matmul_precision: str | None = None
     disable_tf32: bool = False
+    flush_denormal: bool = False
     collect_dynamo_counters: bool = False
     dump_dynamo_counters: bool = False
     profile_cuda_cpu: bool = False

@@ -179,6 +179,10 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
             "test": config.test,
             "batch_size": result.get("batch_size", config.batch_size),
             "precision": result.get("precision", config.precision),
+            # Train only: how the step computes its loss and which optimizer steps it.
+            "loss": result.get("loss"),
+            "optimizer": result.get("optimizer"),
+            "flush_denormal": ctx.options.flush_denormal,
         },
         "repeat": ctx.options.repeat,
         "iterations_per_run": ctx.options.iterations_per_run,

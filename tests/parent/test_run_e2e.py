@@ -1,6 +1,7 @@
 """End to end through the real CLI on the dummy suite: records, timings, logs, resume."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -97,6 +98,15 @@ def test_llama_eager_and_inductor_eval_and_train_are_timed_and_verified_in_one_r
         assert r["model"] == {"suite_name": "torchbench", "model_name": "llama", "source": "builtin"}
         assert len(r["metrics"]["per_iter_time"]) == r["repeat"] == 2
         assert r["verification"]["details"]["reference"] == "float64"
+        assert r["experiment"]["flush_denormal"] is False
+        if r["experiment"]["test"] == "eval":
+            assert r["experiment"]["loss"] is None and r["experiment"]["optimizer"] is None
+            continue
+        # PyTorch/XLA's recipe for torchbench llama, and a workload that stays put while timed.
+        assert (r["experiment"]["loss"], r["experiment"]["optimizer"]) == ("mean_per_output", "Adam(lr=0.01)")
+        figures = {**r["metrics"], **r.get("measurements", {})}
+        first, last = figures["loss_first_timed_step"], figures["loss_last_timed_step"]
+        assert math.isfinite(first) and math.isfinite(last) and abs(last) <= 10 * abs(first), (first, last)
 
 
 def test_output_and_measurement_flags_reach_the_records(env, tmp_path):

@@ -1,0 +1,133 @@
+"""Does training stay put? Train every model for N steps with the recipe a timed run uses.
+
+Each model trains in a fresh process (eager, fp32, CPU, the suite's CPU batch size) with
+the harness's own training step, so the loss and optimizer are exactly what
+`experiment_runner --test=train` times; the timing loop additionally rewinds to the same
+state before every timed repeat, which this script deliberately does not, to show the
+recipe itself keeps values finite over many more steps than a timed run takes.
+
+    python benchmarks/train_stability.py                        # every model of every suite
+    python benchmarks/train_stability.py --suite torchbench --suite dummy --steps 100
+    python benchmarks/train_stability.py --markdown             # the README's table
+
+Per model: the loss at step 1, 10 and N; whether any parameter became non-finite; how
+much the parameters grew (norm of all parameters at step N over step 0, and the largest
+per-tensor ratio among tensors that did not start at zero). `diverged` is any non-finite
+value or a growth above 100x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SUITES = ("dummy", "torchbench", "huggingface", "timm")
+GROWTH_LIMIT = 100.0
+
+
+def train_one(suite: str, model: str, steps: int) -> dict[str, Any]:
+    """In this process: build the experiment's train step and run it `steps` times."""
+    import torch
+
+    from experiment_runner.child.devices import DeviceRuntime
+    from experiment_runner.child.harness import ExperimentHarness
+    from experiment_runner.core.matrix import Experiment, ExperimentConfig
+    from experiment_runner.core.options import RunOptions
+
+    config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=None, test="train",
+                              precision="fp32")
+    harness = ExperimentHarness(Experiment(suite, model, config), RunOptions(), DeviceRuntime(config), Path("."))
+    loaded = harness.load()
+    start = [p.detach().clone() for p in loaded.module.parameters()]
+    step = harness.make_step(loaded)
+    losses: dict[int, float] = {}
+    started = time.perf_counter()
+    for index in range(1, steps + 1):
+        loss = step()
+        if index in (1, 10, steps):
+            losses[index] = float(loss.detach().float())
+    seconds = time.perf_counter() - started
+    end = [p.detach() for p in loaded.module.parameters()]
+    finite = all(bool(torch.isfinite(p).all()) for p in end)
+    norm0 = math.sqrt(sum(float(p.double().pow(2).sum()) for p in start))
+    norm1 = math.sqrt(sum(float(p.double().pow(2).sum()) for p in end))
+    ratios = [float(e.double().norm() / s.double().norm()) for s, e in zip(start, end)
+              if float(s.double().pow(2).mean().sqrt()) > 1e-3]
+    growth = norm1 / norm0 if norm0 > 0 else math.inf
+    return {
+        "suite": suite, "model": model, "batch_size": loaded.batch_size, "steps": steps,
+        "loss": loaded.recipe.loss if loaded.loss is None else "model_own",
+        "optimizer": loaded.recipe.optimizer_spec,
+        "loss_at": {str(k): v for k, v in losses.items()},
+        "finite": finite and all(math.isfinite(v) for v in losses.values()),
+        "norm_growth": growth, "max_tensor_growth": max(ratios, default=None),
+        "diverged": not finite or not all(math.isfinite(v) for v in losses.values()) or growth > GROWTH_LIMIT,
+        "seconds_per_step": seconds / steps,
+    }
+
+
+def models_of(suite: str) -> list[str]:
+    from benchmark_models.registry import get_suite
+
+    return get_suite(suite).model_names()
+
+
+def run_all(suites: list[str], steps: int, timeout_s: float) -> list[dict[str, Any]]:
+    rows = []
+    for suite in suites:
+        for model in models_of(suite):
+            proc = subprocess.run([sys.executable, __file__, "--one", suite, model, "--steps", str(steps)],
+                                  capture_output=True, text=True, timeout=timeout_s)
+            if proc.returncode != 0:
+                tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+                rows.append({"suite": suite, "model": model, "error": tail[:200], "diverged": None})
+            else:
+                rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return rows
+
+
+def _g(value: float | None) -> str:
+    return "" if value is None else f"{value:.3g}"
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| suite | model | bs | loss | optimizer | loss@1 | loss@10 | loss@N | finite | norm growth | "
+             "max tensor growth | diverged |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['suite']} | {r['model']} | | | | | | | | | | error: {r['error']} |")
+            continue
+        at = r["loss_at"]
+        lines.append(f"| {r['suite']} | {r['model']} | {r['batch_size']} | {r['loss']} | {r['optimizer']} | "
+                     f"{_g(at.get('1'))} | {_g(at.get('10'))} | {_g(at.get(str(r['steps'])))} | "
+                     f"{'yes' if r['finite'] else 'NO'} | {_g(r['norm_growth'])} | {_g(r['max_tensor_growth'])} | "
+                     f"{'YES' if r['diverged'] else 'no'} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", action="append", choices=SUITES, help="suites to train (default: all)")
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per model")
+    parser.add_argument("--markdown", action="store_true", help="print the README's table instead of JSON")
+    parser.add_argument("--one", nargs=2, metavar=("SUITE", "MODEL"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(train_one(*args.one, args.steps)))
+        return 0
+    rows = run_all(args.suite or list(SUITES), args.steps, args.timeout)
+    print(markdown(rows) if args.markdown else json.dumps(rows, indent=2))
+    return 1 if any(r.get("diverged") for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
