@@ -5,7 +5,14 @@ process of its own (new session, its own environment and log) and runs
 `experiment_runner.child.main`, ending with os._exit(). The protocol and the parent's half
 are in `experiment_runner.parent.launch.forkserver`.
 
-Run as `python -m experiment_runner.child.forkserver` (by the parent only).
+With `--xla` it imports torch_xla too, but creates no PJRT client: torch_xla 2.9 picks the
+device (PJRT_DEVICE), parses XLA_FLAGS and reads its dump and dtype variables when the
+runtime starts or the value is first used, which is in the child, under the child's own
+environment. What torch_xla does to the environment at import (defaults added to
+XLA_FLAGS, TF_CPP_MIN_LOG_LEVEL, the libtpu path) is redone in the child over its own
+variables, exactly as a fresh `import torch_xla` would.
+
+Run as `python -m experiment_runner.child.forkserver [--xla]` (by the parent only).
 """
 
 from __future__ import annotations
@@ -25,6 +32,13 @@ from experiment_runner.core.processes import signal_group
 # Modules worth having in memory before the fork: what every experiment imports anyway
 # (torch._dynamo too: optimizers and torch.compile import it, seconds on a small machine).
 PRELOAD = ("torch", "numpy", "torch._dynamo", "experiment_runner.child.main")
+# ... and for XLA experiments, what their children import: the runtime, metrics, the
+# openxla dynamo backend. None of it starts the PJRT runtime (checked after preloading).
+XLA_PRELOAD = ("torch_xla", "torch_xla.core.xla_model", "torch_xla.debug.metrics", "torch_xla.backends",
+               "torch_xla._dynamo.dynamo_bridge", "experiment_runner.child.devices.xla")
+# torch_xla's import-time environment set-up, rerun in each child over the child's own
+# variables (they only add what is missing, as at a fresh import).
+XLA_IMPORT_ENV_SETUP = ("_setup_default_env", "_setup_xla_flags", "_setup_tpu_vm_library_path")
 
 
 def _send(fd: int, message: dict[str, Any]) -> None:
@@ -44,6 +58,9 @@ def _run_child(request: dict[str, Any], close_fds: list[int]) -> None:
             os.close(fd)
         os.environ.clear()
         os.environ.update(request["env"])
+        if "torch_xla" in sys.modules:
+            for setup in XLA_IMPORT_ENV_SETUP:
+                getattr(sys.modules["torch_xla"], setup)()
         import tempfile
 
         tempfile.tempdir = None  # TMPDIR is per experiment
@@ -78,7 +95,7 @@ def _run_child(request: dict[str, Any], close_fds: list[int]) -> None:
             os._exit(code)
 
 
-def serve() -> int:
+def serve(xla: bool = False) -> int:
     """The server loop: fork on request, report pids and wait statuses, clean up on EOF."""
     requests_fd = os.dup(0)
     replies_fd = os.dup(1)
@@ -92,11 +109,16 @@ def serve() -> int:
     # torch.cuda.is_available() through NVML, so no import below can initialize the CUDA
     # driver, which a forked child could not use.
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-    for name in PRELOAD:
+    for name in PRELOAD + (XLA_PRELOAD if xla else ()):
         __import__(name)
     if _cuda_driver_loaded():
         print("forkserver: the CUDA driver was loaded while preloading; refusing to fork", file=sys.stderr)
         return 1
+    if xla:
+        refusal = _xla_unforkable()
+        if refusal:
+            print(f"forkserver: {refusal}; refusing to fork", file=sys.stderr)
+            return 1
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -155,6 +177,18 @@ def _serve_requests(requests_fd: int, replies_fd: int, wake_r: int, wake_w: int,
                 _send(replies_fd, {"id": request_id, "status": status})
 
 
+def _xla_unforkable() -> str | None:
+    """Why children forked from here would not behave like fresh torch_xla processes, if so."""
+    import torch_xla
+
+    missing = [name for name in XLA_IMPORT_ENV_SETUP if not callable(getattr(torch_xla, name, None))]
+    if missing:
+        return f"torch_xla {torch_xla.__version__} lacks {', '.join(missing)}"
+    if torch_xla._XLAC._xla_runtime_is_initialized():
+        return "the PJRT runtime was started while preloading"
+    return None
+
+
 def _cuda_driver_loaded() -> bool:
     try:
         return "libcuda.so" in Path("/proc/self/maps").read_text()
@@ -163,4 +197,4 @@ def _cuda_driver_loaded() -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(serve())
+    sys.exit(serve(xla="--xla" in sys.argv[1:]))

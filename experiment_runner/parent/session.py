@@ -29,7 +29,7 @@ from experiment_runner.errors import (
     fail,
 )
 from experiment_runner.parent.executors import ExecutorOptions, create
-from experiment_runner.parent.host import ProbeError, probe_capabilities
+from experiment_runner.parent.host import ProbeError, probe_capabilities, torch_xla_importable
 from experiment_runner.parent.launch.forkserver import prestart
 from experiment_runner.parent.runner import Runner
 from experiment_runner.parent.store import new_run_id, resume_state
@@ -94,7 +94,10 @@ def run(args: argparse.Namespace, options: RunOptions) -> int:
     """Plan the matrix the validated flags ask for, then run it (or print it with --dry-run)."""
     try:
         if args.executor == "local" and args.launcher == "forkserver" and not args.dry_run:
-            prestart()  # its torch import overlaps with ours: probing, planning, resuming
+            # Their imports overlap with ours: probing, planning, resuming. The XLA server is
+            # started too where the matrix may hold XLA experiments (the default does).
+            prestart(xla=(args.xla is None or "PJRT" in args.xla) and torch_xla_importable())
+        filters, excludes = args.filter_patterns, args.exclude_patterns
         try:
             suite = suite_catalog(args.suite_name)
         except UnknownSuite as exc:

@@ -1,10 +1,16 @@
 """The fork server's client: one fresh process per experiment without paying Python's and torch's start-up each time.
 
-Importing torch costs 1.5-2 s on a small machine, which dwarfs a quick experiment. The
-server is started once per run, imports torch and the worker (but initializes no device,
-so nothing device-side is shared), and forks one child per experiment. Each child is
-still a process of its own: new session, its own environment, its own log file, and it
-ends with os._exit(), so nothing it did survives it.
+Importing torch costs 1.5-2 s on a small machine (torch_xla another second), which
+dwarfs a quick experiment. A server imports torch (and, for XLA experiments, torch_xla)
+and the worker once, initializes no device (so nothing device-side is shared), and forks
+one child per experiment. Each child is still a process of its own: new session, its own
+environment, its own log file, and it ends with os._exit(), so nothing it did survives it.
+
+Which server serves an experiment: environment variables that torch, torch_xla or native
+libraries read at import or library load are fixed in a server; those read at first use
+are the child's own. Experiments are grouped by the import-time settings they ask for
+(`ServerKind`): one server per kind, started on first need (the common kinds are
+started early, by `prestart`, so their imports overlap with the parent's planning).
 
 Protocol (JSON lines): the parent writes `{"id", "task", "log", "env", "cwd"}` to the
 server's stdin; the server answers `{"ready": pid}` once at start, then `{"id", "pid"}`
@@ -13,8 +19,6 @@ The parent keeps enforcing timeouts (killpg on the child's pid, which is also it
 process group) and keeps writing every record. When the parent goes away (EOF on stdin)
 the server kills every child's process group and exits, so a killed runner leaves no
 experiment behind. The server itself is `experiment_runner.child.forkserver`.
-
-XLA experiments do not come here: torch_xla reads its environment when it is imported.
 """
 
 from __future__ import annotations
@@ -44,57 +48,61 @@ from experiment_runner.parent.launch.subprocess import (
     _parent_death_signal,
 )
 
-# How long the parent waits for the server to import torch before falling back.
+# How long the parent waits for a server to import torch before falling back.
 SERVER_START_TIMEOUT_S = 300.0
-# Environment variables that torch, its compilers or native libraries may read once, at
-# import or library load, i.e. in the server rather than in the forked child. An
-# experiment whose value of one of them differs from the server's runs as a plain
-# subprocess instead.
+# Environment variables that torch, torch_xla, their compilers or native libraries may read
+# once, at import or library load, i.e. in the server rather than in the forked child.
 IMPORT_TIME_PREFIXES = ("TORCH", "PYTORCH", "TRITON", "OMP_", "MKL_", "KMP_", "GOMP_", "LD_", "PYTHON",
-                        "CUDA", "NCCL", "NVIDIA", "XLA", "PJRT", "TPU", "HF_", "TRANSFORMERS", "TIMM")
+                        "CUDA", "NCCL", "NVIDIA", "XLA", "PJRT", "TPU", "LIBTPU", "PT_XLA", "TF_", "GRPC_",
+                        "NEURON", "HF_", "TRANSFORMERS", "TIMM")
 # ... except these, which are read when first used, after the fork.
 READ_AT_USE = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CUDA_VISIBLE_DEVICES",
                          "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER"})
+# ... and in a server that imported torch_xla 2.9, these too: the PJRT device and XLA_FLAGS
+# are read when the runtime starts (the first device use), the dump, dtype and
+# functionalization variables when first consulted (tests/child/test_xla.py proves each).
+# torch_xla's import adds defaults to XLA_FLAGS (and TF_CPP_MIN_LOG_LEVEL); the child redoes
+# that over its own values (child/forkserver.py).
+XLA_READ_AT_USE = READ_AT_USE | {"PJRT_DEVICE", "XLA_FLAGS", "XLA_SAVE_TENSORS_FMT", "XLA_SAVE_TENSORS_FILE",
+                                 "XLA_DISABLE_FUNCTIONALIZATION", "XLA_USE_BF16", "XLA_DOWNCAST_BF16"}
 
 
-def forkable(env: dict[str, str], server_env: dict[str, str]) -> bool:
-    """Whether a child with `env` behaves as if started fresh when forked from a server
-    that imported torch under `server_env`."""
-    for name in set(env) | set(server_env):
-        if name.startswith(IMPORT_TIME_PREFIXES) and name not in READ_AT_USE \
-                and env.get(name) != server_env.get(name):
-            return False
-    return True
+@dataclass(frozen=True)
+class ServerKind:
+    """What a server preloads, and the import-time settings it imports them under."""
+
+    xla: bool
+    settings: tuple[tuple[str, str], ...]
+
+    @property
+    def label(self) -> str:
+        return "xla" if self.xla else "torch"
 
 
-@dataclass
-class Server:
-    """A started fork server and the environment it imported torch under."""
-
-    process: subprocess.Popen
-    env: dict[str, str]
-    stderr: IO[bytes]
+def import_time_settings(env: dict[str, str], xla: bool) -> tuple[tuple[str, str], ...]:
+    """The variables of `env` that a server with (xla) or without torch_xla fixes at import."""
+    read_at_use = XLA_READ_AT_USE if xla else READ_AT_USE
+    return tuple(sorted((k, v) for k, v in env.items()
+                        if k.startswith(IMPORT_TIME_PREFIXES) and k not in read_at_use))
 
 
-_prestarted: list[Server] = []
+def server_kind(task: Task, env: dict[str, str]) -> ServerKind:
+    """The server an experiment with environment `env` behaves in as if started fresh."""
+    xla = task.experiment.config.xla is not None
+    return ServerKind(xla, import_time_settings(env, xla))
 
 
-def start_server() -> Server:
-    """Start a server; it dies with this process (PR_SET_PDEATHSIG), even mid-import."""
-    env = {k: v for k, v in os.environ.items() if k not in INHERITED_XLA_VARS}
-    stderr = tempfile.TemporaryFile()  # copied into the run's folder once that is known
-    process = subprocess.Popen(
-        [sys.executable, "-m", "experiment_runner.child.forkserver"], env=env, stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=stderr, start_new_session=True, close_fds=True,
-        preexec_fn=_parent_death_signal(signal.SIGTERM),
-    )
-    return Server(process, env, stderr)
+def server_environment(kind: ServerKind, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a server of `kind` starts with: the parent's, its import-time
+    variables replaced by the kind's."""
+    env = {k: v for k, v in (os.environ if base is None else base).items()
+           if not k.startswith(IMPORT_TIME_PREFIXES)}
+    env.update(kind.settings)
+    return env
 
 
-def prestart() -> None:
-    """Start the server now, so that its imports overlap with the parent's own start-up."""
-    if not _prestarted:
-        _prestarted.append(start_server())
+class ServerGone(RuntimeError):
+    """The fork server died or never became ready."""
 
 
 @dataclass
@@ -102,15 +110,105 @@ class _Pending:
     replies: "queue.Queue[dict[str, Any]]" = field(default_factory=queue.Queue)
 
 
-class ServerGone(RuntimeError):
-    """The fork server died or never became ready."""
+class Server:
+    """One started fork server: its process, the replies it sends, the requests in flight."""
+
+    def __init__(self, kind: ServerKind) -> None:
+        """Start it; it dies with this process (PR_SET_PDEATHSIG), even mid-import."""
+        self.kind = kind
+        self.stderr = tempfile.TemporaryFile()  # copied into the run's folder once that is known
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "experiment_runner.child.forkserver", *(["--xla"] if kind.xla else [])],
+            env=server_environment(kind), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+            start_new_session=True, close_fds=True, preexec_fn=_parent_death_signal(signal.SIGTERM),
+        )
+        self.ready = threading.Event()
+        self.gone = False
+        self._write_lock = threading.Lock()
+        self._pending: dict[int, _Pending] = {}
+        self._next_id = 0
+        self._reader = threading.Thread(target=self._read_replies, name=f"forkserver-{kind.label}-replies",
+                                        daemon=True)
+        self._reader.start()
+
+    def _read_replies(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            message = json.loads(line)
+            if "ready" in message:
+                self.ready.set()
+                continue
+            pending = self._pending.get(message["id"])
+            if pending is not None:
+                pending.replies.put(message)
+        self.gone = True
+        self.ready.set()
+        for pending in list(self._pending.values()):
+            pending.replies.put({"gone": True})
+
+    def request(self, payload: dict[str, Any]) -> tuple[int, _Pending]:
+        with self._write_lock:
+            request_id = self._next_id
+            self._next_id += 1
+            pending = self._pending[request_id] = _Pending()
+            assert self.process.stdin is not None
+            try:
+                self.process.stdin.write((json.dumps({**payload, "id": request_id}) + "\n").encode())
+                self.process.stdin.flush()
+            except (BrokenPipeError, OSError) as exc:
+                self._pending.pop(request_id, None)
+                raise ServerGone(f"the fork server is gone: {exc}") from exc
+        return request_id, pending
+
+    def forget(self, request_id: int) -> None:
+        self._pending.pop(request_id, None)
+
+    def close(self, log: Path | None) -> None:
+        """Stop it (it kills whatever children are left and exits); append its stderr to `log`."""
+        try:
+            if self.process.stdin is not None:
+                self.process.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            signal_group(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self._reader.join(timeout=5)
+        if log is not None:
+            self.stderr.seek(0)
+            with open(log, "ab") as handle:
+                handle.write(f"--- fork server ({self.kind.label}) ---\n".encode())
+                shutil.copyfileobj(self.stderr, handle)
+        self.stderr.close()
+
+
+_prestarted: dict[ServerKind, Server] = {}
+
+
+def default_kind(xla: bool) -> ServerKind:
+    """The kind most experiments of a run need: the parent's own import-time settings
+    (child_environment drops the XLA variables a shell may carry)."""
+    env = {k: v for k, v in os.environ.items() if k not in INHERITED_XLA_VARS}
+    return ServerKind(xla, import_time_settings(env, xla))
+
+
+def prestart(xla: bool = False) -> None:
+    """Start the default server (and the XLA one) now, so that their imports overlap with
+    the parent's own start-up; a kind no experiment asks for is stopped unused at the end."""
+    for kind in [default_kind(False)] + ([default_kind(True)] if xla else []):
+        if kind not in _prestarted:
+            _prestarted[kind] = Server(kind)
 
 
 class ForkServerLauncher(SubprocessLauncher):
-    """Launches experiments as children of a fork server; XLA experiments as plain subprocesses.
+    """Launches each experiment as a child of the fork server of its kind.
 
     Same contract as SubprocessLauncher: `launch` blocks until the experiment is over and
-    returns its ChildOutcome; the timeout kills the child's whole process group.
+    returns its ChildOutcome; the timeout kills the child's whole process group. An
+    experiment whose server cannot serve it (died, never became ready) runs as a plain
+    subprocess.
     """
 
     name = "forkserver"
@@ -118,57 +216,33 @@ class ForkServerLauncher(SubprocessLauncher):
     def __init__(self, timeout_s: float | None = None, print_subprocess: bool = False,
                  extra_env: dict[str, str] | None = None, server_log: Path | None = None) -> None:
         super().__init__(timeout_s, print_subprocess, extra_env)
-        self._write_lock = threading.Lock()
-        self._pending: dict[int, _Pending] = {}
-        self._next_id = 0
-        self._ready = threading.Event()
-        self._gone = False
         self._server_log = server_log
-        server = _prestarted.pop() if _prestarted else start_server()
-        self._server, self._server_env, self._server_stderr = server.process, server.env, server.stderr
-        self._reader = threading.Thread(target=self._read_replies, name="forkserver-replies", daemon=True)
-        self._reader.start()
+        self._servers_lock = threading.Lock()
+        self._servers: dict[ServerKind, Server] = dict(_prestarted)
+        _prestarted.clear()
 
-    def _read_replies(self) -> None:
-        assert self._server.stdout is not None
-        for line in self._server.stdout:
-            message = json.loads(line)
-            if "ready" in message:
-                self._ready.set()
-                continue
-            pending = self._pending.get(message["id"])
-            if pending is not None:
-                pending.replies.put(message)
-        self._gone = True
-        self._ready.set()
-        for pending in list(self._pending.values()):
-            pending.replies.put({"gone": True})
+    def server_for(self, kind: ServerKind) -> Server:
+        """The server of `kind`, started now if none is yet."""
+        with self._servers_lock:
+            server = self._servers.get(kind)
+            if server is None:
+                server = self._servers[kind] = Server(kind)
+            return server
 
-    def _request(self, payload: dict[str, Any]) -> tuple[int, _Pending]:
-        with self._write_lock:
-            request_id = self._next_id
-            self._next_id += 1
-            pending = self._pending[request_id] = _Pending()
-            assert self._server.stdin is not None
-            try:
-                self._server.stdin.write((json.dumps({**payload, "id": request_id}) + "\n").encode())
-                self._server.stdin.flush()
-            except (BrokenPipeError, OSError) as exc:
-                self._pending.pop(request_id, None)
-                raise ServerGone(f"the fork server is gone: {exc}") from exc
-        return request_id, pending
+    @property
+    def servers(self) -> dict[ServerKind, Server]:
+        return dict(self._servers)
 
     def launch(self, task: Task, log_path: Path, extra_env: dict[str, str] | None = None) -> ChildOutcome:
-        if task.experiment.config.xla is not None or self._gone:
-            return super().launch(task, log_path, extra_env)
         task_path, env = self.prepare(task, extra_env)
+        server = self.server_for(server_kind(task, env))
         # Waiting for the server's imports is the run's start-up, not the experiment's time.
-        if not forkable(env, self._server_env) or not self._ready.wait(SERVER_START_TIMEOUT_S) or self._gone:
+        if not server.ready.wait(SERVER_START_TIMEOUT_S) or server.gone:
             return super().launch(task, log_path, extra_env)
         start = time.monotonic()
         try:
-            request_id, pending = self._request({"task": str(task_path), "log": str(log_path),
-                                                 "env": env, "cwd": os.getcwd()})
+            request_id, pending = server.request({"task": str(task_path), "log": str(log_path),
+                                                  "env": env, "cwd": os.getcwd()})
         except ServerGone:
             return super().launch(task, log_path, extra_env)
         try:
@@ -178,7 +252,7 @@ class ForkServerLauncher(SubprocessLauncher):
             outcome = self._wait(reply["pid"], pending, start, log_path)
             outcome.cuda_visible_devices = (extra_env or {}).get("CUDA_VISIBLE_DEVICES")
         finally:
-            self._pending.pop(request_id, None)
+            server.forget(request_id)
         outcome.result = None if (outcome.timed_out or outcome.interrupted) else read_result(task.result_path)
         outcome.log_tail = read_log_tail(log_path)
         return outcome
@@ -207,23 +281,11 @@ class ForkServerLauncher(SubprocessLauncher):
                             interrupted=interrupted, wall_s=time.monotonic() - start, launcher=self.name)
 
     def close(self) -> None:
-        """Stop the server: it kills whatever children are left and exits."""
-        try:
-            if self._server.stdin is not None:
-                self._server.stdin.close()
-        except OSError:
-            pass
-        try:
-            self._server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            signal_group(self._server.pid, signal.SIGKILL)
-            self._server.wait()
-        self._reader.join(timeout=5)
-        if self._server_log is not None:
-            self._server_stderr.seek(0)
-            with open(self._server_log, "ab") as log:
-                shutil.copyfileobj(self._server_stderr, log)
-        self._server_stderr.close()
+        """Stop every server: each kills whatever children it has left and exits."""
+        with self._servers_lock:
+            servers, self._servers = list(self._servers.values()), {}
+        for server in servers:
+            server.close(self._server_log)
         super().close()
 
 
