@@ -36,9 +36,6 @@ PRELOAD = ("torch", "numpy", "torch._dynamo", "experiment_runner.child.main")
 # openxla dynamo backend. None of it starts the PJRT runtime (checked after preloading).
 XLA_PRELOAD = ("torch_xla", "torch_xla.core.xla_model", "torch_xla.debug.metrics", "torch_xla.backends",
                "torch_xla._dynamo.dynamo_bridge", "experiment_runner.child.devices.xla")
-# torch_xla's import-time environment set-up, rerun in each child over the child's own
-# variables (they only add what is missing, as at a fresh import).
-XLA_IMPORT_ENV_SETUP = ("_setup_default_env", "_setup_xla_flags", "_setup_tpu_vm_library_path")
 
 
 def _send(fd: int, message: dict[str, Any]) -> None:
@@ -59,8 +56,7 @@ def _run_child(request: dict[str, Any], close_fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         if "torch_xla" in sys.modules:
-            for setup in XLA_IMPORT_ENV_SETUP:
-                getattr(sys.modules["torch_xla"], setup)()
+            redo_torch_xla_environment()
         import tempfile
 
         tempfile.tempdir = None  # TMPDIR is per experiment
@@ -177,15 +173,33 @@ def _serve_requests(requests_fd: int, replies_fd: int, wake_r: int, wake_w: int,
                 _send(replies_fd, {"id": request_id, "status": status})
 
 
+def redo_torch_xla_environment() -> None:
+    """What `import torch_xla` (2.9) writes into os.environ, done again over the child's own
+    variables, in the same order; each step only adds what the environment lacks. Missing
+    one shows in tests/child/test_xla.py, which compares whole environments."""
+    import torch_xla
+    from torch_xla import runtime
+    from torch_xla.experimental import plugins
+
+    torch_xla._setup_default_env()  # TF_CPP_MIN_LOG_LEVEL, GRPC_VERBOSITY, libtpu's flags
+    torch_xla._setup_xla_flags()  # --xla_cpu_enable_fast_math=false unless XLA_FLAGS says
+    torch_xla._check_deprecated_env_var()
+    torch_xla._setup_tpu_vm_library_path()
+    if os.getenv("XLA_REGISTER_INSTALLED_PLUGINS", "1") == "1":
+        plugins.use_dynamic_plugins()  # PJRT_DYNAMIC_PLUGINS=1
+    runtime._maybe_select_default_device()  # PJRT_DEVICE where the child has none
+
+
 def _xla_unforkable() -> str | None:
     """Why children forked from here would not behave like fresh torch_xla processes, if so."""
     import torch_xla
 
-    missing = [name for name in XLA_IMPORT_ENV_SETUP if not callable(getattr(torch_xla, name, None))]
-    if missing:
-        return f"torch_xla {torch_xla.__version__} lacks {', '.join(missing)}"
     if torch_xla._XLAC._xla_runtime_is_initialized():
         return "the PJRT runtime was started while preloading"
+    try:
+        redo_torch_xla_environment()  # a rehearsal: this torch_xla has every step
+    except (AttributeError, ImportError, RuntimeError) as exc:
+        return f"torch_xla {torch_xla.__version__} cannot redo its import-time environment: {exc}"
     return None
 
 

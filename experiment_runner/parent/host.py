@@ -66,18 +66,23 @@ def torch_xla_importable() -> bool:
     return importlib.util.find_spec("torch_xla") is not None
 
 
-def _run_probe(code: str, env: dict[str, str] | None = None) -> str:
+def _start_probe(code: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def _probe_output(proc: subprocess.Popen) -> str:
+    """The last line a probe printed; ProbeError with its last error line if it failed."""
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True,
-            timeout=PROBE_TIMEOUT_S, env=env,
-        )
+        stdout, stderr = proc.communicate(timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.communicate()
         raise ProbeError(f"device probe timed out after {PROBE_TIMEOUT_S}s") from exc
     if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        tail = (stderr.strip().splitlines() or ["(no output)"])[-1]
         raise ProbeError(tail)
-    return proc.stdout.strip().splitlines()[-1]
+    return (stdout.strip().splitlines() or [""])[-1]
 
 
 def hardware_present(accelerator: str) -> bool:
@@ -90,12 +95,16 @@ def hardware_present(accelerator: str) -> bool:
     return True
 
 
-def probe_xla_device(accelerator: str) -> bool:
-    """Whether torch_xla finds a PJRT device for `accelerator` (in a child process)."""
+def _start_xla_probe(accelerator: str) -> subprocess.Popen:
+    """Whether torch_xla finds a PJRT device for `accelerator`, asked of a child process."""
     env = dict(os.environ, PJRT_DEVICE=PJRT_DEVICE[accelerator])
     env.pop("XLA_FLAGS", None)
+    return _start_probe(_XLA_PROBE, env)
+
+
+def _xla_device_found(proc: subprocess.Popen) -> bool:
     try:
-        return _run_probe(_XLA_PROBE, env).startswith("xla")
+        return _probe_output(proc).startswith("xla")
     except ProbeError:
         return False
 
@@ -108,12 +117,17 @@ def probe_capabilities(use_cache: bool = True) -> HostCapabilities:
             return _capabilities_from_json(json.loads(cache.read_text()))
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    data = json.loads(_run_probe(_TORCH_PROBE))
-    data["torch_xla"] = torch_xla_importable()
-    data["xla_accelerators"] = (
-        [acc for acc in ("cpu", "cuda", "tpu") if hardware_present(acc) and probe_xla_device(acc)]
-        if data["torch_xla"] else []
-    )
+    # The probes run at once, each in its own interpreter: a cold cache costs the slowest
+    # (a torch_xla start-up), not their sum.
+    torch_xla = torch_xla_importable()
+    xla_probes = {acc: _start_xla_probe(acc) for acc in ("cpu", "cuda", "tpu")
+                  if torch_xla and hardware_present(acc)}
+    try:
+        data = json.loads(_probe_output(_start_probe(_TORCH_PROBE)))
+    finally:
+        found = [acc for acc, proc in xla_probes.items() if _xla_device_found(proc)]
+    data["torch_xla"] = torch_xla
+    data["xla_accelerators"] = found
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(f".{os.getpid()}.tmp")

@@ -63,6 +63,9 @@ READ_AT_USE = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CUDA_VI
 # functionalization variables when first consulted (tests/child/test_xla.py proves each).
 # torch_xla's import adds defaults to XLA_FLAGS (and TF_CPP_MIN_LOG_LEVEL); the child redoes
 # that over its own values (child/forkserver.py).
+# PT_XLA_DEBUG makes torch_xla's import create a trace file of the process's own: such
+# experiments start fresh.
+FRESH_ONLY = ("PT_XLA_DEBUG",)
 XLA_READ_AT_USE = READ_AT_USE | {"PJRT_DEVICE", "XLA_FLAGS", "XLA_SAVE_TENSORS_FMT", "XLA_SAVE_TENSORS_FILE",
                                  "XLA_DISABLE_FUNCTIONALIZATION", "XLA_USE_BF16", "XLA_DOWNCAST_BF16"}
 
@@ -235,6 +238,8 @@ class ForkServerLauncher(SubprocessLauncher):
 
     def launch(self, task: Task, log_path: Path, extra_env: dict[str, str] | None = None) -> ChildOutcome:
         task_path, env = self.prepare(task, extra_env)
+        if task.experiment.config.xla is not None and any(env.get(name, "0") != "0" for name in FRESH_ONLY):
+            return super().launch(task, log_path, extra_env)
         server = self.server_for(server_kind(task, env))
         # Waiting for the server's imports is the run's start-up, not the experiment's time.
         if not server.ready.wait(SERVER_START_TIMEOUT_S) or server.gone:
