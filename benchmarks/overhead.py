@@ -11,6 +11,7 @@ server's imports; spread over the experiments) and the cost of each experiment's
 (record.timings.wall_s - work_s). An untimed first run fills the host-capabilities cache.
 
     python benchmarks/overhead.py                       # both launchers, 5 runs each
+    PJRT_DEVICE=CPU python benchmarks/overhead.py --reference-matrix   # in the XLA environment
     python benchmarks/overhead.py --launcher forkserver --runs 3 -- --suite-name=dummy --dynamo=inductor
 """
 
@@ -29,6 +30,11 @@ from pathlib import Path
 
 DEFAULT_MATRIX = ["--suite-name=dummy", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--test=train",
                   "--repeat=1"]
+# PyTorch/XLA's runner compared with ours on its own ground: the dummy model on the CPU, every
+# valid xla/dynamo pair (None/None, None/inductor, PJRT/None, PJRT/openxla). Needs torch_xla;
+# the same flags run the reference (benchmarks/vs_reference.py).
+REFERENCE_MATRIX = ["--suite-name=dummy", "--accelerator=cpu", "--xla=None", "--xla=PJRT", "--dynamo=None",
+                    "--dynamo=inductor", "--dynamo=openxla", "--test=eval", "--repeat=1"]
 
 
 @dataclass(frozen=True)
@@ -76,10 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="timed runs per launcher")
     parser.add_argument("--launcher", action="append", choices=("forkserver", "subprocess"),
                         help="default: both")
+    parser.add_argument("--reference-matrix", action="store_true",
+                        help="the reference runner's XLA matrix: " + " ".join(REFERENCE_MATRIX))
     parser.add_argument("matrix", nargs="*", help="experiment_runner flags after --; default: "
                         + " ".join(DEFAULT_MATRIX))
     args = parser.parse_args(argv)
-    matrix = args.matrix or DEFAULT_MATRIX
+    matrix = args.matrix or (REFERENCE_MATRIX if args.reference_matrix else DEFAULT_MATRIX)
     with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
         folder = Path(tmp)
         env = dict(os.environ, XDG_CACHE_HOME=str(folder / "cache"))
