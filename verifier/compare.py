@@ -27,7 +27,9 @@ values), numpy object arrays element by element. Each such leaf leaves a note un
 path in the outcome, so the record says what was actually compared.
 
 The outcome names the check that decided, the worst leaf's path and its figures, and the
-paths of every failing leaf, so a FAIL points at the tensors to look at.
+paths of every failing leaf in the order the output holds them (for training: loss, output,
+gradients, parameters, which is the order a wrong value propagates), so a FAIL points at
+the tensors to look at.
 """
 
 from __future__ import annotations
@@ -149,7 +151,7 @@ def _summarize(leaves: list[Leaf], tolerance: float) -> Comparison:
     if not leaves:
         leaves = [Leaf(path="", passed=True, method="equal", reason="nothing to compare")]
     worst = max(leaves, key=Leaf.sort_key)
-    failed = [leaf for leaf in sorted(leaves, key=Leaf.sort_key, reverse=True) if not leaf.passed]
+    failed = [leaf for leaf in leaves if not leaf.passed]
     notes = {leaf.path: leaf.note for leaf in leaves if leaf.note}
     return Comparison(passed=not failed, method=worst.method, tolerance=tolerance, worst=worst,
                       leaves=len(leaves), failures=len(failed), failed_paths=[leaf.path for leaf in failed],

@@ -1,0 +1,32 @@
+"""The agreement benchmark against torch._dynamo.utils.same: every disagreement has a named
+cause, and the README's table is what the script prints now."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import verifier_agreement  # noqa: E402
+
+
+def test_readme_table_is_the_scripts_output_and_every_disagreement_is_explained():
+    logging.getLogger("torch._dynamo.utils").setLevel(logging.CRITICAL)
+    figures = verifier_agreement.run(4000, 0)
+    assert figures["unexplained"] == 0, figures["disagreements"]
+    assert {d["cause"] for d in figures["disagreements"]} <= set(verifier_agreement.CAUSES)
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"<!-- verifier-agreement:begin -->\n(.*?)\n<!-- verifier-agreement:end -->", readme, re.S)
+    assert block is not None
+    assert block.group(1).strip() == verifier_agreement.markdown(figures).strip(), (
+        "README's agreement table is stale: paste `python benchmarks/verifier_agreement.py --markdown`")
+
+
+def test_the_issue_families_are_in_the_corpus():
+    families = {g.__name__ for _, g in verifier_agreement.GENERATORS}
+    assert {"inf_case", "large_int_case", "int_cosine_case", "training_case", "container_case", "tiny_case",
+            "reference_dtype_case", "fp64_nonfinite_case", "kind_case"} <= families
