@@ -47,6 +47,8 @@ class Suite(ABC):
 
     name: ClassVar[str]
     source: ClassVar[str] = "builtin"
+    # The precision of every experiment without --precision; None: the per-accelerator default.
+    default_precision: ClassVar[str | None] = None
 
     @abstractmethod
     def model_names(self) -> list[str]:
@@ -65,6 +67,16 @@ def read_data(filename: str) -> Any:
     """Read a JSON data file shipped in benchmark_models/data."""
     text = resources.files("benchmark_models").joinpath("data", filename).read_text()
     return json.loads(text)
+
+
+def tier_filter(tiers: list[int]) -> str | None:
+    """The regex --filter-by-tier/--exclude-by-tier add for TorchBench tiers 1-3
+    (data/torchbench_tiers.json), whole names; undefined tiers add nothing, as in the reference."""
+    import re
+
+    data = read_data("torchbench_tiers.json")["tiers"]
+    names = [name for tier in tiers for name in data.get(str(tier), [])]
+    return f"^({'|'.join(map(re.escape, names))})$" if names else None
 
 
 def skip_rules_from(entries: list[dict]) -> list[SkipRule]:

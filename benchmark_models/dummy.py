@@ -1,4 +1,8 @@
-"""`dummy`: a small MLP for smoke tests and for measuring the runner's own overhead."""
+"""`dummy`: a small MLP for smoke tests and for measuring the runner's own overhead.
+
+Its one model is named `dummy`, as the reference runner's (`--filter=^dummy$` selects it), and
+stays fp32 on every accelerator unless --precision says otherwise, as there.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from benchmark_models.training import recipe_for
 class DummySuite(DataFileSuite):
     name = "dummy"
     source = "builtin"
+    default_precision = "fp32"
     data_file = "dummy.json"
 
     def load(self, request: LoadRequest) -> BenchmarkModel:

@@ -83,7 +83,7 @@ def check_oom(runtime: CudaRuntime, workdir: Path) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - the point is to classify whatever is raised
         in_process = runtime.is_oom(exc)
         error_type = type(exc).__name__
-    task = Task(Experiment("dummy", "dummy_mlp", cuda_config(batch_size=2**40)), RunOptions(repeat=1),
+    task = Task(Experiment("dummy", "dummy", cuda_config(batch_size=2**40)), RunOptions(repeat=1),
                 str(workdir / "oom"))
     Path(task.artifacts_dir).mkdir(parents=True)
     result = run_task(task)

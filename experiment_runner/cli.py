@@ -60,18 +60,41 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run models whose name matches (repeatable, OR-ed, case-insensitive)")
     g.add_argument("--exclude", "-x", action="append", default=[], metavar="REGEX",
                    help="skip models whose name matches (repeatable, OR-ed, case-insensitive)")
+    g.add_argument("--filter-by-tier", type=int, action="append", default=[], metavar="TIER",
+                   help="run the TorchBench models of tier 1-3 (PyTorch/XLA's tiers; repeatable, OR-ed with "
+                        "--filter)")
+    g.add_argument("--exclude-by-tier", type=int, action="append", default=[], metavar="TIER",
+                   help="skip the TorchBench models of tier 1-3 (repeatable)")
     g.add_argument("--accelerator", action="append", choices=matrix.ACCELERATORS,
                    help="default: every accelerator usable here")
-    g.add_argument("--xla", action="append", type=_none_or, choices=matrix.XLA_MODES,
-                   help="None or PJRT; default: both where torch_xla is usable")
+    g.add_argument("--xla", action="append", type=_none_or, choices=matrix.XLA_CHOICES,
+                   help="None or PJRT; default: both where torch_xla is usable. XRT is accepted and dropped "
+                        "(removed from torch_xla)")
     g.add_argument("--dynamo", action="append", type=_none_or, metavar="BACKEND",
                    help="None, inductor, openxla or any torch._dynamo.list_backends() name; "
                         "default: None, inductor, openxla")
     g.add_argument("--test", action="append", choices=matrix.TESTS, help="default: eval and train")
     g.add_argument("--precision", action="append", choices=matrix.PRECISIONS,
-                   help="default per accelerator: cpu fp32; cuda and tpu bf16 for eval, amp for train")
+                   help="default per accelerator: cpu fp32 (the reference converts eval to bf16 there too; "
+                        "see the README); cuda and tpu bf16 for eval, amp for train; the dummy suite fp32")
     g.add_argument("--xla-flags", action="append", type=_none_or, metavar="FLAGS",
-                   help="one value of the XLA_FLAGS dimension (repeatable); only for xla experiments")
+                   help="one value of the XLA_FLAGS dimension (repeatable), crossed with every --xla value and "
+                        "exported to those experiments as XLA_FLAGS")
+    g.add_argument("--torch-xla2", action="append", choices=matrix.TORCH_XLA2_MODES,
+                   help="run through torch_xla2 (torchax) in this mode: a dimension (repeatable); "
+                        "requires dynamo None")
+    g.add_argument("--keep-model-data-on-cuda", action="store_true",
+                   help="openxla experiments: keep model and data on CUDA and let the dynamo bridge move them "
+                        "to the XLA device (other dynamo values are dropped)")
+    g.add_argument("--enable-functionalization", action="store_true",
+                   help="keep torch_xla's functionalization layer on; by default xla experiments run with "
+                        "XLA_DISABLE_FUNCTIONALIZATION=1, as in the reference")
+    g.add_argument("--experiment-config", metavar="JSON",
+                   help="run exactly this one configuration (a JSON object with accelerator, xla, dynamo, test "
+                        "and optionally xla_flags, torch_xla2, keep_model_data_on_cuda, "
+                        "enable_functionalization, batch_size), with --model-config")
+    g.add_argument("--model-config", metavar="JSON",
+                   help='run exactly this one model: {"model_name": NAME}, with --experiment-config')
     g.add_argument("--batch-size", type=int, help="override every model's default batch size")
     g.add_argument("--total-partitions", type=int, default=1, help="shard the model list over N hosts")
     g.add_argument("--partition-id", type=int, default=0, help="which shard this host runs (0-based)")
@@ -88,9 +111,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="random input values of the same shapes and dtypes")
     g.add_argument("--collect-full-output", action="store_true",
                    help="training iterations return the model output beside the loss")
-    g.add_argument("--matmul-precision", choices=("highest", "high", "medium"),
-                   help="torch.set_float32_matmul_precision for every experiment")
-    g.add_argument("--disable-tf32", action="store_true", help="float32 matmuls at full precision")
+    g.add_argument("--matmul-precision", choices=("default", "highest", "high", "medium"),
+                   help="torch.set_float32_matmul_precision (and torch_xla's) for every experiment; 'default' is "
+                        "torch's default, 'highest'. Given, it wins over the default TF32 'high' (the reference "
+                        "only honours it with --disable-tf32)")
+    g.add_argument("--disable-tf32", action="store_true",
+                   help="float32 matmuls at full precision; by default they use TF32 ('high'), as in the reference")
+    g.add_argument("--pure-wall-time", action="store_true",
+                   help="time with the device's own clock (CUDA events, XLA device ops), no launch overhead; "
+                        "CUDA and XLA experiments only (ignored, with a warning, with profiling flags)")
+    g.add_argument("--filter-by-single-graph", action="store_true",
+                   help="compile with fullgraph=True: an experiment whose model breaks into several graphs fails")
+    g.add_argument("--save-output", action="store_true",
+                   help="save each timed run's output (moved to the CPU) with torch.save in the experiment's "
+                        "folder")
     g.add_argument("--flush-denormal", action=argparse.BooleanOptionalAction, default=False,
                    help="flush denormal floats to zero on the CPU (torch.set_flush_denormal), in eager and "
                         "compiled runs alike; off by default, as PyTorch's CPU dashboard runs. Recorded as "
@@ -110,6 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="save the traced graphs' IR in this format into ir/")
     g.add_argument("--dump-pytorch-xla-metrics", action="store_true",
                    help="write torch_xla's metrics report per repeat into repeat_<i>/")
+    g.add_argument("--profile-xla", action="store_true",
+                   help="XPlane profiler traces of the timed runs into xla-profile/ (TensorBoard); not with the "
+                        "PyTorch profiler flags")
+    g.add_argument("--profile-xla-duration-ms", type=int, default=5000, metavar="MS",
+                   help="how long --profile-xla traces")
 
     g = p.add_argument_group(
         "instrumentation",
@@ -143,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tqdm progress bar (default: on when stderr is a terminal)")
     g.add_argument("--output-dirname", default="output", help="folder for results and artifacts")
     g.add_argument("--output-basename", default="results.jsonl", help="results file inside the folder")
+    g.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
+                   help="the runner's own messages: info shows the run's start (source, counts); warning and "
+                        "above only problems")
     g.add_argument("--timestamp", type=float, metavar="SECONDS",
                    help="the run's timestamp (seconds since the epoch) in every record of the run, as "
                         "nightly jobs pass one per night (default: when the run started; a resumed run "
@@ -182,10 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the Ray cluster to join with --executor=ray (default: the RAY_ADDRESS variable)")
     g.add_argument("--allow-mixed-versions", action="store_true",
                    help="with --executor=ray, run even when the nodes' torch versions differ")
-    g.add_argument("--shard-by", metavar="duration:PATH",
+    g.add_argument("--shard-by", metavar="round-robin|duration:PATH",
                    help="balance the --total-partitions shards by each model's duration in an earlier results "
                         "file (longest first onto the least loaded shard; unknown models count as the median); "
-                        "default: round-robin over the sorted model names")
+                        "round-robin: deal the sorted, filtered models round-robin; "
+                        "default: the reference's contiguous blocks of the sorted, unfiltered model list")
     return p
 
 
@@ -226,10 +269,93 @@ def validate(args: argparse.Namespace) -> None:
                              "(GPUs, experiment_slot) decide what runs at once")
     elif args.allow_mixed_versions:
         raise UsageError("--allow-mixed-versions needs --executor=ray")
-    if args.shard_by is not None:
+    if args.shard_by is not None and args.shard_by != "round-robin":
         kind, _, path = args.shard_by.partition(":")
         if kind != "duration" or not path:
-            raise UsageError(f"--shard-by must be duration:PATH (an earlier results file), got {args.shard_by!r}")
+            raise UsageError("--shard-by must be round-robin or duration:PATH (an earlier results file), "
+                             f"got {args.shard_by!r}")
+    if args.profile_xla_duration_ms <= 0:
+        raise UsageError("--profile-xla-duration-ms must be positive")
+    pytorch_profiling = args.dump_pytorch_profiles or args.profile_cuda_cpu or args.profile_cuda_cpu_individual_ops
+    if args.profile_xla and pytorch_profiling:
+        raise UsageError("--profile-xla cannot go with the PyTorch profiler flags (--dump-pytorch-profiles, "
+                         "--profile-cuda-cpu*): one profiling path at a time, as in the reference")
+    apply_single_config(args)
+    apply_tiers(args)
+    for flag, used in (("--pure-wall-time", args.pure_wall_time), ("--save-output", args.save_output),
+                       ("--profile-xla", args.profile_xla)):
+        if used and not args.dry_run:
+            print(f"experiment_runner: warning: {flag} is accepted for compatibility but not implemented yet: "
+                  "timings are synchronized host wall time and nothing more is written (README: compatibility)",
+                  file=sys.stderr)
+
+
+# The keys an --experiment-config may hold: the reference's experiment configuration.
+SINGLE_CONFIG_KEYS = frozenset({"accelerator", "xla", "xla_flags", "dynamo", "torch_xla2", "test", "batch_size",
+                                "keep_model_data_on_cuda", "enable_functionalization"})
+
+
+def _json_object(text: str, flag: str) -> dict:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{flag} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{flag} must be a JSON object, got {text!r}")
+    return value
+
+
+def apply_single_config(args: argparse.Namespace) -> None:
+    """--experiment-config with --model-config: exactly one experiment, as the reference's
+    subprocess mode runs it; the matrix flags are replaced by its single values."""
+    if args.experiment_config is None and args.model_config is None:
+        return
+    if args.experiment_config is None or args.model_config is None:
+        raise UsageError("--experiment-config and --model-config go together: they name one experiment")
+    exp = _json_object(args.experiment_config, "--experiment-config")
+    model = _json_object(args.model_config, "--model-config")
+    unknown = sorted(set(exp) - SINGLE_CONFIG_KEYS)
+    missing = sorted({"accelerator", "xla", "dynamo", "test"} - set(exp))
+    if unknown or missing:
+        raise UsageError(f"--experiment-config: {'unknown key ' + unknown[0] if unknown else 'missing ' + missing[0]}"
+                         f"; keys: {', '.join(sorted(SINGLE_CONFIG_KEYS))}")
+    if not isinstance(model.get("model_name"), str):
+        raise UsageError('--model-config must name the model: {"model_name": NAME}')
+    accelerator = str(exp["accelerator"]).lower()  # the reference lower-cases it (PJRT device names)
+    if accelerator not in matrix.ACCELERATORS:
+        raise UsageError(f"--experiment-config: unknown accelerator {exp['accelerator']!r}")
+    none_or = lambda value: matrix.parse_none(None if value is None else str(value))  # noqa: E731
+    args.accelerator, args.test = [accelerator], [str(exp["test"])]
+    args.xla, args.dynamo = [none_or(exp["xla"])], [none_or(exp["dynamo"])]
+    args.xla_flags = [none_or(exp.get("xla_flags"))]
+    args.torch_xla2 = [none_or(exp.get("torch_xla2"))]
+    args.keep_model_data_on_cuda = bool(exp.get("keep_model_data_on_cuda"))
+    args.enable_functionalization = bool(exp.get("enable_functionalization"))
+    if exp.get("batch_size") is not None:
+        args.batch_size = int(exp["batch_size"])
+    if args.test[0] not in matrix.TESTS or args.xla[0] not in matrix.XLA_CHOICES:
+        raise UsageError(f"--experiment-config: test must be one of {', '.join(matrix.TESTS)} and xla one of "
+                         "None, PJRT, XRT")
+    args.filter, args.exclude = [f"^{re.escape(model['model_name'])}$"], []
+    args.filter_by_tier, args.exclude_by_tier = [], []
+    args.total_partitions, args.partition_id = 1, 0
+
+
+def apply_tiers(args: argparse.Namespace) -> None:
+    """--filter-by-tier/--exclude-by-tier become one more --filter/--exclude regex each."""
+    from benchmark_models.base import tier_filter
+
+    for tiers, patterns, flag in ((args.filter_by_tier, args.filter, "--filter-by-tier"),
+                                  (args.exclude_by_tier, args.exclude, "--exclude-by-tier")):
+        undefined = sorted({t for t in tiers if t not in (1, 2, 3)})
+        if undefined:
+            print(f"experiment_runner: warning: {flag}={undefined[0]} names no tier (1-3); ignored, as the "
+                  "reference runner does", file=sys.stderr)
+        pattern = tier_filter(tiers)
+        if pattern is not None:
+            patterns.append(pattern)
 
 
 def check_xla_flags(flags: str | None) -> None:

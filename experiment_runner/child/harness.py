@@ -106,7 +106,12 @@ class ExperimentHarness:
         module = model.module
         target = module
         if compiled and self.config.dynamo is not None:
-            target = torch.compile(module, backend=self.config.dynamo)
+            if self.config.dynamo == "inductor" and self.config.accelerator == "cuda":
+                from torch._inductor import config as inductor_config
+
+                inductor_config.triton.cudagraphs = True  # the reference runner's inductor setting on CUDA
+            target = torch.compile(module, backend=self.config.dynamo,
+                                   fullgraph=self.options.filter_by_single_graph)
         args, kwargs = model.args, model.kwargs
 
         if self.config.test == "eval":
@@ -205,8 +210,5 @@ def apply_matmul_precision(options: RunOptions) -> None:
     import torch
 
     if options.disable_tf32:
-        torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-        torch.set_float32_matmul_precision("highest")
-    elif options.matmul_precision:
-        torch.set_float32_matmul_precision(options.matmul_precision)
+    torch.set_float32_matmul_precision(options.effective_matmul_precision)

@@ -14,6 +14,9 @@ from typing import Iterable, Sequence
 
 ACCELERATORS: tuple[str, ...] = ("cpu", "cuda", "tpu")
 XLA_MODES: tuple[str | None, ...] = (None, "PJRT")
+# --xla accepts the reference runner's XRT too; it is planned and dropped with a reason.
+XLA_CHOICES: tuple[str | None, ...] = (*XLA_MODES, "XRT")
+TORCH_XLA2_MODES: tuple[str, ...] = ("extract_jax", "torch_export")
 DYNAMO_BUILTINS: tuple[str | None, ...] = (None, "inductor", "openxla")
 TESTS: tuple[str, ...] = ("eval", "train")
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "amp")
@@ -50,13 +53,20 @@ class ExperimentConfig:
     precision: str
     batch_size: int | None = None  # None: the suite's default for this model and device
     torch_xla2: str | None = None
+    keep_model_data_on_cuda: bool = False
+    enable_functionalization: bool = False
 
     def key(self) -> str:
+        """Stable text of the configuration; dimensions at their default add nothing, so keys
+        written before they existed still match."""
         bs = "default" if self.batch_size is None else str(self.batch_size)
         flags = "" if self.xla_flags is None else f"[{self.xla_flags}]"
+        extra = "".join((f"-torch_xla2={self.torch_xla2}" if self.torch_xla2 else "",
+                         "-keep_model_data_on_cuda" if self.keep_model_data_on_cuda else "",
+                         "-functionalization" if self.enable_functionalization else ""))
         return (
             f"{self.accelerator}-{self.xla}{flags}-{self.dynamo}-{self.test}"
-            f"-{self.precision}-bs{bs}"
+            f"-{self.precision}-bs{bs}{extra}"
         )
 
     def label(self) -> str:
@@ -66,6 +76,12 @@ class ExperimentConfig:
             parts.append(f"XLA_FLAGS={self.xla_flags}")
         if self.batch_size is not None:
             parts.append(f"bs={self.batch_size}")
+        if self.torch_xla2:
+            parts.append(f"torch_xla2={self.torch_xla2}")
+        if self.keep_model_data_on_cuda:
+            parts.append("keep_model_data_on_cuda")
+        if self.enable_functionalization:
+            parts.append("functionalization")
         return " ".join(parts)
 
 
@@ -142,6 +158,11 @@ class MatrixChoices:
     precisions: Sequence[str] | None = None
     xla_flags: Sequence[str | None] | None = None
     batch_size: int | None = None
+    torch_xla2: Sequence[str | None] | None = None
+    keep_model_data_on_cuda: bool = False
+    enable_functionalization: bool = False
+    # Suites whose models are always fp32 unless --precision says otherwise (the reference's dummy).
+    default_precision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -177,6 +198,12 @@ class Plan:
 def invalid_reason(config: ExperimentConfig, caps: HostCapabilities) -> str | None:
     """Why a configuration cannot run on this host, or None when it can."""
     acc, xla, dynamo = config.accelerator, config.xla, config.dynamo
+    if xla == "XRT":
+        return "xla=XRT was removed from torch_xla (its runtime is PJRT since 2.1); --xla=XRT is accepted and dropped"
+    if config.torch_xla2 and dynamo is not None:
+        return "torch_xla2 runs without dynamo"
+    if config.keep_model_data_on_cuda and dynamo != "openxla":
+        return "keep_model_data_on_cuda requires dynamo=openxla"
     if acc == "tpu" and xla is None:
         return "tpu requires xla=PJRT"
     if acc == "cuda" and not caps.cuda:
@@ -191,7 +218,7 @@ def invalid_reason(config: ExperimentConfig, caps: HostCapabilities) -> str | No
         return f"dynamo backend {dynamo!r} runs without xla only"
     if dynamo not in (None, "openxla") and dynamo not in caps.dynamo_backends:
         return f"dynamo backend {dynamo!r} is not in torch._dynamo.list_backends()"
-    if xla is not None:
+    if xla is not None and not config.torch_xla2:  # torch_xla2 brings its own runtime (JAX)
         if not caps.torch_xla:
             return "xla=PJRT requires torch_xla, which is not importable"
         if acc not in caps.xla_accelerators:
@@ -206,22 +233,34 @@ def compile_patterns(patterns: Iterable[str]) -> list[re.Pattern[str]]:
     return [re.compile(p, re.IGNORECASE) for p in patterns]
 
 
+def contiguous_shard(count: int, total_partitions: int, partition_id: int) -> slice:
+    """The reference runner's shard: block i of N equal blocks, the last taking the rest."""
+    size = count // total_partitions
+    end = (partition_id + 1) * size if partition_id < total_partitions - 1 else count
+    return slice(partition_id * size, end)
+
+
 def select_models(
     names: Iterable[str],
     filters: Sequence[re.Pattern[str]] = (),
     excludes: Sequence[re.Pattern[str]] = (),
     total_partitions: int = 1,
     partition_id: int = 0,
+    round_robin: bool = False,
 ) -> list[str]:
-    """Filter, sort and shard model names. Shards are round-robin over the sorted,
-    filtered list so every host gets a similar mix and shards never overlap."""
-    chosen = sorted(
-        (n for n in set(names)
-         if (not filters or any(f.search(n) for f in filters))
-         and not any(x.search(n) for x in excludes)),
-        key=lambda n: (n.lower(), n),
-    )
-    return chosen[partition_id::total_partitions]
+    """Shard, filter and sort model names.
+
+    By default, as the reference runner does, shard i of N is the i-th contiguous block of
+    the sorted, UNFILTERED model list, filtered afterwards, so shard i runs the same models
+    as the reference's shard i. With round_robin, shards deal the sorted, filtered list
+    round-robin instead (a similar mix of models on every host).
+    """
+    ordered = sorted(set(names), key=lambda n: (n.lower(), n))
+    if not round_robin:
+        ordered = ordered[contiguous_shard(len(ordered), total_partitions, partition_id)]
+    chosen = [n for n in ordered
+              if (not filters or any(f.search(n) for f in filters)) and not any(x.search(n) for x in excludes)]
+    return chosen[partition_id::total_partitions] if round_robin else chosen
 
 
 def configurations(choices: MatrixChoices) -> list[ExperimentConfig]:
@@ -231,15 +270,20 @@ def configurations(choices: MatrixChoices) -> list[ExperimentConfig]:
     dynamos = list(choices.dynamo if choices.dynamo is not None else DYNAMO_BUILTINS)
     tests = list(choices.tests or TESTS)
     flags = list(choices.xla_flags or [None])
+    xla2 = list(choices.torch_xla2 or [None])
     configs = []
-    for acc, xla, dynamo, test, xla_flags in product(accelerators, xla_modes, dynamos, tests, flags):
-        precisions = choices.precisions or [DEFAULT_PRECISION[(acc, test)]]
+    # As in the reference runner, --xla-flags is crossed with every xla value (XLA_FLAGS is
+    # exported to every experiment that has them).
+    for acc, xla, dynamo, test, xla_flags, torch_xla2 in product(accelerators, xla_modes, dynamos, tests, flags,
+                                                                 xla2):
+        precisions = choices.precisions or [choices.default_precision or DEFAULT_PRECISION[(acc, test)]]
         for precision in precisions:
             configs.append(ExperimentConfig(
-                accelerator=acc, xla=xla, xla_flags=xla_flags if xla else None, dynamo=dynamo,
-                test=test, precision=precision, batch_size=choices.batch_size,
+                accelerator=acc, xla=xla, xla_flags=xla_flags, dynamo=dynamo,
+                test=test, precision=precision, batch_size=choices.batch_size, torch_xla2=torch_xla2,
+                keep_model_data_on_cuda=choices.keep_model_data_on_cuda,
+                enable_functionalization=choices.enable_functionalization,
             ))
-    # xla_flags only mean something with xla: collapse the duplicates that leaves behind.
     return list(dict.fromkeys(configs))
 
 

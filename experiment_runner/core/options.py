@@ -41,6 +41,20 @@ class RunOptions:
     dump_pytorch_xla_metrics: bool = False
     dump_hlo: bool = False
     save_ir_format: str | None = None
+    filter_by_single_graph: bool = False  # torch.compile(fullgraph=True), as the reference
+    pure_wall_time: bool = False
+    save_output: bool = False
+    profile_xla: bool = False
+    profile_xla_duration_ms: int = 5000
+
+    @property
+    def effective_matmul_precision(self) -> str:
+        """torch.set_float32_matmul_precision for every experiment: 'high' (TF32) by default, as
+        the reference; 'highest' with --disable-tf32; an explicit --matmul-precision wins
+        ('default' is torch's default, 'highest')."""
+        if self.matmul_precision is not None:
+            return "highest" if self.matmul_precision == "default" else self.matmul_precision
+        return "highest" if self.disable_tf32 else "high"
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunOptions":

@@ -173,9 +173,9 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
             "xla_flags": config.xla_flags,
             "dynamo": config.dynamo,
             "torch_xla2": config.torch_xla2,
-            "keep_model_data_on_cuda": False,
-            # torch_xla's functionalization layer stays on (XLA_DISABLE_FUNCTIONALIZATION is cleaned).
-            "enable_functionalization": config.xla is not None,
+            "keep_model_data_on_cuda": config.keep_model_data_on_cuda,
+            # Off unless --enable-functionalization: xla children get XLA_DISABLE_FUNCTIONALIZATION=1.
+            "enable_functionalization": config.enable_functionalization,
             "test": config.test,
             "batch_size": result.get("batch_size", config.batch_size),
             "precision": result.get("precision", config.precision),
@@ -183,6 +183,9 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
             "loss": result.get("loss"),
             "optimizer": result.get("optimizer"),
             "flush_denormal": ctx.options.flush_denormal,
+            "matmul_precision": ctx.options.effective_matmul_precision,
+            "cuda_graphs": config.dynamo == "inductor" and config.accelerator == "cuda",
+            "fullgraph": ctx.options.filter_by_single_graph and config.dynamo is not None,
         },
         "repeat": ctx.options.repeat,
         "iterations_per_run": ctx.options.iterations_per_run,

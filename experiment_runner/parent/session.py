@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import sys
 import time
@@ -33,8 +34,10 @@ from experiment_runner.parent.host import ProbeError, probe_capabilities, torch_
 from experiment_runner.parent.launch.forkserver import prestart
 from experiment_runner.parent.runner import Runner
 from experiment_runner.parent.store import new_run_id, resume_state
-from experiment_runner.parent.suites import CatalogError, suite_catalog
+from experiment_runner.parent.suites import CatalogError, SuiteCatalog, suite_catalog
 from experiment_runner.parent.summary import render_summary
+
+logger = logging.getLogger("experiment_runner")
 
 
 def check_requested(args: argparse.Namespace, caps: matrix.HostCapabilities) -> None:
@@ -44,7 +47,7 @@ def check_requested(args: argparse.Namespace, caps: matrix.HostCapabilities) -> 
                          "(torch.cuda.is_available() is False)")
     if "PJRT" in (args.xla or []) and not caps.torch_xla:
         raise UsageError("--xla=PJRT, but torch_xla cannot be imported here")
-    xla_accelerators = args.accelerator if "PJRT" in (args.xla or []) else ["tpu"]
+    xla_accelerators = (args.accelerator or []) if "PJRT" in (args.xla or []) else ["tpu"]
     for acc in set(args.accelerator or []) & set(xla_accelerators):
         if caps.torch_xla and acc not in caps.xla_accelerators:
             raise UsageError(f"--accelerator={acc} with xla, but torch_xla found no {acc} PJRT device")
@@ -78,10 +81,11 @@ def print_dry_run(plan: matrix.Plan, done: set[str]) -> None:
 
 
 def select_shard(args: argparse.Namespace, names: list[str]) -> list[str]:
-    """This host's models: round-robin over the sorted names, or balanced by earlier durations."""
-    if args.shard_by is None:
+    """This host's models: the reference's contiguous blocks (default), round-robin, or balanced
+    by earlier durations."""
+    if args.shard_by is None or args.shard_by == "round-robin":
         return matrix.select_models(names, args.filter_patterns, args.exclude_patterns, args.total_partitions,
-                                    args.partition_id)
+                                    args.partition_id, round_robin=args.shard_by == "round-robin")
     models = matrix.select_models(names, args.filter_patterns, args.exclude_patterns)
     try:
         durations = read_durations(Path(args.shard_by.partition(":")[2]))
@@ -90,8 +94,22 @@ def select_shard(args: argparse.Namespace, names: list[str]) -> list[str]:
     return balanced_shards(models, durations, args.total_partitions)[args.partition_id]
 
 
+def build_plan(args: argparse.Namespace, suite: SuiteCatalog, models: list[str],
+               caps: matrix.HostCapabilities) -> matrix.Plan:
+    """The experiments the validated flags ask for on a host with `caps` (tests simulate hosts)."""
+    choices = matrix.MatrixChoices(
+        accelerators=args.accelerator, xla=args.xla, dynamo=args.dynamo, tests=args.test,
+        precisions=args.precision, xla_flags=args.xla_flags, batch_size=args.batch_size,
+        torch_xla2=args.torch_xla2, keep_model_data_on_cuda=args.keep_model_data_on_cuda,
+        enable_functionalization=args.enable_functionalization, default_precision=suite.default_precision,
+    )
+    return matrix.expand(args.suite_name, models, choices, caps, suite.skip_rules, args.no_skip)
+
+
 def run(args: argparse.Namespace, options: RunOptions) -> int:
     """Plan the matrix the validated flags ask for, then run it (or print it with --dry-run)."""
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()), format="experiment_runner: %(message)s",
+                        stream=sys.stderr, force=True)
     try:
         if args.executor == "local" and args.launcher == "forkserver" and not args.dry_run:
             # Their imports overlap with ours: probing, planning, resuming. The XLA server is
@@ -119,11 +137,7 @@ def run(args: argparse.Namespace, options: RunOptions) -> int:
     except UsageError as exc:
         fail(str(exc), EXIT_USAGE)
 
-    choices = matrix.MatrixChoices(
-        accelerators=args.accelerator, xla=args.xla, dynamo=args.dynamo, tests=args.test,
-        precisions=args.precision, xla_flags=args.xla_flags, batch_size=args.batch_size,
-    )
-    plan = matrix.expand(args.suite_name, models, choices, caps, suite.skip_rules, args.no_skip)
+    plan = build_plan(args, suite, models, caps)
     results_path = Path(args.output_dirname) / args.output_basename
 
     done: set[str] = set()
@@ -184,8 +198,8 @@ def execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, re
                         timestamp=timestamp)
     progress = sys.stderr.isatty() if args.progress_bar is None else args.progress_bar
     runner = Runner(ctx, results_path, executor, timeout_s=args.subprocess_timeout, progress_bar=progress)
-    print(f"run {run_id}: {len(plan.planned) - len(done)} experiment(s) to run, "
-          f"{len(done)} already done; records go to {results_path}", file=sys.stderr)
+    logger.info(f"run {run_id}: {len(plan.planned) - len(done)} experiment(s) to run, "
+                f"{len(done)} already done; models from {source}; records go to {results_path}")
     try:
         outcome = runner.run(plan, done, source)
     except ResultsFileError as exc:

@@ -44,7 +44,7 @@ def config(dynamo=None, accelerator="cpu"):
                             precision="fp32")
 
 
-def task_for(tmp_path, dynamo=None, model="dummy_mlp", **options):
+def task_for(tmp_path, dynamo=None, model="dummy", **options):
     return Task(Experiment("dummy", model, config(dynamo)), RunOptions(**options), str(tmp_path))
 
 

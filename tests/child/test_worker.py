@@ -14,7 +14,7 @@ from experiment_runner.core.options import RunOptions
 
 def harness(tmp_path: Path, test: str = "eval", **options) -> ExperimentHarness:
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=None, test=test, precision="fp32")
-    return ExperimentHarness(Experiment("dummy", "dummy_mlp", config), RunOptions(**options),
+    return ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(**options),
                              DeviceRuntime(config), tmp_path)
 
 
@@ -45,18 +45,23 @@ def test_collect_full_output_makes_train_steps_return_the_output_too(tmp_path):
 
 
 @pytest.mark.parametrize("options, expected", [
+    (RunOptions(), "high"),  # the reference runner's default: TF32
+    (RunOptions(disable_tf32=True), "highest"),
+    (RunOptions(matmul_precision="default"), "highest"),
     (RunOptions(matmul_precision="medium"), "medium"),
-    (RunOptions(disable_tf32=True, matmul_precision="medium"), "highest"),
+    (RunOptions(disable_tf32=True, matmul_precision="medium"), "medium"),
 ])
 def test_matmul_precision_flags(options, expected):
     previous = torch.get_float32_matmul_precision()
     try:
         apply_matmul_precision(options)
         assert torch.get_float32_matmul_precision() == expected
+        assert torch.backends.cuda.matmul.allow_tf32 == (expected != "highest")  # TF32 follows the precision
         if options.disable_tf32:
-            assert not torch.backends.cuda.matmul.allow_tf32
+            assert not torch.backends.cudnn.allow_tf32
     finally:
         torch.set_float32_matmul_precision(previous)
+        torch.backends.cudnn.allow_tf32 = True
 
 
 def test_timing_keeps_warm_up_apart_and_one_sample_per_repeat(tmp_path):

@@ -35,7 +35,7 @@ def xla_config(**changes: object) -> ExperimentConfig:
 
 
 def test_dump_hlo_is_appended_to_the_experiments_own_xla_flags(tmp_path: Path) -> None:
-    task = Task(Experiment("dummy", "dummy_mlp", xla_config(xla_flags="--xla_cpu_use_thunk_runtime=false")),
+    task = Task(Experiment("dummy", "dummy", xla_config(xla_flags="--xla_cpu_use_thunk_runtime=false")),
                 RunOptions(dump_hlo=True, save_ir_format="stablehlo"), str(tmp_path))
     env = child_environment(task, base={"XLA_FLAGS": "--inherited", "XLA_SAVE_TENSORS_FILE": "/elsewhere"})
     assert env["XLA_FLAGS"] == f"--xla_cpu_use_thunk_runtime=false --xla_dump_to={tmp_path / 'hlo'}"
@@ -47,7 +47,7 @@ def test_dump_hlo_is_appended_to_the_experiments_own_xla_flags(tmp_path: Path) -
 
 def test_no_dump_options_leave_the_environment_alone(tmp_path: Path) -> None:
     assert artifact_environment(RunOptions(), tmp_path, "--x") == {}
-    env = child_environment(Task(Experiment("dummy", "dummy_mlp", xla_config(xla=None)),
+    env = child_environment(Task(Experiment("dummy", "dummy", xla_config(xla=None)),
                                  RunOptions(dump_hlo=True), str(tmp_path)), base={"XLA_FLAGS": "--inherited"})
     assert "XLA_FLAGS" not in env and "PJRT_DEVICE" not in env, "dumps only concern xla experiments"
 

@@ -79,12 +79,25 @@ def test_filters_are_case_insensitive_ored_regexes_and_excludes_win():
         compile_patterns(["("])
 
 
-def test_shards_partition_the_sorted_models_without_overlap():
+@pytest.mark.parametrize("round_robin", [False, True])
+def test_shards_partition_the_sorted_models_without_overlap(round_robin: bool):
     names = [f"m{i:02d}" for i in range(11)]
-    shards = [select_models(names, total_partitions=3, partition_id=i) for i in range(3)]
+    shards = [select_models(names, total_partitions=3, partition_id=i, round_robin=round_robin) for i in range(3)]
     assert sorted(sum(shards, [])) == sorted(names)
     assert all(set(a).isdisjoint(b) for a in shards for b in shards if a is not b)
-    assert shards[0] == select_models(list(reversed(names)), total_partitions=3, partition_id=0)
+    assert shards[0] == select_models(list(reversed(names)), total_partitions=3, partition_id=0,
+                                      round_robin=round_robin)
+
+
+def test_default_shards_are_the_reference_runners_contiguous_blocks_of_the_unfiltered_list():
+    """get_benchmark_indices: block i of len // N models, the last block takes the rest; the
+    filters apply afterwards, so a filter never moves a model to another shard."""
+    names = [f"m{i:02d}" for i in range(11)]
+    assert [select_models(names, total_partitions=3, partition_id=i) for i in range(3)] == [
+        names[0:3], names[3:6], names[6:11]]
+    odd = compile_patterns(["[13579]$"])
+    assert select_models(names, odd, total_partitions=3, partition_id=0) == ["m01"]
+    assert select_models(names, odd, total_partitions=3, partition_id=0, round_robin=True) == ["m01", "m07"]
 
 
 def test_order_is_deterministic_whatever_the_input_order():
@@ -111,10 +124,26 @@ def test_precision_defaults_per_accelerator_and_test():
     assert [c.precision for c in explicit] == ["bf16", "fp32"]
 
 
-def test_xla_flags_are_a_dimension_of_xla_experiments_only():
+def test_xla_flags_are_crossed_with_every_xla_value_as_in_the_reference():
     configs = configurations(MatrixChoices(accelerators=["cpu"], dynamo=[None], tests=["eval"],
                                            xla_flags=["--a=1", "--b=2"]))
-    assert [(c.xla, c.xla_flags) for c in configs] == [(None, None), ("PJRT", "--a=1"), ("PJRT", "--b=2")]
+    assert [(c.xla, c.xla_flags) for c in configs] == [(None, "--a=1"), (None, "--b=2"), ("PJRT", "--a=1"),
+                                                       ("PJRT", "--b=2")]
+
+
+def test_reference_only_values_are_planned_and_dropped_with_their_rules():
+    plan = expand("dummy", ["dummy"], MatrixChoices(accelerators=["cpu", "tpu"], xla=[None, "PJRT", "XRT"],
+                                                    dynamo=[None, "openxla"], tests=["eval"]), EVERYTHING)
+    assert all(p.experiment.config.xla != "XRT" for p in plan.planned)
+    assert any("XRT was removed" in d.reason for d in plan.dropped)
+    xla2 = configurations(MatrixChoices(accelerators=["cpu"], xla=["PJRT"], dynamo=[None, "openxla"],
+                                        tests=["eval"], torch_xla2=["torch_export"]))
+    assert [invalid_reason(c, HostCapabilities()) for c in xla2] == [None, "torch_xla2 runs without dynamo"]
+    keep = configurations(MatrixChoices(accelerators=["cuda"], xla=["PJRT"], dynamo=[None, "openxla"],
+                                        tests=["eval"], keep_model_data_on_cuda=True))
+    assert [invalid_reason(c, EVERYTHING) for c in keep] == ["keep_model_data_on_cuda requires dynamo=openxla",
+                                                             None]
+    assert keep[1].key().endswith("-keep_model_data_on_cuda") and not keep[1].key().count("functionalization")
 
 
 def test_experiment_ids_and_dirnames_are_stable_and_safe():

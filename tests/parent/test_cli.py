@@ -35,7 +35,7 @@ def test_dry_run_prints_the_plan_and_never_imports_torch_in_the_parent(env, tmp_
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
     assert "torch" not in imported and "experiment_runner.core.matrix" in imported
     assert not any(name.startswith("experiment_runner.child") for name in imported)
-    assert "dummy_mlp: cpu xla=None dynamo=inductor train fp32" in proc.stdout
+    assert "dummy: cpu xla=None dynamo=inductor train fp32" in proc.stdout
     assert "openxla requires xla=PJRT" in proc.stdout
     assert not (tmp_path / "results.jsonl").exists()
 
@@ -44,7 +44,7 @@ def test_dry_run_prints_the_plan_and_never_imports_torch_in_the_parent(env, tmp_
     (["--suite-name=nope"], "unknown suite 'nope'"),
     (["--suite-name=dummy", "--filter=("], "invalid regex for --filter: '('"),
     (["--suite-name=dummy", "--accelerator=cuda"], "CUDA is not available"),
-    (["--suite-name=dummy", "--filter=no_such_model"], "no dummy model matches the filters; models: dummy_mlp"),
+    (["--suite-name=dummy", "--filter=no_such_model"], "no dummy model matches the filters; models: dummy"),
     (["--suite-name=dummy", "--dynamo=not_a_backend"], "unknown dynamo backend 'not_a_backend'"),
     (["--suite-name=dummy", "--repeat=0"], "--repeat must be at least 1"),
     (["--suite-name=dummy", "--partition-id=3", "--total-partitions=2"], "--partition-id must be in"),

@@ -134,7 +134,7 @@ def seed_results(folder: Path, copies: int = 3) -> bytes:
 
 @pytest.mark.parametrize("args, message", [
     (["--suite-name=nope"], "unknown suite 'nope'"),
-    (["--suite-name=dummy", "--filter=^resnet"], "no dummy model matches the filters; models: dummy_mlp"),
+    (["--suite-name=dummy", "--filter=^resnet"], "no dummy model matches the filters; models: dummy"),
     (["--suite-name=dummy", "--dynamo=no_such_backend"], "unknown dynamo backend 'no_such_backend'"),
     (["--suite-name=dummy", "--accelerator=cuda"], "--accelerator=cuda, but CUDA is not available"),
     (["--suite-name=dummy", "--filter=mlp("], "invalid regex for --filter: 'mlp('"),

@@ -511,7 +511,7 @@ def test_unknown_condition_in_data_is_an_error(tmp_path):
 def harness_for(test: str, dynamo: str | None, tmp_path: Path, **options) -> ExperimentHarness:
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=dynamo, test=test,
                               precision="fp32", batch_size=4)
-    return ExperimentHarness(Experiment("dummy", "dummy_mlp", config), RunOptions(verify=True, **options),
+    return ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(verify=True, **options),
                              DeviceRuntime(config), tmp_path)
 
 
@@ -568,9 +568,9 @@ def test_xla_experiments_are_checked_against_native_eager(tmp_path):
     assert reference_harness(plain) is plain
     config = ExperimentConfig(accelerator="tpu", xla="PJRT", xla_flags="--x", dynamo="openxla", test="train",
                               precision="bf16")
-    xla = ExperimentHarness(Experiment("dummy", "dummy_mlp", config), RunOptions(verify=True),
+    xla = ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(verify=True),
                             DeviceRuntime(config), tmp_path)
     reference = reference_harness(xla)
     assert reference.config == ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=None,
                                                 test="train", precision="bf16")
-    assert reference.device.torch_device == "cpu" and reference.experiment.model_name == "dummy_mlp"
+    assert reference.device.torch_device == "cpu" and reference.experiment.model_name == "dummy"

@@ -77,8 +77,8 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> Records:
     (("nan_at_first", "eager", "eval"), "PASS"),
     (("tiny_mlp", "verifier_nan", "eval"), "FAIL"),
     (("nan_at_first", "verifier_nan", "eval"), "PASS"),
-    (("dummy_mlp", "verifier_loss_x1_5", "train"), "FAIL"),
-    (("dummy_mlp", "inductor", "train"), "PASS"),
+    (("dummy", "verifier_loss_x1_5", "train"), "FAIL"),
+    (("dummy", "inductor", "train"), "PASS"),
     (("eager_broken", "eager", "eval"), "EAGER_FAILED"),
     (("opaque_output", "eager", "eval"), "EXCEPTION_RAISED"),
     (("jitter", "eager", "eval"), "NONDETERMINISTIC_EAGER_RUN"),
@@ -136,14 +136,14 @@ def test_codes_that_explain_themselves(records: Records):
 
 
 def test_loss_scaling_fail_names_the_loss_leaf(records: Records):
-    details = records[("dummy_mlp", "verifier_loss_x1_5", "train")]["verification"]["details"]
+    details = records[("dummy", "verifier_loss_x1_5", "train")]["verification"]["details"]
     assert "loss" in details["failed_paths"]
     assert {p.split(".")[0] for p in details["failed_paths"]} <= {"loss", "output", "grads", "params"}
     assert details["tolerance_rule"] == {"from": "default", "tolerance": 1e-4}
 
 
 def test_inductor_training_compares_loss_gradients_and_parameters(records: Records):
-    details = records[("dummy_mlp", "inductor", "train")]["verification"]["details"]
+    details = records[("dummy", "inductor", "train")]["verification"]["details"]
     assert details["reference"] == "float64" and details["failed_paths"] == []
     assert details["leaves"] == 2 + 2 * 6  # loss, output, 6 gradients, 6 updated parameters
 

@@ -72,11 +72,10 @@ class XlaRuntime(DeviceRuntime):
         """Apply --matmul-precision to XLA as torch gets it, and remember the dump folder."""
         self.options = options
         self.artifacts_dir = Path(artifacts_dir)
-        precision = "highest" if options.disable_tf32 else options.matmul_precision
-        if precision is not None:
-            from torch_xla.backends import set_mat_mul_precision
+        from torch_xla.backends import set_mat_mul_precision
 
-            set_mat_mul_precision(XLA_MATMUL_PRECISION[precision])
+        # The same precision as torch's, as the reference runner sets both.
+        set_mat_mul_precision(XLA_MATMUL_PRECISION[options.effective_matmul_precision])
 
     def synchronize(self) -> None:
         import torch_xla

@@ -34,10 +34,12 @@ def child_environment(task: Task, base: dict[str, str] | None = None,
         "TRITON_CACHE_DIR": str(scratch / "triton"),
         "TMPDIR": str(scratch / "tmp"),
     })
+    if config.xla_flags:
+        env["XLA_FLAGS"] = config.xla_flags  # every experiment that has them, as in the reference
     if config.xla is not None:
         env["PJRT_DEVICE"] = PJRT_DEVICE[config.accelerator]
-        if config.xla_flags:
-            env["XLA_FLAGS"] = config.xla_flags
+        if not config.enable_functionalization:
+            env["XLA_DISABLE_FUNCTIONALIZATION"] = "1"
         env.update(artifact_environment(task.options, task.artifacts_dir, env.get("XLA_FLAGS")))
     env.update(extra or {})
     return env
