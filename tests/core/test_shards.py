@@ -65,7 +65,7 @@ def test_cli_shards_by_duration_cover_the_models_once(run_cli, tmp_path: Path) -
 
 def test_cli_shard_by_bad_input_is_one_line(run_cli, tmp_path: Path) -> None:
     run = run_cli("--suite-name=dummy", "--dry-run", "--shard-by=time:x", "--total-partitions=2")
-    assert run.returncode == 2 and "--shard-by must be duration:PATH" in run.stderr
+    assert run.returncode == 2 and "--shard-by must be round-robin or duration:PATH" in run.stderr
     run = run_cli("--suite-name=dummy", "--dry-run", f"--shard-by=duration:{tmp_path / 'missing.jsonl'}")
     assert run.returncode == 3 and run.stderr.count("\n") == 1 and "missing.jsonl" in run.stderr
     garbage = tmp_path / "garbage.jsonl"
