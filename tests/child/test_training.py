@@ -24,7 +24,7 @@ from experiment_runner.core.options import RunOptions
     ("huggingface", "BertForMaskedLM", "model_own", "Adam(lr=0.01)"),
     ("timm", "ghostnet_100", "mean_of_first_output", "SGD(lr=0.01)"),
     ("timm", "resnet50", "mean_of_first_output", "Adam(lr=0.01)"),
-    ("dummy", "dummy_mlp", "mean_per_output", "Adam(lr=0.01)"),
+    ("dummy", "dummy", "mean_per_output", "Adam(lr=0.01)"),
     ("some_plugin", "anything", "mean_per_output", "Adam(lr=0.01)"),
 ])
 def test_each_suite_trains_with_the_references_loss_and_optimizer(suite, model, loss, optimizer):
@@ -83,7 +83,7 @@ def test_rewind_restores_weights_buffers_and_optimizer_state_in_place():
 def harness(tmp_path: Path, **options) -> ExperimentHarness:
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=None, test="train",
                               precision="fp32")
-    return ExperimentHarness(Experiment("dummy", "dummy_mlp", config), RunOptions(**options),
+    return ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(**options),
                              DeviceRuntime(config), tmp_path)
 
 

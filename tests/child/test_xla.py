@@ -289,7 +289,10 @@ def test_one_xla_server_serves_children_asking_for_different_settings(tmp_path, 
     options = RunOptions(repeat=1, warmup_iterations=1)
 
     def launch(launcher: SubprocessLauncher, name: str, extra: dict[str, str]) -> dict:
-        task = Task(Experiment("dummy", "dummy_mlp", xla_config()), options, str(tmp_path / name))
+        # Functionalization is disabled by default (as in the reference); "without" the
+        # variable is an experiment that enables it.
+        config = xla_config(enable_functionalization=variable == "XLA_DISABLE_FUNCTIONALIZATION" and not extra)
+        task = Task(Experiment("dummy", "dummy", config), options, str(tmp_path / name))
         outcome = launcher.launch(task, tmp_path / f"{name}.log", {**common, **extra})
         assert outcome.launcher == launcher.name and outcome.result["status"] == "ok", outcome.log_tail
         return json.loads((probes / f"{name}.json").read_text())

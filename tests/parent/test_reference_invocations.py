@@ -212,3 +212,23 @@ def test_bad_single_configs_are_one_line_errors(argv: list[str], message: str) -
     args = build_parser().parse_args(["--suite-name=dummy", *argv])
     with pytest.raises(UsageError, match=message):
         validate(args)
+
+
+def test_child_environment_follows_the_reference(tmp_path) -> None:
+    """XLA_DISABLE_FUNCTIONALIZATION=1 for xla children unless --enable-functionalization;
+    XLA_FLAGS for every experiment that has them, xla or not."""
+    from experiment_runner.core.matrix import Experiment, ExperimentConfig
+    from experiment_runner.core.options import RunOptions
+    from experiment_runner.core.protocol import Task
+    from experiment_runner.parent.launch.env import child_environment
+
+    def env_of(**config: object) -> dict[str, str]:
+        fields = dict(accelerator="cpu", xla="PJRT", xla_flags=None, dynamo=None, test="eval", precision="fp32")
+        task = Task(Experiment("dummy", "dummy", ExperimentConfig(**{**fields, **config})),  # type: ignore[arg-type]
+                    RunOptions(), str(tmp_path))
+        return child_environment(task, base={"XLA_DISABLE_FUNCTIONALIZATION": "0"})
+
+    assert env_of()["XLA_DISABLE_FUNCTIONALIZATION"] == "1"
+    assert "XLA_DISABLE_FUNCTIONALIZATION" not in env_of(enable_functionalization=True)
+    assert "XLA_DISABLE_FUNCTIONALIZATION" not in env_of(xla=None)
+    assert env_of(xla=None, xla_flags="--xla_dump_to=/tmp/d")["XLA_FLAGS"] == "--xla_dump_to=/tmp/d"

@@ -14,7 +14,7 @@ from experiment_runner.parent.launch.forkserver import server_environment, serve
 def _task(tmp_path: Path, xla: str | None, **options: object) -> Task:
     config = ExperimentConfig(accelerator="cpu", xla=xla, xla_flags="--xla_cpu_use_thunk_runtime=false" if xla
                               else None, dynamo=None, test="eval", precision="fp32")
-    return Task(Experiment("dummy", "dummy_mlp", config), RunOptions(**options), str(tmp_path))  # type: ignore[arg-type]
+    return Task(Experiment("dummy", "dummy", config), RunOptions(**options), str(tmp_path))  # type: ignore[arg-type]
 
 
 def test_xla_experiments_share_one_server_whatever_their_dumps_and_flags(tmp_path: Path) -> None:
