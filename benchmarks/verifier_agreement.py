@@ -421,9 +421,11 @@ def run(cases: int, seed: int) -> dict[str, Any]:
         if ours == theirs:
             agreed[case.family] += 1
         else:
-            directions[(explain(case), f"compare {'PASS' if ours else 'FAIL'}, same {'PASS' if theirs else 'FAIL'}")] += 1
+            verdicts = f"compare {'PASS' if ours else 'FAIL'}, same {'PASS' if theirs else 'FAIL'}"
+            directions[(explain(case), verdicts)] += 1
     return {
-        "cases": cases, "seed": seed, "agreement": sum(agreed.values()) / cases, "compare_pass_rate": passes / cases,
+        "cases": cases, "seed": seed, "agreement": sum(agreed.values()) / cases,
+        "compare_pass_rate": passes / cases,
         "per_family": {f: {"cases": n, "agreement": agreed[f] / n} for f, n in sorted(per_family.items())},
         "disagreements": [{"cause": cause, "direction": direction, "cases": n}
                           for (cause, direction), n in directions.most_common()],
