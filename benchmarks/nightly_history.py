@@ -16,14 +16,18 @@ of 5-25% (up or down) at a random night; some experiments start failing (ok -> e
 failing verification (PASS -> FAIL). The injected truth comes back from `write_history`, so a
 detector's recall and false changes can be counted:
 
-    python benchmarks/nightly_history.py --nights 365 --models 500    # 2,000 experiments: time + accuracy
+    python benchmarks/nightly_history.py                   # 365 nights x 2,000 experiments: time + accuracy
+    python benchmarks/nightly_history.py --nights 60 --models 50 --keep /tmp/nights   # a small one, kept
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import math
+import os
 import resource
 import shutil
 import sys
@@ -204,48 +208,81 @@ def score(injected: Sequence[Injected], changes: Sequence[dict[str, Any]], histo
     return Score(total, len(matched), false_changes, histories)
 
 
+def timed(label: str, argv: Sequence[str]) -> str:
+    """Run `experiment_runner ARGV` in this process; wall and CPU time (the figure that survives a
+    loaded machine: DuckDB reads on every core, so on an idle one wall time is at most CPU time)."""
+    from experiment_runner.cli import main as cli_main
+
+    out = io.StringIO()
+    start, cpu = time.perf_counter(), time.process_time()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = cli_main(list(argv))
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    print(f"{label:<40} {wall:7.2f} s wall {cpu:7.2f} s CPU  (exit {code})", flush=True)
+    return out.getvalue()
+
+
+def time_page(page: Path) -> None:
+    """How long the page takes in Debian's chromium: until its tables are built, then a model's trend."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"])
+        try:
+            tab = browser.new_page(viewport={"width": 1280, "height": 900})
+            start = time.perf_counter()
+            tab.goto(page.as_uri())
+            tab.wait_for_selector("body[data-ready=yes]", timeout=120_000)
+            ready = time.perf_counter() - start
+            start = time.perf_counter()
+            tab.locator("#models button.model-link").first.click()
+            tab.wait_for_function("document.querySelectorAll('#trend .plot[data-rendered]').length > 0")
+            print(f"page in chromium: tables and visible plots {ready:.2f} s, a model's trend "
+                  f"{time.perf_counter() - start:.2f} s after the click")
+        finally:
+            browser.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nights", type=int, default=HistorySpec.nights)
     parser.add_argument("--models", type=int, default=HistorySpec.models,
                         help=f"models; each has {len(CONFIGS)} experiments")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--keep", type=Path, help="write the nights here and keep them (default: a temp folder)")
-    parser.add_argument("--html", action="store_true", help="also time writing the page (--html)")
+    parser.add_argument("--keep", type=Path, help="write the nights here and keep them (default: a temp folder); "
+                                                  "nights already there from the same flags are reused")
+    parser.add_argument("--browser", action="store_true",
+                        help="also time the page in /usr/bin/chromium (playwright)")
     args = parser.parse_args(argv)
-    from experiment_runner.analysis.history import detect, load_history
-
     spec = HistorySpec(nights=args.nights, models=args.models, seed=args.seed)
     folder = args.keep or Path(tempfile.mkdtemp(prefix="nightly-history-"))
     try:
         start = time.perf_counter()
-        injected = write_history(folder, spec)
+        complete = folder.is_dir() and len(list(folder.glob("*/results.jsonl"))) == spec.nights
+        injected = simulate(spec)[1] if args.keep and complete else write_history(folder, spec)
         size = sum(p.stat().st_size for p in folder.rglob("*.jsonl"))
         experiments = spec.models * len(CONFIGS)
-        print(f"wrote {spec.nights} nights x {experiments} experiments = {spec.nights * experiments} records, "
-              f"{size / 1e6:.0f} MB, in {time.perf_counter() - start:.0f} s")
-        start, cpu = time.perf_counter(), time.process_time()
-        history = load_history([folder])
-        loaded = time.perf_counter() - start
-        analysis = detect(history)
-        document = analysis.as_json()
-        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-        print(f"history: {wall:.2f} s wall, {cpu:.2f} s CPU (reading {loaded:.2f} s wall), "
-              f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
-        if args.html:
-            from experiment_runner.analysis.history import page_data
-            from experiment_runner.analysis.page import render
-
-            start = time.perf_counter()
-            page = render(page_data(analysis, {}, None))
-            print(f"page: {len(page) / 1e6:.1f} MB in {time.perf_counter() - start:.2f} s")
+        made = "reused" if args.keep and complete else f"wrote in {time.perf_counter() - start:.0f} s:"
+        print(f"{made} {spec.nights} nights x {experiments} experiments = {spec.nights * experiments} records, "
+              f"{size / 1e6:.0f} MB; load average "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+        timed("history NIGHTS (text)", ["history", str(folder)])
+        document = json.loads(timed("history NIGHTS --format json", ["history", str(folder), "--format", "json"]))
+        page = folder / "index.html"
+        timed("history NIGHTS --html index.html", ["history", str(folder), "--html", str(page)])
+        print(f"page: {page.stat().st_size / 1e6:.1f} MB; peak RSS of this process "
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+        if args.browser:
+            time_page(page)
         result = score(injected, document["changes"], experiments, [r["run_id"] for r in document["runs"]])
         print(f"steps injected {result.injected}, found {result.found}: recall {result.recall:.1%}; "
               f"false changes {result.false_changes} over {experiments} histories = "
               f"{result.false_per_100:.2f} per 100")
-        status = [c for c in document["changes"] if c["metric"] in ("status", "verification")]
+        reported = {(c["experiment_id"], c["metric"], c["run_index"]) for c in document["changes"]}
         want = [i for i in injected if i.kind != "time"]
-        print(f"status/verification changes injected {len(want)}, reported {len(status)}")
+        found = sum((i.experiment_id, i.kind, i.night) in reported for i in want)
+        print(f"status and verification changes injected {len(want)}, found at their run {found}")
     finally:
         if args.keep is None:
             shutil.rmtree(folder, ignore_errors=True)

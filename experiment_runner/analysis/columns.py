@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES, iter_rows, legacy_experiment_id
-from experiment_runner.core.results import BadLine, ResultsFileError, legacy_run_id
+from experiment_runner.core.results import BadLine, ResultsFileError, iter_records, legacy_run_id
 from experiment_runner.errors import EXIT_RESULTS_IO, ReportError
 
 if TYPE_CHECKING:
@@ -96,6 +96,7 @@ class Records:
     index: np.ndarray
     strings: dict[str, Factor]
     numbers: dict[str, np.ndarray]  # NaN where absent
+    clean: frozenset[int]  # files DuckDB read whole: every non-blank line of them is one record
 
     def __len__(self) -> int:
         return len(self.source)
@@ -171,8 +172,11 @@ def read_records(paths: Sequence[Path]) -> Records:
 
     files = results_files(paths)
     table = _duckdb(files)
+    clean = frozenset(range(len(files)))
     if table is None:
-        table = pa.concat_tables([_duckdb([f]) or _python(f) for f in files])
+        parts = [_duckdb([f]) for f in files]
+        clean = frozenset(i for i, part in enumerate(parts) if part is not None)
+        table = pa.concat_tables([part if part is not None else _python(f) for part, f in zip(parts, files)])
     position = {str(f): i for i, f in enumerate(files)}
     names = table["filename"].combine_chunks().dictionary_encode()
     lookup = np.array([position[name] for name in names.dictionary.to_pylist()] or [0], dtype=np.int64)
@@ -183,9 +187,29 @@ def read_records(paths: Sequence[Path]) -> Records:
         index = np.arange(len(source)) - np.repeat(starts, np.diff(np.r_[starts, len(source)]))
     strings = {name: _factor(table[name]) for name in STRING_FIELDS}
     numbers = {name: table[name].to_numpy() for name in FLOAT_FIELDS}
-    records = Records(files, source, index, strings, numbers)
+    records = Records(files, source, index, strings, numbers, clean)
     _fill_legacy(records)
     return records
+
+
+def read_back(records: Records, wanted: dict[int, set[int]]) -> dict[tuple[int, int], dict]:
+    """Whole records by (file index, record index), e.g. the few behind a change. In a clean file
+    only the wanted lines are parsed; others go through the tolerant reader, which counts as it did."""
+    import json
+
+    found: dict[tuple[int, int], dict] = {}
+    for f, indices in wanted.items():
+        try:
+            if f in records.clean:
+                with open(records.files[f], "rb") as handle:
+                    lines = (line for line in handle if line.strip())
+                    found.update({(f, i): json.loads(line) for i, line in enumerate(lines) if i in indices})
+            else:
+                found.update({(f, i): record for i, record in enumerate(iter_records(records.files[f], bad_lines=[]))
+                              if i in indices})
+        except (OSError, ValueError) as exc:
+            raise ReportError(f"cannot read back {records.files[f]}: {exc}", EXIT_RESULTS_IO) from None
+    return found
 
 
 def _factor(column: "pyarrow.ChunkedArray") -> Factor:

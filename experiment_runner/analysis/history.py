@@ -28,15 +28,14 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Iterator, NoReturn, Sequence
 
 import numpy as np
 
-from experiment_runner.analysis.columns import Factor, Records, read_records
+from experiment_runner.analysis.columns import Factor, Records, read_back, read_records
 from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES
 from experiment_runner.analysis.page import RECORDS_ON_PAGE, encode_series, link_to, render, write_page
-from experiment_runner.core.results import ResultsFileError, iter_records
-from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, EXIT_RESULTS_IO, ReportError
+from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError
 
 METRICS = ("time", "compile_time", "memory")  # numeric series, each: higher is worse
 METRIC_COLUMNS = {"time": "median", "compile_time": "compile_time_s", "memory": "peak_memory_bytes"}
@@ -172,35 +171,32 @@ def configuration(info: dict[str, Any]) -> str:
 
 # ---- change points ---------------------------------------------------------------------
 
-def noise_of(logs: np.ndarray) -> float:
-    """Robust standard deviation of a log series across runs, from run-to-run differences."""
-    if len(logs) < 3:
-        return math.nan
-    diffs = np.diff(logs)
-    return float(1.4826 * np.median(np.abs(diffs - np.median(diffs))) / math.sqrt(2.0))
+def normalize(logs: np.ndarray, config: DetectorConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of log series (runs along axis 1, at least 3) -> each row's noise, and the rows in units
+    of it with single outlier runs pulled back to `config.clip` units of a 5-run running median.
 
-
-def _running_median(values: np.ndarray, width: int = 5) -> np.ndarray:
+    Noise: 1.4826 x MAD of run-to-run differences / sqrt(2), a robust standard deviation that a
+    step moves little (it is one difference among many). Whole matrices at once: 2,000 series
+    cost one numpy call, not 2,000.
+    """
     from numpy.lib.stride_tricks import sliding_window_view
 
-    half = width // 2
-    return np.median(sliding_window_view(np.pad(values, half, mode="edge"), width), axis=1)
+    diffs = np.diff(logs, axis=1)
+    spread = np.median(np.abs(diffs - np.median(diffs, axis=1, keepdims=True)), axis=1)
+    noise = 1.4826 * spread / math.sqrt(2.0)
+    scale = np.maximum(noise, config.noise_floor)[:, None]
+    z = (logs - np.median(logs, axis=1, keepdims=True)) / scale
+    trend = np.median(sliding_window_view(np.pad(z, ((0, 0), (2, 2)), mode="edge"), 5, axis=1), axis=2)
+    return noise, trend + np.clip(z - trend, -config.clip, config.clip)
 
 
-def change_points(values: np.ndarray, config: DetectorConfig) -> tuple[list[tuple[int, float, float]], float]:
-    """Steps in a positive series: (index of the first value after, median before, median after), and the noise."""
+def segment(logs: np.ndarray, z: np.ndarray, noise: float, config: DetectorConfig) -> list[tuple[int, float, float]]:
+    """Steps in one normalized series: (index of the first run after, median before, median after)."""
+    if len(logs) < 2 * config.min_runs or np.ptp(logs) < math.log1p(config.min_change):
+        return []  # too short, or no step could be large enough: skip the search
     import ruptures
 
-    logs = np.log(values)
-    noise = noise_of(logs)
-    if not len(logs) >= 2 * config.min_runs or math.isnan(noise):
-        return [], noise
-    if np.ptp(logs) < math.log1p(config.min_change):  # no step can be large enough: skip the search
-        return [], noise
     scale = max(noise, config.noise_floor)
-    z = (logs - np.median(logs)) / scale
-    trend = _running_median(z)
-    z = trend + np.clip(z - trend, -config.clip, config.clip)
     bounds = ruptures.KernelCPD(kernel="linear", min_size=config.min_runs).fit(z).predict(
         pen=config.penalty * math.log(len(z)))
     edges = [0, *bounds]
@@ -210,7 +206,33 @@ def change_points(values: np.ndarray, config: DetectorConfig) -> tuple[list[tupl
         step = after - before
         if abs(step) >= config.min_effect * scale and abs(math.expm1(step)) >= config.min_change:
             found.append((cut, float(math.exp(before)), float(math.exp(after))))
-    return found, noise
+    return found
+
+
+def change_points(values: np.ndarray, config: DetectorConfig) -> tuple[list[tuple[int, float, float]], float]:
+    """Steps in one positive series, and its relative noise (NaN under 3 values)."""
+    if len(values) < 3:
+        return [], math.nan
+    logs = np.log(values)
+    noise, z = normalize(logs[None, :], config)
+    return segment(logs, z[0], float(noise[0]), config), float(noise[0])
+
+
+def _series_steps(matrix: np.ndarray, config: DetectorConfig) -> Iterator[tuple[int, np.ndarray, float, list]]:
+    """(experiment, runs used, noise, steps) for every row of an (experiments x runs) matrix with 3+
+    values; complete rows are normalized together, rows with gaps (failed runs) one by one."""
+    usable = np.isfinite(matrix) & (matrix > 0)
+    complete = np.flatnonzero(usable.all(axis=1))
+    if len(complete) and matrix.shape[1] >= 3:
+        logs = np.log(matrix[complete])
+        noise, z = normalize(logs, config)
+        runs = np.arange(matrix.shape[1])
+        for row, e in enumerate(complete.tolist()):
+            yield e, runs, float(noise[row]), segment(logs[row], z[row], float(noise[row]), config)
+    for e in np.flatnonzero(~usable.all(axis=1) & (usable.sum(axis=1) >= 3)).tolist():
+        runs = np.flatnonzero(usable[e])
+        steps, noise_e = change_points(matrix[e, runs], config)
+        yield e, runs, noise_e, steps
 
 
 @dataclass
@@ -282,12 +304,7 @@ def detect(history: History, config: DetectorConfig = DetectorConfig(), window: 
     n_exp = len(history.experiment_ids)
     noise = {m: np.full(n_exp, np.nan) for m in METRICS}
     for metric in METRICS:
-        matrix = history.series[metric]
-        for e in range(n_exp):
-            valid = np.flatnonzero(np.isfinite(matrix[e]) & (matrix[e] > 0))
-            if len(valid) < 3:
-                continue
-            steps, noise[metric][e] = change_points(matrix[e, valid], config)
+        for e, valid, noise[metric][e], steps in _series_steps(history.series[metric], config):
             for cut, before, after in steps:
                 first_bad, last_good = int(valid[cut]), int(valid[cut - 1])
                 changes.append(Change(
@@ -424,15 +441,7 @@ def load_change_records(analysis: Analysis, limit: int = RECORDS_ON_PAGE) -> dic
     for change in newest_first(analysis.changes)[:limit]:
         for f, r in change.records:
             wanted.setdefault(f, set()).add(r)
-    found: dict[tuple[int, int], dict] = {}
-    for f, indices in wanted.items():
-        try:
-            for i, record in enumerate(iter_records(analysis.history.records.files[f], bad_lines=[])):
-                if i in indices:
-                    found[(f, i)] = record
-        except ResultsFileError as exc:
-            raise ReportError(str(exc), EXIT_RESULTS_IO) from None
-    return found
+    return read_back(analysis.history.records, wanted)
 
 
 def page_data(analysis: Analysis, records: dict[tuple[int, int], dict], out: Path | None,

@@ -161,13 +161,19 @@ def test_a_retry_supersedes_and_a_torn_line_is_skipped_with_a_warning(capsys: py
     failed = json.loads(lines[0])
     retried = dict(failed, status="error", stats={}, metrics={"error": "OOM"})
     newest.write_text(json.dumps(retried) + "\n" + "".join(lines) + '{"run_id": "torn')
-    code, out, err = history(capsys, folder, "--format", "json")
+    code, out, err = history(capsys, folder, "--format", "json", "--html", tmp_path / "page.html")
     assert re.search(rf"warning: .*{newest.name}:{len(lines) + 2}: skipped a corrupt or torn line", err)
     changes = json.loads(out)["changes"]
     assert [dict(c, records=None) for c in changes] == [dict(c, records=None) for c in clean["changes"]]
     # The records behind a change still point at the final record: one further down, after the failed attempt.
     shifted = [[r["record"] + (Path(r["file"]) == newest) for r in c["records"]] for c in clean["changes"]]
     assert [[r["record"] for r in c["records"]] for c in changes] == shifted
+    # The page embeds those records, read back from the clean files and from the torn one alike.
+    page = page_data(tmp_path / "page.html")
+    for change in page["changes"]:
+        good, bad = (page["records"][key] for key in change["records"])
+        assert (good["run_id"], bad["run_id"]) == (page["runs"][change["good"]]["id"], page["runs"][change["run"]]["id"])
+        assert good["experiment_id"] == bad["experiment_id"] == page["experiments"][change["e"]]["id"]
 
 
 @pytest.mark.parametrize(("argv", "code", "message"), [
