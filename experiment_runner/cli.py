@@ -263,10 +263,12 @@ def validate(args: argparse.Namespace) -> None:
     if args.executor == "ray":
         local_only = [flag for flag, used in (("--max-parallel", args.max_parallel != 1),
                                               ("--gpu-ids", args.gpu_ids is not None),
-                                              ("--parallel-cpu", args.parallel_cpu)) if used]
+                                              ("--parallel-cpu", args.parallel_cpu),
+                                              ("--print-subprocess", args.print_subprocess)) if used]
         if local_only:
             raise UsageError(f"{local_only[0]} is for --executor=local; on Ray the nodes' resources "
-                             "(GPUs, experiment_slot) decide what runs at once")
+                             "(GPUs, experiment_slot) decide what runs at once, and each child's log comes back "
+                             "with its record")
     elif args.allow_mixed_versions:
         raise UsageError("--allow-mixed-versions needs --executor=ray")
     if args.shard_by is not None and args.shard_by != "round-robin":

@@ -174,6 +174,28 @@ def test_sigterm_cancels_running_tasks_and_records_them_interrupted(two_nodes, t
     assert_no_process_left(marker, within_s=15)
 
 
+def test_nodes_with_different_torch_are_refused_unless_allowed(two_nodes, tmp_path: Path, cli_cache: Path) -> None:
+    fake = tmp_path / "fake_torch" / "torch-0.0.1.dist-info"  # metadata only: `import torch` is unchanged
+    fake.mkdir(parents=True)
+    (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 0.0.1\n")
+    path = os.pathsep.join(filter(None, [str(fake.parent), str(SUPPORT), os.environ.get("PYTHONPATH")]))
+    odd = two_nodes.add_node({"PYTHONPATH": path})
+    try:
+        proc, _ = run((*QUICK, "--filter=^quick_00$"), tmp_path / "out", cli_cache, two_nodes.address)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip().startswith("experiment_runner: error: the Ray cluster's nodes run different "
+                                              "torch versions (") and "torch 0.0.1: " in proc.stderr
+        assert proc.stderr.strip().endswith("pass --allow-mixed-versions to run anyway")
+        assert not (tmp_path / "out" / "results.jsonl").exists()
+        proc, _ = run((*QUICK, "--filter=^quick_00$", "--allow-mixed-versions"), tmp_path / "out", cli_cache,
+                      two_nodes.address)
+        assert proc.returncode == 0, proc.stderr
+        assert [r["status"] for r in read_records(tmp_path / "out" / "results.jsonl")] == ["ok"]
+    finally:
+        odd.kill(signal.SIGTERM)
+        wait_until(lambda: two_nodes.alive_nodes() == 2, what="the third node to leave")
+
+
 def test_cluster_without_the_resource_is_one_line_and_exit_2(two_nodes, tmp_path: Path, cli_cache: Path) -> None:
     # The driver has no GPU either: with --executor=ray, whether cuda can run is the cluster's to say.
     proc, _ = run(("--suite-name=dummy", "--accelerator=cuda", "--dynamo=None", "--test=eval", "--executor=ray"),
@@ -205,8 +227,11 @@ def test_without_ray_address_or_ray_is_one_line_and_exit_2(tmp_path: Path, cli_c
 
 
 def test_local_only_flags_are_refused_with_ray(run_cli) -> None:
-    run_ = run_cli("--suite-name=dummy", "--executor=ray", "--max-parallel=2")
-    assert run_.returncode == 2 and "--max-parallel is for --executor=local" in run_.stderr
+    for flag in ("--max-parallel=2", "--gpu-ids=0", "--parallel-cpu", "--print-subprocess"):
+        run_ = run_cli("--suite-name=dummy", "--executor=ray", flag)
+        assert run_.returncode == 2 and f"{flag.split('=')[0]} is for --executor=local" in run_.stderr
+    run_ = run_cli("--suite-name=dummy", "--allow-mixed-versions")
+    assert run_.returncode == 2 and "--allow-mixed-versions needs --executor=ray" in run_.stderr
 
 
 def test_records_say_where_they_ran_locally(run_cli) -> None:

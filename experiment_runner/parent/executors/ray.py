@@ -17,7 +17,7 @@ gives that experiment a `crashed` record with error.reason "node lost" (no autom
 from __future__ import annotations
 
 import dataclasses
-import os
+import logging
 import socket
 import tempfile
 import time
@@ -115,6 +115,10 @@ def run_on_node(task: dict[str, Any], extra_env: dict[str, str], timeout_s: floa
         yield {"outcome": dataclasses.asdict(outcome), "files": files, "left_on_node": left}
 
 
+def _first_line(exc: BaseException) -> str:
+    return next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+
+
 @dataclass
 class _InFlight:
     planned: Planned
@@ -139,8 +143,6 @@ class RayExecutor:
         if not address:
             raise UsageError("--executor=ray needs the cluster's address: --ray-address=HOST:PORT or RAY_ADDRESS "
                              "(see 'Many hosts' in the README)")
-        import logging
-
         try:
             ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
                      configure_logging=True)
@@ -172,8 +174,12 @@ class RayExecutor:
 
         probe = ray.remote(num_cpus=0, max_retries=0)(describe_environment)
         nodes = [n for n in ray.nodes() if n.get("Alive")]
-        envs = ray.get([probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-                        .remote() for n in nodes])
+        try:
+            envs = ray.get([probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                            .remote() for n in nodes])
+        except ray.exceptions.RayError as exc:  # e.g. a node without experiment_runner installed
+            raise UsageError(f"a node of the Ray cluster at {self.config.address} cannot run the runner's code "
+                             f"(is experiment_runner installed there?): {_first_line(exc)}") from None
         by_version: dict[str | None, list[str]] = {}
         for env in envs:
             by_version.setdefault(env.get("torch"), []).append(str(env.get("hostname")))
@@ -227,7 +233,8 @@ class RayExecutor:
 
         An experiment cancelled before it started leaves no record (it never ran, as
         locally); one cancelled while running is `interrupted`; one whose node or worker
-        died is `crashed` with error.reason "node lost"."""
+        died is `crashed` with error.reason "node lost"; a task that failed by itself is
+        `crashed` with error.reason "task failed on its node"."""
         ray = self.ray
         try:
             item = ray.get(next(generator))
@@ -238,12 +245,16 @@ class RayExecutor:
                 return True, None
             return True, job.record(state.planned, ChildOutcome(None, None, interrupted=True),
                                     self._placement(state.where), state.where["environment"])
-        except (ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError,
-                ray.exceptions.ObjectLostError, ray.exceptions.RaySystemError) as exc:
+        except ray.exceptions.RayError as exc:
             if self.interrupt_requested and state.where is None:
                 return True, None
-            detail = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-            outcome = ChildOutcome(None, None, lost_reason="node lost", lost_detail=detail)
+            lost = isinstance(exc, (ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError,
+                                    ray.exceptions.ObjectLostError))
+            # Anything else is the task itself failing on its node (say, a node that cannot import the
+            # runner): the experiment still gets its one record, and the run goes on.
+            outcome = ChildOutcome(None, None, lost_reason="node lost" if lost else "task failed on its node",
+                                   lost_detail=f"{type(exc).__name__}: {_first_line(exc)}",
+                                   log_tail=str(exc)[-4000:] if not lost else "")
             where = state.where or {}
             return True, job.record(state.planned, outcome, self._placement(where), where.get("environment"))
         if state.where is None:
