@@ -206,13 +206,18 @@ def test_cluster_without_the_resource_is_one_line_and_exit_2(two_nodes, tmp_path
     assert not (tmp_path / "out" / "results.jsonl").exists()
 
 
-def test_without_ray_address_or_ray_is_one_line_and_exit_2(tmp_path: Path, cli_cache: Path) -> None:
+def test_without_ray_address_cluster_or_ray_is_one_line_and_exit_2(tmp_path: Path, cli_cache: Path) -> None:
     env = cli_env(cli_cache, "x")
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.run(cli_command(["--suite-name=dummy", "--accelerator=cpu", "--executor=ray"], tmp_path),
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "needs the cluster's address" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+    proc = subprocess.run(cli_command(["--suite-name=dummy", "--accelerator=cpu", "--executor=ray",
+                                       "--ray-address=127.0.0.1:1"], tmp_path), env=env,
+                          capture_output=True, text=True, timeout=120)  # nobody listens: no minutes of retries
+    assert proc.returncode == 2 and proc.stderr.strip() == ("experiment_runner: error: cannot reach the Ray cluster "
+                                                            "at 127.0.0.1:1: Connection refused")
 
     blocker = tmp_path / "no_ray"
     (blocker / "ray").mkdir(parents=True)

@@ -58,6 +58,17 @@ def import_ray() -> Any:
     return ray
 
 
+def reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Fail fast on a HOST:PORT nobody listens on: ray.init would retry for minutes."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return  # "auto", ray://...: Ray resolves these itself
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise UsageError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}") from None
+
+
 def resources_for(planned: Planned) -> dict[str, Any]:
     """The Ray task options that give an experiment its device, and only that."""
     accelerator = planned.experiment.config.accelerator
@@ -143,6 +154,7 @@ class RayExecutor:
         if not address:
             raise UsageError("--executor=ray needs the cluster's address: --ray-address=HOST:PORT or RAY_ADDRESS "
                              "(see 'Many hosts' in the README)")
+        reachable(address)
         try:
             ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
                      configure_logging=True)
