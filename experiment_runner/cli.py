@@ -20,13 +20,7 @@ from typing import NoReturn, Sequence
 
 from experiment_runner.core import matrix
 from experiment_runner.core.options import COMPILE_TIME_DOC, SAVE_IR_FORMATS, RunOptions
-from experiment_runner.errors import (
-    EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
-    UsageError,
-    fail,
-)
+from experiment_runner.errors import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, fail
 
 # Subcommand → the analysis module whose main(argv) runs it.
 SUBCOMMANDS = {"report": "experiment_runner.analysis.report", "compare": "experiment_runner.analysis.regress",
@@ -407,7 +401,16 @@ def run_command(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:
+        # Our reader went away (`experiment_runner --dry-run | head`): records already written
+        # stay written; no traceback, and nothing more for Python to flush into the pipe at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] in SUBCOMMANDS:
         from importlib import import_module
 
@@ -417,6 +420,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # before the run loop takes over Ctrl-C: nothing was started yet
         print("experiment_runner: interrupted before any experiment ran", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        raise
     except Exception:  # noqa: BLE001 - a bug of ours: keep the traceback, say so, exit 1
         import traceback
 

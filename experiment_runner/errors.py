@@ -11,6 +11,7 @@ EXIT_USAGE = 2  # bad input: flags, suite, regex, model, unavailable accelerator
 EXIT_RESULTS_IO = 3  # the results file or output folder cannot be read or written
 EXIT_INTERRUPTED = 130  # Ctrl-C: the current experiment is recorded as interrupted
 EXIT_REGRESSION = 1  # compare: a significant regression or a new failure (cron acts on it)
+EXIT_BROKEN_PIPE = 141  # stdout's reader went away (`| head`): 128 + SIGPIPE, as a shell would report
 
 
 class UsageError(Exception):

@@ -86,3 +86,15 @@ def test_an_unknown_suite_is_one_line_and_exit_2(env, tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         "experiment_runner: error: unknown suite 'nonesuch'; choose from dummy, torchbench, huggingface, timm"]
+
+
+@pytest.mark.parametrize("args", [("--suite-name=dummy", "--dry-run", "--output-dirname=unused"),
+                                  ("report", str(REPO / "tests" / "golden" / "results.jsonl"))])
+def test_a_reader_that_goes_away_is_no_traceback(env, tmp_path, args):
+    """`experiment_runner --dry-run | head`: exit 141 (128 + SIGPIPE) and nothing on stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "experiment_runner", *args], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()  # before the child writes its first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 141, err
+    assert err == ""
