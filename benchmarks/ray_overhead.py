@@ -6,8 +6,10 @@ Three measures, each against a real Ray cluster started on this machine
 1. overhead: 40 quick experiments (the `sleepy` plugin suite's quick_NN, eval and train of
    20 models) on the local executor (subprocess launcher, serial) and on a one-node,
    one-slot cluster (also serial, the same launcher on the node), alternated --runs times.
-   Overhead per experiment = (command wall - sum of timings.work_s) / experiments; the
-   figure is Ray's minus local's.
+   Overhead per experiment = (command wall - sum of timings.work_s) / experiments, and CPU
+   seconds per experiment of every process involved (driver, experiments, and on Ray the
+   cluster's own processes), which a loaded machine changes far less than wall time; the
+   figures are Ray's minus local's.
 2. scaling: 40 experiments that sleep 2 s each (sleep_NN): a one-node one-slot cluster
    against two nodes with two slots each; the figure is the 2x2 wall over the 1x1 wall.
 3. shards: a results file of 120 models with heavy-tailed (log-normal) durations split
@@ -24,12 +26,15 @@ import argparse
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "support"))
@@ -47,6 +52,31 @@ SLEEPY = ["--suite-name=sleepy", "--filter=^sleep_", "--accelerator=cpu", "--dyn
           "--repeat=1", "--no-progress-bar"]
 
 
+def children_cpu() -> float:
+    """CPU seconds of this process's waited-for descendants: a driver and everything it waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cluster_cpu(cluster: LocalRayCluster) -> float:
+    """CPU seconds of every live process of the cluster's nodes (GCS, raylets, workers) and of the
+    children they waited for, such as the experiments' processes."""
+    total = 0.0
+    for node in cluster.started:
+        try:
+            root = psutil.Process(node.proc.pid)
+            processes = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        for process in processes:
+            try:
+                times = process.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
 def run(matrix: list[str], folder: Path, extra: list[str], address: str | None = None) -> tuple[float, list[dict]]:
     output = folder / f"out-{time.monotonic_ns()}"
     env = {**os.environ, **SUITE_ENV, **({"RAY_ADDRESS": address} if address else {})}
@@ -62,20 +92,27 @@ def run(matrix: list[str], folder: Path, extra: list[str], address: str | None =
 
 
 def overhead(folder: Path, runs: int) -> None:
-    per_exp: dict[str, list[float]] = {"local": [], "ray": []}
+    """Wall overhead per experiment, and CPU seconds per experiment (which load barely changes):
+    the driver and its children locally; the driver plus every process of the cluster on Ray."""
+    wall: dict[str, list[float]] = {"local": [], "ray": []}
+    cpu: dict[str, list[float]] = {"local": [], "ray": []}
     with LocalRayCluster(nodes=1, slots=1, env=SUITE_ENV) as cluster:
         run(QUICK[:1] + ["--filter=^quick_00$"] + QUICK[2:], folder, ["--launcher=subprocess"])  # fills caches
         for _ in range(runs):
             for name, extra, address in (("local", ["--launcher=subprocess"], None),
                                          ("ray", ["--executor=ray"], cluster.address)):
-                wall, records = run(QUICK, folder, extra, address)
+                before = children_cpu() + (cluster_cpu(cluster) if address else 0.0)
+                seconds, records = run(QUICK, folder, extra, address)
+                used = children_cpu() + (cluster_cpu(cluster) if address else 0.0) - before
                 work = sum(r["timings"].get("work_s", 0.0) for r in records)
-                per_exp[name].append((wall - work) / len(records))
-    local, ray = statistics.median(per_exp["local"]), statistics.median(per_exp["ray"])
-    print(f"overhead per experiment, 40 quick experiments, median of {runs} alternated run(s): "
-          f"local {local:.3f} s, ray {ray:.3f} s, ray - local {ray - local:+.3f} s "
-          f"(runs: local {', '.join(f'{v:.3f}' for v in per_exp['local'])}; "
-          f"ray {', '.join(f'{v:.3f}' for v in per_exp['ray'])})", flush=True)
+                wall[name].append((seconds - work) / len(records))
+                cpu[name].append(used / len(records))
+    for label, figures in (("wall overhead", wall), ("CPU", cpu)):
+        local, ray = statistics.median(figures["local"]), statistics.median(figures["ray"])
+        print(f"{label} per experiment, 40 quick experiments, median of {runs} alternated run(s): "
+              f"local {local:.3f} s, ray {ray:.3f} s, ray - local {ray - local:+.3f} s "
+              f"(runs: local {', '.join(f'{v:.3f}' for v in figures['local'])}; "
+              f"ray {', '.join(f'{v:.3f}' for v in figures['ray'])})", flush=True)
 
 
 def scaling(folder: Path) -> None:
