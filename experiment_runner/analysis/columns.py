@@ -141,7 +141,7 @@ def _duckdb(files: Sequence[Path]) -> "pyarrow.Table | None":
         relation = connection.sql(_SELECT, params={"files": [str(f) for f in files], "columns": _COLUMNS})
         schema = _schema()
         return relation.to_arrow_table().select(schema.names).cast(schema)
-    except (duckdb.InvalidInputException, duckdb.ConversionException):  # the data, not the query
+    except (duckdb.InvalidInputException, duckdb.ConversionException, duckdb.IOException):  # the data, not the query
         return None
     finally:
         connection.close()

@@ -192,3 +192,18 @@ def test_missing_input_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path:
     assert code == 3 and err.strip().endswith(f"no such results file or folder: {tmp_path / 'nope'}")
     code, _, err = history(capsys, tmp_path)
     assert code == 3 and "no results files" in err
+
+
+def test_the_dashboard_of_the_latest_run_is_reports(capsys: pytest.CaptureFixture[str]) -> None:
+    """Pass rate, geomean speedup, compile time and memory ratio per configuration: as `report` computes them."""
+    code, out, _ = history(capsys, GOLDEN / "results.jsonl", "--format", "json")
+    dashboard = json.loads(out)["dashboard"]
+    assert cli_main(["report", str(GOLDEN / "results.jsonl"), "--format", "json", "--table", "summary"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    mine = {(d["accelerator"], d["test"], d["configuration"]): d for d in dashboard if d["models"][-1]}
+    assert len(mine) == len(summary) >= 5
+    for s in summary:
+        d = mine[(s["accelerator"], s["test"], s["configuration"])]
+        assert (d["models"][-1], d["passed"][-1]) == (s["models"], s["passed"])
+        for name in ("compile_time_mean_s",) + (() if s["baseline"] else ("speedup_geomean", "memory_ratio_geomean")):
+            assert d[name][-1] == (None if s[name] is None else pytest.approx(s[name], rel=1e-5)), (name, d, s)
