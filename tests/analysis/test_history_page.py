@@ -82,7 +82,9 @@ def test_the_history_page_renders_in_chromium(served: tuple[str, list, dict], br
 
     configurations = {(d["test"], d["configuration"]) for d in document["dashboard"]}
     assert page.locator("#dashboard tr.dash-row").count() == len(configurations) == 4
-    assert page.locator("#changes tr.change-row").count() == len(document["changes"])
+    rows = page.locator("#changes tr.change-row")
+    shown = [[rows.nth(i).locator("td").nth(k).inner_text() for k in (1, 2, 3, 6)] for i in range(rows.count())]
+    assert shown == [[c["kind"], c["metric"], c["experiment_id"], c["first_bad_run"]] for c in document["changes"]]
     assert page.locator("#window-status").inner_text().startswith(
         f"{document['regressions_in_window']} regression(s)")
 
