@@ -26,7 +26,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator, NoReturn, Sequence
 
@@ -104,9 +104,9 @@ class History:
         return self._codes("verification_code")
 
     def _codes(self, name: str) -> tuple[np.ndarray, list[str]]:
+        """(experiments x runs) codes into the labels: -1 where the record has none, -2 where no record."""
         factor: Factor = self.records.strings[name]
-        codes = np.where(self.row >= 0, factor.codes[np.maximum(self.row, 0)], -1)
-        return np.where(self.row >= 0, codes, -2), factor.labels
+        return np.where(self.row >= 0, factor.codes[np.maximum(self.row, 0)], -2), factor.labels
 
     def passed(self) -> np.ndarray:
         """(experiments x runs) booleans; False where absent."""
@@ -243,7 +243,7 @@ class Analysis:
     changes: list[Change]
     noise: dict[str, np.ndarray]  # metric -> per experiment relative noise (NaN if too short)
     window: int
-    dashboard: list[dict[str, Any]] = field(default_factory=list)
+    dashboard: list[dict[str, Any]]  # per configuration, series over the runs (see `dashboard`)
 
     def regressions_in_window(self) -> list[Change]:
         newest = len(self.history.run_ids) - self.window
@@ -311,21 +311,20 @@ def detect(history: History, config: DetectorConfig = DetectorConfig(), window: 
                     history.experiment_ids[e], metric, "regression" if after > before else "improvement",
                     first_bad, history.run_ids[first_bad], history.run_ids[last_good], before, after,
                     after / before - 1, noise[metric][e], _records_of(history, e, (last_good, first_bad))))
-    changes.extend(_code_changes(history, "status", *history.status(), bad=lambda old, new: old == "ok"))
+    changes.extend(_code_changes(history, "status", *history.status(), good="ok"))
     verification, labels = history.verification()
     verified = {i for i, label in enumerate(labels) if label not in UNVERIFIED_CODES}
     status, status_labels = history.status()
     ok_code = status_labels.index("ok") if "ok" in status_labels else -3
     verification = np.where((status == ok_code) & np.isin(verification, list(verified)), verification, -2)
-    changes.extend(_code_changes(history, "verification", verification, labels, bad=lambda old, new: old == "PASS"))
-    analysis = Analysis(history, sorted(changes, key=lambda c: (c.run_index, c.metric, c.experiment_id)), noise,
-                        window)
-    analysis.dashboard = dashboard(history)
-    return analysis
+    changes.extend(_code_changes(history, "verification", verification, labels, good="PASS"))
+    return Analysis(history, sorted(changes, key=lambda c: (c.run_index, c.metric, c.experiment_id)), noise,
+                    window, dashboard(history))
 
 
-def _code_changes(history: History, metric: str, codes: np.ndarray, labels: list[str], bad: Any) -> list[Change]:
-    """Every run whose code differs from the same experiment's previous run that has one (-2: none)."""
+def _code_changes(history: History, metric: str, codes: np.ndarray, labels: list[str], good: str) -> list[Change]:
+    """Every run whose code differs from the same experiment's previous run that has one (-2: none):
+    a regression when it leaves `good`, an improvement when it reaches it, else a change."""
     found = []
     for e in range(codes.shape[0]):
         present = np.flatnonzero(codes[e] != -2)
@@ -334,8 +333,7 @@ def _code_changes(history: History, metric: str, codes: np.ndarray, labels: list
         values = codes[e, present]
         for j in np.flatnonzero(values[1:] != values[:-1]).tolist():
             old, new = (labels[v] if v >= 0 else None for v in (values[j], values[j + 1]))
-            good = (new == "ok") if metric == "status" else (new == "PASS")
-            kind = "regression" if bad(old, new) else "improvement" if good else "change"
+            kind = "regression" if old == good else "improvement" if new == good else "change"
             last_good, first_bad = int(present[j]), int(present[j + 1])
             found.append(Change(history.experiment_ids[e], metric, kind, first_bad, history.run_ids[first_bad],
                                 history.run_ids[last_good], old, new, None, None,
