@@ -50,6 +50,11 @@ class Suite(ABC):
     # The precision of every experiment without --precision; None: the per-accelerator default.
     default_precision: ClassVar[str | None] = None
 
+    @property
+    def description(self) -> str:
+        """Where the models come from, as a run's first line says it."""
+        return f"{self.source} models"
+
     @abstractmethod
     def model_names(self) -> list[str]:
         """Every model of the suite, without importing torch."""

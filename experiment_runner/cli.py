@@ -49,7 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     g = p.add_argument_group("matrix")
-    g.add_argument("--suite-name", required=True, help=f"model suite: {', '.join(available_suites())}")
+    g.add_argument("--suite-name", required=True,
+                   help=f"model suite: {', '.join(available_suites())}. torchbench runs the real TorchBench when "
+                        "it finds it (TORCHBENCH_DIR=checkout, else ./torchbench, ../benchmark ... as the reference "
+                        "looks, else an installed torchbenchmark) and built-in models otherwise; the run's first "
+                        "line says which")
     g.add_argument("--filter", "-k", action="append", default=[], metavar="REGEX",
                    help="run models whose name matches (repeatable, OR-ed, case-insensitive)")
     g.add_argument("--exclude", "-x", action="append", default=[], metavar="REGEX",

@@ -1,7 +1,9 @@
 """`torchbench`: the real `torchbenchmark` package when it is there, else a built-in set.
 
-The real package is found installed or as a checkout named by $TORCHBENCH_DIR (the
-folder that holds `torchbenchmark/`). The parent lists its models from the file system,
+The real package is found as the reference runner finds it, plus $TORCHBENCH_DIR: the
+checkout named by $TORCHBENCH_DIR (the folder that holds `torchbenchmark/`), else a folder
+named torchbenchmark, torchbench or benchmark in the current directory or up to three
+parents (`./torchbench`, `../benchmark`, ...), else an installed `torchbenchmark`. The parent lists its models from the file system,
 so the catalog never imports torch or torchbenchmark; the child imports
 `torchbenchmark.models.<name>` and goes through torchbench's own API:
 `Model(test=, device=, batch_size=)`, `get_module()`, its default batch sizes, and
@@ -25,6 +27,17 @@ from benchmark_models.model import BenchmarkModel, map_tensors
 from benchmark_models.training import recipe_for
 
 TORCHBENCH_DIR_ENV = "TORCHBENCH_DIR"
+# The reference runner's search (util.find_near_file): these names, here and in three parents.
+NEAR_NAMES = ("torchbenchmark", "torchbench", "benchmark")
+NEAR_DIRS = (".", "..", "../..", "../../..")
+
+
+def _package_in(folder: Path) -> Path | None:
+    """The torchbenchmark package a folder is or holds."""
+    for package in (folder / "torchbenchmark", folder):
+        if package.name == "torchbenchmark" and (package / "__init__.py").is_file():
+            return package.resolve()
+    return None
 
 
 def torchbenchmark_package_dir() -> Path | None:
@@ -37,6 +50,11 @@ def torchbenchmark_package_dir() -> Path | None:
         print(f"experiment_runner: warning: ${TORCHBENCH_DIR_ENV}={checkout} holds no torchbenchmark/ "
               "package; using the built-in torchbench models", file=sys.stderr)
         return None
+    for near in NEAR_DIRS:
+        for name in NEAR_NAMES:
+            package = _package_in(Path(near) / name)
+            if package is not None:
+                return package
     try:
         spec = importlib.util.find_spec("torchbenchmark")
     except (ImportError, ValueError):
@@ -44,6 +62,21 @@ def torchbenchmark_package_dir() -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations)))
+
+
+def describe_source(package: Path | None) -> str:
+    """What a run's torchbench models come from, for its first line: the checkout and commit."""
+    if package is None:
+        return ("the built-in torchbench models (no torchbenchmark found: set TORCHBENCH_DIR, or put a checkout "
+                "at ./torchbench or ../benchmark)")
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "-C", str(package.parent), "rev-parse", "--short=12", "HEAD"],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return f"torchbenchmark at {commit or 'an unknown commit'} ({package.parent})"
 
 
 def list_torchbenchmark_models(package: Path) -> list[str]:
@@ -67,6 +100,10 @@ class TorchBenchSuite(DataFileSuite):
         super().__init__()
         self._package = torchbenchmark_package_dir()
         self.source = "builtin" if self._package is None else "torchbenchmark"
+
+    @property
+    def description(self) -> str:
+        return describe_source(self._package)
 
     def model_names(self) -> list[str]:
         if self._package is not None:

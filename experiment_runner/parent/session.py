@@ -166,6 +166,7 @@ def run(args: argparse.Namespace, options: RunOptions) -> int:
         print(f"experiment_runner: nothing to run: all {len(done)} experiment(s) already have a record in run "
               f"{run_id} of {results_path} (--no-resume runs them again as a new run)")
         return EXIT_OK
+    logger.info(f"{args.suite_name}: {suite.description or suite.source + ' models'}")
     return execute(args, options, plan, results_path, run_id, done, suite.source,
                    time.time() if timestamp is None else timestamp)
 
@@ -199,7 +200,7 @@ def execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, re
     progress = sys.stderr.isatty() if args.progress_bar is None else args.progress_bar
     runner = Runner(ctx, results_path, executor, timeout_s=args.subprocess_timeout, progress_bar=progress)
     logger.info(f"run {run_id}: {len(plan.planned) - len(done)} experiment(s) to run, "
-                f"{len(done)} already done; models from {source}; records go to {results_path}")
+                f"{len(done)} already done; records go to {results_path}")
     try:
         outcome = runner.run(plan, done, source)
     except ResultsFileError as exc:

@@ -29,13 +29,15 @@ class SuiteCatalog:
     skip_rules: list[SkipRule]
     source: str
     default_precision: str | None = None
+    description: str = ""
 
 
 def suite_catalog(name: str) -> SuiteCatalog:
     """The catalog of suite `name`; raises UnknownSuite or CatalogError."""
     if is_builtin(name):
         suite = get_suite(name)
-        return SuiteCatalog(name, suite.model_names(), suite.skip_rules(), suite.source, suite.default_precision)
+        return SuiteCatalog(name, suite.model_names(), suite.skip_rules(), suite.source, suite.default_precision,
+                            suite.description)
     if name not in available_suites():
         get_suite(name)  # raises UnknownSuite with the list of known suites
         raise UnknownSuite(name)
