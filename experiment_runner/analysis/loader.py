@@ -91,6 +91,15 @@ class Row:
                                          or self.verification_code == "PASS")
 
 
+def comparison_key(row: Row) -> str:
+    """What must be equal for two runs' records to be the same experiment to `compare`: the
+    experiment id and where its models came from (a built-in llama and TorchBench's are
+    different experiments; `compare` also refuses two batch sizes). Records of the reference
+    runner name no source: its torchbench models are TorchBench's."""
+    source = row.source or ("torchbenchmark" if row.suite == "torchbench" else "builtin")
+    return row.experiment_id if source == "builtin" else f"{row.experiment_id} [{source}]"
+
+
 # Columns of `load_dataframe`: every scalar field, the configuration label and `passed`.
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Row) if f.name != "per_iter_time") + ("configuration", "passed")
 

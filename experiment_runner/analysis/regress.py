@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from experiment_runner.analysis.loader import Row, RunInfo, runs_of
+from experiment_runner.analysis.loader import Row, RunInfo, comparison_key, runs_of
 from experiment_runner.analysis.report import read_rows, render_csv
 from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError
 
@@ -72,7 +72,10 @@ def min_two_sided_p(n_a: int, n_b: int) -> float:
 
 
 def _comparable(a: Row, b: Row) -> bool:
-    return a.status == b.status == "ok" and bool(a.median_per_iter_time_s) and bool(b.median_per_iter_time_s)
+    """Both ok with timings, at the same batch size (a model's default may change between
+    versions of its suite; per-iteration times at two sizes are different measurements)."""
+    return (a.status == b.status == "ok" and bool(a.median_per_iter_time_s) and bool(b.median_per_iter_time_s)
+            and a.batch_size == b.batch_size)
 
 
 def mann_whitney_ps(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> list[float]:
@@ -115,6 +118,8 @@ def judge(a: Row, b: Row, p: float | None, threshold: float, alpha: float) -> Ex
         return make(None, "new failure")
     if a.status != "ok" and b.status == "ok":
         return make(None, "fixed")
+    if a.status == b.status == "ok" and a.batch_size != b.batch_size:
+        return make(None, f"not comparable (batch size {a.batch_size} vs {b.batch_size})")
     if p is None or not _comparable(a, b):
         return make(None, "not comparable")
     change = b.median_per_iter_time_s / a.median_per_iter_time_s - 1.0
@@ -138,7 +143,9 @@ class Outcome:
     only_b: list[str]
 
     def count(self, verdict: str) -> int:
-        return sum(c.verdict == verdict for c in self.comparisons)
+        # "not comparable (batch size 32 vs 16)" counts as "not comparable"
+        return sum(c.verdict == verdict or (verdict == "not comparable" and c.verdict.startswith(verdict))
+                   for c in self.comparisons)
 
     @property
     def failed(self) -> bool:
@@ -177,13 +184,13 @@ def pick_runs(args: argparse.Namespace) -> tuple[list[Row], RunInfo, list[Row], 
 
 def compare(args: argparse.Namespace) -> Outcome:
     rows_a, run_a, rows_b, run_b = pick_runs(args)
-    side_a = {r.experiment_id: r for r in rows_a}
-    side_b = {r.experiment_id: r for r in rows_b}
+    side_a = {comparison_key(r): r for r in rows_a}
+    side_b = {comparison_key(r): r for r in rows_b}
     pairs = [(side_a[key], side_b[key]) for key in sorted(side_a.keys() & side_b.keys())]
     testable = [(a, b) for a, b in pairs if _comparable(a, b)]
-    ps = dict(zip(((a.experiment_id for a, _ in testable)),
+    ps = dict(zip(((comparison_key(a) for a, _ in testable)),
                   mann_whitney_ps([(a.per_iter_time, b.per_iter_time) for a, b in testable])))
-    comparisons = [judge(a, b, ps.get(a.experiment_id), args.threshold, args.alpha) for a, b in pairs]
+    comparisons = [judge(a, b, ps.get(comparison_key(a)), args.threshold, args.alpha) for a, b in pairs]
     return Outcome(run_a, run_b, comparisons, sorted(side_a.keys() - side_b.keys()),
                    sorted(side_b.keys() - side_a.keys()))
 

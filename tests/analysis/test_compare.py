@@ -175,3 +175,21 @@ def test_a_shift_inside_the_noise_is_shown_as_not_significant(tmp_path: Path,
     assert code == 0
     row = next(line for line in out.splitlines() if line.startswith("llama"))
     assert "+8.0%" in row and row.endswith("not significant")
+
+
+def test_model_source_and_batch_size_are_part_of_what_compare_matches(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A built-in llama and TorchBench's are different experiments; so are two batch sizes."""
+    rng = random.Random(7)
+    real = record("run-b", "llama", noisy(rng, 0.01))
+    real["model"]["source"] = "torchbenchmark"
+    bigger = record("run-b", "dlrm", noisy(rng, 0.01))
+    bigger["experiment"]["batch_size"] = 8
+    a = write(tmp_path / "a.jsonl", [record("run-a", "llama", noisy(rng, 0.01)), record("run-a", "dlrm", noisy(rng, 0.01))])
+    b = write(tmp_path / "b.jsonl", [real, bigger])
+    code, out, _ = compare(capsys, a, b, "--format", "json")
+    document = json.loads(out)
+    assert document["only_in_a"] == ["torchbench/llama/cpu-None-inductor-eval-fp32-bsdefault"]
+    assert document["only_in_b"] == ["torchbench/llama/cpu-None-inductor-eval-fp32-bsdefault [torchbenchmark]"]
+    (dlrm,) = document["comparisons"]
+    assert dlrm["verdict"] == "not comparable (batch size 4 vs 8)" and code == 0
