@@ -48,7 +48,7 @@ def run_cli(tmp: Path, name: str, *flags: str, suite: str = SUITE_NAME) -> list[
 @pytest.fixture(scope="module")
 def records(tmp_path_factory: pytest.TempPathFactory) -> Records:
     tmp = tmp_path_factory.mktemp("verifier_e2e")
-    found = run_cli(tmp, "eval", "--dynamo=eager", "--test=eval")
+    found = run_cli(tmp, "eval", "--dynamo=eager", "--test=eval", "--exclude=^nan_at_first$")
     found += run_cli(tmp, "perturb", "--filter=^tiny_mlp$", "--dynamo=verifier_perturb")
     found += run_cli(tmp, "loose", "--filter=^tiny_mlp$", "--dynamo=verifier_perturb", "--test=eval",
                      "--tolerance=0.05")
@@ -74,7 +74,6 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> Records:
     (("tiny_mlp", "verifier_perturb", "eval --tolerance=0.05"), "PASS"),
     (("tiny_mlp", "verifier_identity", "eval"), "PASS"),
     (("nan_at_first", "verifier_identity", "eval"), "PASS"),
-    (("nan_at_first", "eager", "eval"), "PASS"),
     (("tiny_mlp", "verifier_nan", "eval"), "FAIL"),
     (("nan_at_first", "verifier_nan", "eval"), "PASS"),
     (("dummy", "verifier_loss_x1_5", "train"), "FAIL"),
