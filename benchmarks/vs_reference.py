@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from overhead import REFERENCE_MATRIX  # noqa: E402 - a sibling script, not a package
+from overhead import REFERENCE_MATRIX  # a sibling script, not a package
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,8 @@ def _children_cpu() -> float:
 def run_once(runner: str, command: list[str], output: Path, env: dict[str, str]) -> Run:
     load = os.getloadavg()[0]
     cpu, start = _children_cpu(), time.perf_counter()
-    proc = subprocess.run([*command, f"--output-dirname={output}"], env=env, capture_output=True, text=True)
+    proc = subprocess.run([*command, f"--output-dirname={output}"], env=env, capture_output=True, text=True,
+                          check=False)
     wall, cpu = time.perf_counter() - start, _children_cpu() - cpu
     if proc.returncode != 0:
         sys.exit(f"vs_reference: {runner} failed ({proc.returncode}): {proc.stderr.strip()[-800:]}")
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs[runner].append(run)
                 print(row(run), flush=True)
     ref, ours = runs["reference"], runs["ours"]
-    med = lambda values: statistics.median(values)  # noqa: E731
+    med = statistics.median
     ref_wall, our_wall = med([r.wall_s / r.experiments for r in ref]), med([r.wall_s / r.experiments for r in ours])
     ref_untimed, our_untimed = med([r.outside_timed for r in ref]), med([r.outside_timed for r in ours])
     our_overhead = med([r.overhead for r in ours if r.overhead is not None])

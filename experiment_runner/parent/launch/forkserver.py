@@ -35,7 +35,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from experiment_runner.core.logs import read_log_tail
 from experiment_runner.core.processes import group_alive, signal_group
@@ -110,7 +110,7 @@ class ServerGone(RuntimeError):
 
 @dataclass
 class _Pending:
-    replies: "queue.Queue[dict[str, Any]]" = field(default_factory=queue.Queue)
+    replies: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
 
 
 class Server:
