@@ -122,8 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"outside the timed repeats: reference {ref_untimed:.2f} s, ours {our_untimed:.2f} s, "
           f"ratio {ref_untimed / our_untimed:.2f}x")
     print(f"our overhead (wall - work): {our_overhead:.2f} s per experiment")
-    print(f"| {' '.join(matrix)} | {ref[0].experiments} | {ref_wall:.2f} | {our_wall:.2f} | {ref_untimed:.2f} | "
-          f"{our_untimed:.2f} | {our_overhead:.2f} | {min(loads):.1f}-{max(loads):.1f} |")
+    ref_cpu, our_cpu = med([r.cpu_s / r.experiments for r in ref]), med([r.cpu_s / r.experiments for r in ours])
+    print(f"CPU per experiment: reference {ref_cpu:.2f} s, ours {our_cpu:.2f} s")
+    print("README row: | rounds | load | wall ref / ours (ratio) | outside timed repeats ref / ours | "
+          "our overhead | CPU ref / ours |")
+    print(f"| {args.rounds} | {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs | {ref_wall:.2f} / {our_wall:.2f} "
+          f"({ref_wall / our_wall:.2f}x) | {ref_untimed:.2f} / {our_untimed:.2f} | {our_overhead:.2f} | "
+          f"{ref_cpu:.2f} / {our_cpu:.2f} |")
     return 0
 
 
