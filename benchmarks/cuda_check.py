@@ -3,7 +3,7 @@
 Unit tests drive CudaRuntime through a fake torch.cuda; this script runs the same code on a
 real device: synchronization, peak memory reset after warm-up, CUDA-OOM classification (a
 deliberately impossible allocation, in process and through the worker), the profiler's CUDA
-time, an inductor speedup on a small model, and one experiment end to end through the CLI.
+time (equal to its table's "Self CUDA time total" within 1%), an inductor speedup on a small model, and one experiment end to end through the CLI.
 
     python benchmarks/cuda_check.py [--skip-cli]
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -91,15 +92,31 @@ def check_oom(runtime: CudaRuntime, workdir: Path) -> dict[str, Any]:
             "ok": in_process and result["status"] == "oom"}
 
 
+def table_total(table: str, kind: str) -> float:
+    """The "Self <kind> time total" at the foot of a profiler table, in seconds."""
+    value, unit = re.search(rf"Self {kind} time total: ([0-9.]+)(s|ms|us)", table).groups()
+    return float(value) * {"s": 1.0, "ms": 1e-3, "us": 1e-6}[unit]
+
+
 def check_profiler(runtime: CudaRuntime, workdir: Path) -> dict[str, Any]:
+    """The profiler figures equal the profiler table's own totals (within 1%): device time
+    counted once, not once for the kernel and again for the CPU op that launched it."""
     a = torch.randn(4096, 4096, device="cuda")
     options = RunOptions(repeat=2, iterations_per_run=5, profile_cuda_cpu=True, profile_cuda_cpu_individual_ops=True,
                          dump_pytorch_profiles=True)
     metrics, artifacts = profile_pass(lambda: a @ a, runtime, options, workdir / "profile")
     mm = metrics["per_op_profile"].get("aten::mm", {})
-    return {"total_cuda_time_s": metrics["total_cuda_time_s"], "per_iter_cuda_time_s": metrics["per_iter_cuda_time_s"],
-            "total_cpu_time_s": metrics["total_cpu_time_s"], "aten::mm": mm, "artifacts": sorted(artifacts),
-            "ok": all(t > 0 for t in metrics["total_cuda_time_s"]) and mm.get("self_cuda_time_s", 0) > 0}
+    tables = [(workdir / "profile" / artifacts[f"pytorch_profile_repeat_{i}"]).read_text() for i in range(2)]
+    table_cuda = [table_total(t, "CUDA") for t in tables]
+    table_cpu = [table_total(t, "CPU") for t in tables]
+    agree = all(abs(ours - theirs) <= 0.01 * theirs
+                for ours, theirs in zip(metrics["total_cuda_time_s"] + metrics["total_cpu_time_s"],
+                                        table_cuda + table_cpu))
+    return {"total_cuda_time_s": metrics["total_cuda_time_s"], "table_self_cuda_time_total_s": table_cuda,
+            "per_iter_cuda_time_s": metrics["per_iter_cuda_time_s"],
+            "total_cpu_time_s": metrics["total_cpu_time_s"], "table_self_cpu_time_total_s": table_cpu,
+            "aten::mm": mm, "artifacts": sorted(artifacts),
+            "ok": agree and all(t > 0 for t in metrics["total_cuda_time_s"]) and mm.get("self_cuda_time_s", 0) > 0}
 
 
 def median_time(fn: Callable[[], Any], runtime: CudaRuntime, n: int = 30) -> float:

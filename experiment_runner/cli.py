@@ -19,7 +19,15 @@ from dataclasses import fields
 from typing import NoReturn, Sequence
 
 from experiment_runner.core import matrix
-from experiment_runner.core.options import COMPILE_TIME_DOC, SAVE_IR_FORMATS, RunOptions
+from experiment_runner.core.options import (
+    COMPILE_SCOPES,
+    COMPILE_TIME_DOC,
+    CPU_LAUNCHERS,
+    DEFAULT_MIN_SAMPLE_TIME_S,
+    DEFAULT_NOISY_HOST_SHARE,
+    SAVE_IR_FORMATS,
+    RunOptions,
+)
 from experiment_runner.errors import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, fail
 
 # Subcommand → the analysis module whose main(argv) runs it.
@@ -94,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--model-config", metavar="JSON",
                    help='run exactly this one model: {"model_name": NAME}, with --experiment-config')
     g.add_argument("--batch-size", type=int, help="override every model's default batch size")
+    g.add_argument("--compile-options", action="append", choices=matrix.COMPILE_OPTIONS,
+                   help="torch.compile settings, one matrix dimension (repeatable; default: default). "
+                        "reduce-overhead/max-autotune/max-autotune-no-cudagraphs: inductor's modes "
+                        "(reduce-overhead needs cuda); dynamic: dynamic shapes from the start; freezing: "
+                        "inductor weight freezing, CPU eval only. Eager experiments ignore it; combinations "
+                        "that cannot apply are dropped (see --dry-run)")
     g.add_argument("--total-partitions", type=int, default=1, help="shard the model list over N hosts")
     g.add_argument("--partition-id", type=int, default=0, help="which shard this host runs (0-based)")
     g.add_argument("--no-skip", action="store_true", help="run models the suite's skip list excludes")
@@ -102,7 +116,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = p.add_argument_group("timing")
     g.add_argument("--repeat", type=int, default=10, help="timed runs per experiment")
-    g.add_argument("--iterations-per-run", type=int, default=1, help="iterations inside one timed run")
+    g.add_argument("--iterations-per-run", type=int, default=None,
+                   help="iterations inside one timed run (sample); default: calibrated after warm-up so "
+                        "that one sample lasts --min-sample-time (the record keeps the chosen count)")
+    g.add_argument("--min-sample-time", type=float, default=DEFAULT_MIN_SAMPLE_TIME_S, metavar="SECONDS",
+                   help="shortest timed run when --iterations-per-run is calibrated")
+    g.add_argument("--compile-scope", choices=COMPILE_SCOPES, default="step",
+                   help="what torch.compile wraps: step = the whole iteration (train: zero_grad, forward, "
+                        "loss, backward, optimizer step), as PyTorch's and PyTorch/XLA's harnesses do; "
+                        "model = the module's forward only")
+    g.add_argument("--threads", type=int, metavar="N",
+                   help="torch intra-op threads per experiment (default: physical cores in the process's "
+                        "affinity mask; recorded in environment.cpu)")
+    g.add_argument("--cpu-launcher", choices=CPU_LAUNCHERS, default="none",
+                   help="run_cpu: CPU experiments get what torch.backends.xeon.run_cpu sets up (pinned to "
+                        "physical cores, OMP_NUM_THREADS, tcmalloc/jemalloc and Intel OpenMP preloaded "
+                        "when installed); the child re-executes itself under it")
+    g.add_argument("--noisy-host-share", type=float, default=DEFAULT_NOISY_HOST_SHARE, metavar="SHARE",
+                   help="flag a record noisy_host when other processes used more than this share of the "
+                        "host's CPUs during its timed runs (metrics host_load says how much)")
     g.add_argument("--warmup-iterations", type=int, default=2,
                    help="untimed iterations first (they hold compilation; their times are recorded apart)")
     g.add_argument("--randomize-input", action="store_true",
@@ -152,8 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
         "instrumentation",
         "Every record's measurements carry first_iter_time_s, steady_iter_time_s and compile_time_s; "
         f"{COMPILE_TIME_DOC} Dynamo experiments also get dynamo_compile (dynamo's own compile-time "
-        "accounting) and graph_breaks (counts by reason). Peak memory is in bytes: peak_rss_bytes "
-        "(child's lifetime), timed_peak_rss_bytes (timed runs), on CUDA peak_allocated_bytes and "
+        "accounting) and graph_breaks (counts by reason). Peak memory is in bytes: timed_peak_rss_bytes "
+        "(timed runs), lifetime_peak_rss_bytes (the child's whole life, read at its end), on CUDA "
+        "peak_allocated_bytes and "
         "peak_reserved_bytes (timed runs). The flags below measure outside the timed runs.")
     g.add_argument("--collect-dynamo-counters", action="store_true",
                    help="torch._dynamo counters in the record's measurements as dynamo_counters")
@@ -237,9 +270,16 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
 
 
 def validate(args: argparse.Namespace) -> None:
-    for name in ("repeat", "iterations_per_run"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.repeat < 1:
+        raise UsageError("--repeat must be at least 1")
+    if args.iterations_per_run is not None and args.iterations_per_run < 1:
+        raise UsageError("--iterations-per-run must be at least 1")
+    if not math.isfinite(args.min_sample_time) or not 0 < args.min_sample_time <= 60:
+        raise UsageError("--min-sample-time must be in (0, 60] seconds")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError("--threads must be at least 1")
+    if not math.isfinite(args.noisy_host_share) or not 0 <= args.noisy_host_share <= 1:
+        raise UsageError("--noisy-host-share must be in [0, 1]")
     if args.warmup_iterations < 0:
         raise UsageError("--warmup-iterations must not be negative")
     if args.batch_size is not None and args.batch_size < 1:

@@ -29,13 +29,15 @@ from experiment_runner.errors import EXIT_RESULTS_IO, ReportError
 if TYPE_CHECKING:
     import pyarrow
 
-_STRUCT_FIGURES = "warmup_time DOUBLE[], compile_time_s DOUBLE, peak_rss_bytes BIGINT, peak_allocated_bytes BIGINT"
+_STRUCT_FIGURES = ("warmup_time DOUBLE[], compile_time_s DOUBLE, timed_peak_rss_bytes BIGINT, peak_rss_bytes BIGINT, "
+                   "peak_allocated_bytes BIGINT")
 _COLUMNS = {
     "run_id": "VARCHAR", "experiment_id": "VARCHAR", "timestamp": "DOUBLE", "status": "VARCHAR",
     "verification_code": "VARCHAR",
     "model": "STRUCT(suite_name VARCHAR, model_name VARCHAR)",
     "experiment": "STRUCT(accelerator VARCHAR, xla VARCHAR, xla_flags VARCHAR, dynamo VARCHAR, "
-                  "torch_xla2 VARCHAR, test VARCHAR, \"precision\" VARCHAR, batch_size BIGINT)",
+                  "torch_xla2 VARCHAR, compile_options VARCHAR, test VARCHAR, \"precision\" VARCHAR, "
+                  "batch_size BIGINT)",
     "stats": "STRUCT(per_iter_time STRUCT(n BIGINT, median DOUBLE))",
     "metrics": f"STRUCT(per_iter_time DOUBLE[], error VARCHAR, {_STRUCT_FIGURES})",
     "measurements": f"STRUCT({_STRUCT_FIGURES})",
@@ -46,7 +48,8 @@ WITH raw AS (
   SELECT filename, run_id, experiment_id, timestamp, status, verification_code,
          model.suite_name AS suite, model.model_name AS model,
          experiment.accelerator AS accelerator, experiment.xla AS xla, experiment.xla_flags AS xla_flags,
-         experiment.dynamo AS dynamo, experiment.torch_xla2 AS torch_xla2, experiment.test AS test,
+         experiment.dynamo AS dynamo, experiment.torch_xla2 AS torch_xla2,
+         nullif(experiment.compile_options, 'default') AS compile_options, experiment.test AS test,
          experiment."precision" AS "precision", experiment.batch_size AS batch_size,
          list_filter(metrics.per_iter_time, lambda v: isfinite(v)) AS samples,
          stats.per_iter_time.n AS stats_n, stats.per_iter_time.median AS stats_median,
@@ -54,7 +57,8 @@ WITH raw AS (
          coalesce(measurements.compile_time_s, metrics.compile_time_s) AS recorded_compile,
          coalesce(measurements.warmup_time, metrics.warmup_time)[1] AS first_warmup,
          coalesce(measurements.peak_allocated_bytes, metrics.peak_allocated_bytes) AS peak_allocated,
-         coalesce(measurements.peak_rss_bytes, metrics.peak_rss_bytes) AS peak_rss
+         coalesce(measurements.timed_peak_rss_bytes, metrics.timed_peak_rss_bytes,
+                  measurements.peak_rss_bytes, metrics.peak_rss_bytes) AS peak_rss
   FROM read_json($files, format='newline_delimited', columns=$columns, filename=true)
 ), med AS (
   SELECT *, CASE WHEN stats_n = len(samples) THEN stats_median ELSE list_median(samples) END AS median
@@ -62,7 +66,8 @@ WITH raw AS (
 )
 SELECT filename, run_id, experiment_id, timestamp,
        coalesce(status, CASE WHEN len(samples) > 0 AND NOT metrics_error THEN 'ok' ELSE 'error' END) AS status,
-       verification_code, suite, model, accelerator, xla, xla_flags, dynamo, torch_xla2, test, "precision",
+       verification_code, suite, model, accelerator, xla, xla_flags, dynamo, torch_xla2, compile_options, test,
+       "precision",
        batch_size, median,
        CASE WHEN recorded_compile IS NOT NULL AND isfinite(recorded_compile) THEN recorded_compile
             WHEN first_warmup IS NOT NULL AND median IS NOT NULL THEN greatest(first_warmup - median, 0.0)

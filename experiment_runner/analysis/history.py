@@ -166,6 +166,8 @@ def configuration(info: dict[str, Any]) -> str:
         parts.append(f"XLA_FLAGS={info['xla_flags']}")
     if info["torch_xla2"]:
         parts.append(f"torch_xla2={info['torch_xla2']}")
+    if info["compile_options"]:
+        parts.append(f"compile={info['compile_options']}")
     return " ".join(parts)
 
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 # Configuration dimensions besides the accelerator, test and precision: what tells a
 # compiler setup apart within one (model, accelerator, test, precision).
-CONFIG_FIELDS: tuple[str, ...] = ("xla", "xla_flags", "dynamo", "torch_xla2")
+CONFIG_FIELDS: tuple[str, ...] = ("xla", "xla_flags", "dynamo", "torch_xla2", "compile_options")
 # Verification codes that mean "not verified" rather than "verified and failed".
 UNVERIFIED_CODES = frozenset({None, "VERIFIER_SKIPPED"})
 
@@ -52,6 +52,7 @@ class Row:
     xla_flags: str | None
     dynamo: str | None
     torch_xla2: str | None
+    compile_options: str | None  # None: plain torch.compile (or no dynamo, or an older record)
     test: str | None
     precision: str | None
     batch_size: int | None
@@ -82,6 +83,8 @@ class Row:
             parts.append(f"XLA_FLAGS={self.xla_flags}")
         if self.torch_xla2:
             parts.append(f"torch_xla2={self.torch_xla2}")
+        if self.compile_options:
+            parts.append(f"compile={self.compile_options}")
         return " ".join(parts)
 
     @property
@@ -198,6 +201,7 @@ def flatten(record: dict[str, Any], file_name: str) -> Row:
         xla_flags=_str(exp.get("xla_flags")),
         dynamo=_str(exp.get("dynamo")),
         torch_xla2=_str(exp.get("torch_xla2")),
+        compile_options=None if exp.get("compile_options") in (None, "default") else _str(exp.get("compile_options")),
         test=_str(exp.get("test")),
         precision=_str(exp.get("precision")),
         batch_size=_int(exp.get("batch_size")),
@@ -217,7 +221,8 @@ def flatten(record: dict[str, Any], file_name: str) -> Row:
         compile_time_s=compile_time,
         compile_time_estimated=estimated,
         peak_allocated_bytes=_int(figures.get("peak_allocated_bytes")),
-        peak_rss_bytes=_int(figures.get("peak_rss_bytes")),
+        # The timed runs' peak; older records only have the child's lifetime peak.
+        peak_rss_bytes=_int(figures.get("timed_peak_rss_bytes", figures.get("peak_rss_bytes"))),
         per_iter_time=samples,
     )
 

@@ -66,7 +66,8 @@ def geomean(values: Sequence[float]) -> float | None:
 
 
 def parse_baseline(spec: str) -> dict[str, str | None]:
-    """`key=value,...` over BASELINE_KEYS; xla, xla_flags, dynamo and torch_xla2 default to None.
+    """`key=value,...` over BASELINE_KEYS; xla, xla_flags, dynamo, torch_xla2 and compile_options
+    (None: plain torch.compile) default to None.
 
     accelerator, test and precision default to the configuration's own value.
     """
@@ -89,13 +90,13 @@ def describe_baseline(fixed: dict[str, str | None]) -> str:
 
 def _match_key(row: Row) -> tuple:
     return (row.suite, row.model, row.accelerator, row.test, row.precision, row.batch_size,
-            row.xla, row.xla_flags, row.dynamo, row.torch_xla2)
+            row.xla, row.xla_flags, row.dynamo, row.torch_xla2, row.compile_options)
 
 
 def _baseline_key(row: Row, fixed: dict[str, str | None]) -> tuple:
     get = lambda name: fixed[name] if name in fixed else getattr(row, name)  # noqa: E731
     return (row.suite, row.model, get("accelerator"), get("test"), get("precision"), row.batch_size,
-            get("xla"), get("xla_flags"), get("dynamo"), get("torch_xla2"))
+            get("xla"), get("xla_flags"), get("dynamo"), get("torch_xla2"), get("compile_options"))
 
 
 def _peaks(row: Row, base: Row) -> tuple[int, int] | None:

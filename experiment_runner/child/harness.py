@@ -9,12 +9,14 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
+from time import perf_counter
 from typing import Any, Callable
 
 from benchmark_models import BenchmarkModel, LoadRequest, get_suite, map_tensors
 from benchmark_models.training import TrainingState
 from experiment_runner.child.devices import DeviceRuntime
-from experiment_runner.core.matrix import Experiment
+from experiment_runner.core.cpus import HostLoadSample
+from experiment_runner.core.matrix import Experiment, uses_cuda_graphs
 from experiment_runner.core.options import RunOptions
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
@@ -92,10 +94,25 @@ class ExperimentHarness:
         dtype = torch.float16 if device_type == "cuda" else torch.bfloat16
         return torch.autocast(device_type=device_type, dtype=dtype)
 
+    def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """torch.compile with the experiment's dynamo backend and compile options
+        (fullgraph with --filter-by-single-graph, as the reference)."""
+        import torch
+
+        if uses_cuda_graphs(self.config) and self.config.compile_options == "default":
+            from torch._inductor import config as inductor_config
+
+            inductor_config.triton.cudagraphs = True  # the reference runner's inductor setting on CUDA
+        kwargs: dict[str, Any] = {"backend": self.config.dynamo, "fullgraph": self.options.filter_by_single_graph}
+        kwargs.update(COMPILE_OPTION_KWARGS[self.config.compile_options])
+        return torch.compile(fn, **kwargs)
+
     def make_step(self, model: BenchmarkModel, compiled: bool = True,
                   precision: str | None = None, full_output: bool | None = None) -> Callable[[], Any]:
-        """One iteration as a closure. eval: forward under no_grad; train: forward, loss,
-        backward and optimizer step. `compiled` applies the experiment's dynamo backend.
+        """One iteration as a closure. eval: forward under no_grad; train: zero_grad, forward,
+        loss, backward and optimizer step. `compiled` applies the experiment's dynamo backend
+        to the whole step (`--compile-scope=step`, what PyTorch's and PyTorch/XLA's harnesses
+        time) or to the module alone (`--compile-scope=model`).
 
         Train returns the loss, or (loss, output) with full_output (`--collect-full-output`).
         """
@@ -103,15 +120,9 @@ class ExperimentHarness:
 
         precision = precision or self.config.precision
         full_output = self.options.collect_full_output if full_output is None else full_output
+        compiling = compiled and self.config.dynamo is not None
         module = model.module
-        target = module
-        if compiled and self.config.dynamo is not None:
-            if self.config.dynamo == "inductor" and self.config.accelerator == "cuda":
-                from torch._inductor import config as inductor_config
-
-                inductor_config.triton.cudagraphs = True  # the reference runner's inductor setting on CUDA
-            target = torch.compile(module, backend=self.config.dynamo,
-                                   fullgraph=self.options.filter_by_single_graph)
+        target = self.compile(module) if compiling and self.options.compile_scope == "model" else module
         args, kwargs = model.args, model.kwargs
 
         if self.config.test == "eval":
@@ -121,48 +132,109 @@ class ExperimentHarness:
                 with torch.no_grad(), self.autocast(precision):
                     return model.run_forward(target, args, kwargs)
 
-            return eval_step
+            step = eval_step
+        else:
+            module.train()
+            optimizer = model.optimizer(module.parameters())
+            model.training_state = TrainingState(module, optimizer)
 
-        module.train()
-        optimizer = model.optimizer(module.parameters())
-        model.training_state = TrainingState(module, optimizer)
+            def train_step() -> Any:
+                optimizer.zero_grad(set_to_none=True)
+                with self.autocast(precision):
+                    output = model.run_forward(target, args, kwargs)
+                    loss = model.compute_loss(output)
+                loss.backward()
+                optimizer.step()
+                return (loss, output) if full_output else loss
 
-        def train_step() -> Any:
-            optimizer.zero_grad(set_to_none=True)
-            with self.autocast(precision):
-                output = model.run_forward(target, args, kwargs)
-                loss = model.compute_loss(output)
-            loss.backward()
-            optimizer.step()
-            return (loss, output) if full_output else loss
+            step = train_step
+        if compiling and self.options.compile_scope == "step":
+            return self.compile(step)
+        return step
 
-        return train_step
+
+# --compile-options values → torch.compile keyword arguments (validity: core/matrix.py).
+COMPILE_OPTION_KWARGS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "reduce-overhead": {"mode": "reduce-overhead"},
+    "max-autotune": {"mode": "max-autotune"},
+    "max-autotune-no-cudagraphs": {"mode": "max-autotune-no-cudagraphs"},
+    "dynamic": {"dynamic": True},
+    "freezing": {"options": {"freezing": True}},
+}
+
+# Calibration stops growing a sample beyond this many iterations (a step that does nothing).
+MAX_CALIBRATED_ITERATIONS = 1_000_000
+
+
+@dataclass
+class Sample:
+    """One timed run: its seconds, and what its first and last iteration returned."""
+
+    elapsed: float
+    first: Any
+    last: Any
+
+
+def run_sample(step: Callable[[], Any], device: DeviceRuntime, iterations: int) -> Sample:
+    """`iterations` iterations on the clock, the device synchronized before and after."""
+    device.synchronize()
+    start = perf_counter()
+    first = last = device.run_iteration(step)
+    for _ in range(iterations - 1):
+        last = device.run_iteration(step)
+    device.synchronize()
+    return Sample(perf_counter() - start, first, last)
+
+
+def calibrate_iterations(step: Callable[[], Any], device: DeviceRuntime, options: RunOptions,
+                         training_state: TrainingState | None = None) -> int:
+    """Iterations per sample so that one sample lasts at least `min_sample_time`.
+
+    Like pyperf and Timer.blocked_autorange: untimed trial samples, growing the count
+    (at least doubling, else scaled to the target with 20% headroom) until one trial is
+    long enough; that count is then used for every timed sample. Trials start from the
+    state the timed runs start from (training state rewound, RNG reset).
+    """
+    iterations = 1
+    while iterations < MAX_CALIBRATED_ITERATIONS:
+        if training_state is not None:
+            training_state.rewind()
+        device.reset_rng(options.seed)
+        elapsed = run_sample(step, device, iterations).elapsed
+        if elapsed >= options.min_sample_time:
+            break
+        scaled = options.min_sample_time / max(elapsed, 1e-9) * iterations * 1.2
+        iterations = min(MAX_CALIBRATED_ITERATIONS, max(2 * iterations, int(scaled) + 1))
+    return iterations
 
 
 def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: RunOptions,
                     on_repeat: Callable[[int], None] | None = None,
                     training_state: TrainingState | None = None) -> dict[str, Any]:
-    """Warm-up apart, then `repeat` timed runs of `iterations_per_run` iterations.
+    """Warm-up apart, then `repeat` timed runs (samples) of `iterations_per_run` iterations.
 
-    The device is synchronized before the clock starts and before it stops; RNG state is
-    reset before each run, outside the clock. Warm-up times are kept (they hold the
-    compilation) but never mixed into the timed samples. `on_repeat(i)` runs after timed
-    run i, outside the clock (per-repeat dumps). A training step's state is rewound before
-    every timed run, outside the clock, so every run times the same workload; the loss of
-    the first and of the last timed step are kept to show it.
+    Without an explicit `iterations_per_run` the count is calibrated after warm-up (so
+    compilation never enters it) to make a sample last `min_sample_time`; the metrics say
+    which count was used (`iterations_per_run`) and whether it was calibrated. The device
+    is synchronized before the clock starts and before it stops; RNG state is reset before
+    each run, outside the clock. Warm-up times are kept (they hold the compilation) but
+    never mixed into the timed samples. `on_repeat(i)` runs after timed run i, outside the
+    clock (per-repeat dumps). A training step's state is rewound before every timed run,
+    outside the clock, so every run times the same workload; the loss of the first and of
+    the last timed step are kept to show it. The host's load during the timed runs is
+    recorded beside them (`host_load`, `noisy_host`: see core/cpus.py).
     """
-    from time import perf_counter
-
     warmup_time: list[float] = []
     for _ in range(options.warmup_iterations):
         device.reset_rng(options.seed)
-        device.synchronize()
-        start = perf_counter()
-        device.run_iteration(step)
-        device.synchronize()
-        warmup_time.append(perf_counter() - start)
+        warmup_time.append(run_sample(step, device, 1).elapsed)
 
+    calibrated = options.iterations_per_run is None
+    iterations = (calibrate_iterations(step, device, options, training_state) if calibrated
+                  else options.iterations_per_run)
     device.reset_peak_memory()
+    load = HostLoadSample.start()
     metrics: dict[str, Any] = {"total_time": [], "per_iter_time": []}
     first = last = None
     for index in range(options.repeat):
@@ -170,21 +242,21 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
             training_state.rewind()
         device.reset_rng(options.seed)
         device.begin_repeat()
-        device.synchronize()
-        start = perf_counter()
-        for _ in range(options.iterations_per_run):
-            last = device.run_iteration(step)
-            if first is None:
-                first = last
-        device.synchronize()
-        elapsed = perf_counter() - start
+        sample = run_sample(step, device, iterations)
+        first = sample.first if first is None else first
+        last, elapsed = sample.last, sample.elapsed
         metrics["total_time"].append(elapsed)
-        metrics["per_iter_time"].append(elapsed / options.iterations_per_run)
+        metrics["per_iter_time"].append(elapsed / iterations)
         for key, value in device.end_repeat().items():
             metrics.setdefault(key, []).append(value)
         if on_repeat is not None:
             on_repeat(index)
+    host_load = load.finish(options.noisy_host_share)
     metrics["warmup_time"] = warmup_time
+    metrics["host_load"] = host_load
+    metrics["noisy_host"] = host_load["noisy_host"]
+    metrics["iterations_per_run"] = iterations
+    metrics["iterations_per_run_calibrated"] = calibrated
     metrics.update(device.peak_memory())
     if training_state is not None and last is not None:
         metrics["loss_first_timed_step"] = _loss_value(first)

@@ -7,13 +7,17 @@ os._exit, kill) leaves the parent to write the record from the outside.
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from benchmark_models import ModelSkipped
+from experiment_runner.child.cpu_launch import RUN_CPU_ENV, reexec_under_run_cpu, set_threads, wants_run_cpu
 from experiment_runner.child.devices import DeviceRuntime, runtime_for
 from experiment_runner.child.harness import (
     ExperimentHarness,
@@ -54,6 +58,7 @@ def run_task(task: Task) -> dict[str, Any]:
 
         import_plugins()
         result["timings"]["import_s"] = time.perf_counter() - t0
+        result["environment"]["cpu"] = set_threads(task.options)
         if config.torch_xla2 or config.keep_model_data_on_cuda:
             # Planned as the reference plans them, but this runner has no torch_xla2 (torchax) or
             # CUDA-resident openxla path yet: fail the experiment, never time another path under its name.
@@ -77,8 +82,14 @@ def run_task(task: Task) -> dict[str, Any]:
         t0 = time.perf_counter()
         step = harness.make_step(model)
         instrumentation = Instrumentation(task, device)
-        result["metrics"] = time_iterations(step, device, task.options, on_repeat=instrumentation.after_repeat,
-                                            training_state=model.training_state)
+        metrics = result["metrics"] = time_iterations(step, device, task.options,
+                                                      on_repeat=instrumentation.after_repeat,
+                                                      training_state=model.training_state)
+        result["iterations_per_run"] = metrics.pop("iterations_per_run")
+        result["iterations_per_run_calibrated"] = metrics.pop("iterations_per_run_calibrated")
+        # The profiling pass repeats the timed runs' shape, calibrated count included.
+        instrumentation.task = replace(task, options=replace(task.options,
+                                                             iterations_per_run=result["iterations_per_run"]))
         result["timings"]["measure_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -103,6 +114,8 @@ def run_task(task: Task) -> dict[str, Any]:
             result["verification_code"] = "VERIFIER_DIDNT_RUN"
     if device is not None:
         result["artifacts"].update(device.artifacts())
+        if result["metrics"]:
+            result["metrics"].update(device.lifetime_peak_memory())
     timings = result["timings"]
     timings["work_s"] = sum(timings.get(k, 0.0) for k in ("load_s", "measure_s", "instrument_s", "verify_s"))
     timings["child_s"] = time.perf_counter() - started
@@ -112,6 +125,11 @@ def run_task(task: Task) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     task = Task.read(Path(argv[0]))
+    if wants_run_cpu(task.options, task.experiment.config.accelerator):
+        try:
+            reexec_under_run_cpu(task.options, argv)  # returns only if it could not
+        except Exception as exc:  # noqa: BLE001 - run the experiment plainly; the record says why
+            os.environ[RUN_CPU_ENV] = json.dumps({"error": f"{type(exc).__name__}: {exc}"[:500]})
     # The log's first line says whose it is: logs get copied around, and --print-subprocess
     # interleaves them with the parent's progress lines.
     print(f"experiment_runner worker: {task.experiment.experiment_id}", flush=True)

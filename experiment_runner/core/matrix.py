@@ -21,6 +21,17 @@ DYNAMO_BUILTINS: tuple[str | None, ...] = (None, "inductor", "openxla")
 TESTS: tuple[str, ...] = ("eval", "train")
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "amp")
 
+# The torch.compile settings the dashboards compare, one dimension of the matrix.
+# "default" is plain torch.compile(backend=...); the modes are inductor's; "dynamic" marks
+# shapes dynamic from the start (any dynamo backend); "freezing" folds weights into
+# constants (inductor inference, CPU, as PyTorch's CPU dashboard runs it).
+COMPILE_OPTIONS: tuple[str, ...] = (
+    "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "dynamic", "freezing",
+)
+DEFAULT_COMPILE_OPTIONS = "default"
+_INDUCTOR_ONLY_OPTIONS = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "freezing")
+_CUDA_GRAPH_OPTIONS = ("reduce-overhead",)
+
 # Per-accelerator precision when --precision is not given. GPUs and TPUs follow the
 # PyTorch/XLA reference runner (inference converted to bf16, training under AMP); CPUs
 # follow PyTorch's CPU dashboard, which measures fp32.
@@ -55,15 +66,17 @@ class ExperimentConfig:
     torch_xla2: str | None = None
     keep_model_data_on_cuda: bool = False
     enable_functionalization: bool = False
+    compile_options: str = DEFAULT_COMPILE_OPTIONS
 
     def key(self) -> str:
         """Stable text of the configuration; dimensions at their default add nothing, so keys
-        written before they existed still match."""
+        written before they existed still match (plain torch.compile adds no compile options)."""
         bs = "default" if self.batch_size is None else str(self.batch_size)
         flags = "" if self.xla_flags is None else f"[{self.xla_flags}]"
         extra = "".join((f"-torch_xla2={self.torch_xla2}" if self.torch_xla2 else "",
                          "-keep_model_data_on_cuda" if self.keep_model_data_on_cuda else "",
-                         "-functionalization" if self.enable_functionalization else ""))
+                         "-functionalization" if self.enable_functionalization else "",
+                         "" if self.compile_options == DEFAULT_COMPILE_OPTIONS else f"-{self.compile_options}"))
         return (
             f"{self.accelerator}-{self.xla}{flags}-{self.dynamo}-{self.test}"
             f"-{self.precision}-bs{bs}{extra}"
@@ -82,6 +95,8 @@ class ExperimentConfig:
             parts.append("keep_model_data_on_cuda")
         if self.enable_functionalization:
             parts.append("functionalization")
+        if self.compile_options != DEFAULT_COMPILE_OPTIONS:
+            parts.append(f"compile={self.compile_options}")
         return " ".join(parts)
 
 
@@ -163,6 +178,7 @@ class MatrixChoices:
     enable_functionalization: bool = False
     # Suites whose models are always fp32 unless --precision says otherwise (the reference's dummy).
     default_precision: str | None = None
+    compile_options: Sequence[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -225,6 +241,31 @@ def invalid_reason(config: ExperimentConfig, caps: HostCapabilities) -> str | No
             return f"xla=PJRT found no PJRT device for accelerator {acc}"
     if config.precision not in PRECISIONS:
         return f"unknown precision {config.precision!r}"
+    return compile_options_invalid_reason(config)
+
+
+def uses_cuda_graphs(config: ExperimentConfig) -> bool:
+    """Inductor on CUDA runs CUDA graphs unless the compile options leave them out: the
+    reference runner turns them on for inductor on CUDA, reduce-overhead and max-autotune too."""
+    return (config.dynamo == "inductor" and config.accelerator == "cuda"
+            and config.compile_options in (DEFAULT_COMPILE_OPTIONS, "reduce-overhead", "max-autotune"))
+
+
+def compile_options_invalid_reason(config: ExperimentConfig) -> str | None:
+    """Why the experiment's compile options cannot apply to it, or None when they can."""
+    options = config.compile_options
+    if options == DEFAULT_COMPILE_OPTIONS:
+        return None
+    if options not in COMPILE_OPTIONS:
+        return f"unknown compile options {options!r}"
+    if config.dynamo is None:
+        return f"compile options {options!r} need a dynamo backend"
+    if options in _INDUCTOR_ONLY_OPTIONS and config.dynamo != "inductor":
+        return f"compile options {options!r} are inductor's; dynamo={config.dynamo} does not take them"
+    if options in _CUDA_GRAPH_OPTIONS and config.accelerator != "cuda":
+        return f"compile options {options!r} use CUDA graphs, which need accelerator cuda"
+    if options == "freezing" and (config.test != "eval" or config.accelerator != "cpu"):
+        return "compile options 'freezing' are for CPU inference only (test eval, accelerator cpu)"
     return None
 
 
@@ -264,18 +305,21 @@ def select_models(
 
 
 def configurations(choices: MatrixChoices) -> list[ExperimentConfig]:
-    """The cartesian product in a fixed order: accelerator, xla, dynamo, test, precision, flags."""
+    """The cartesian product in a fixed order: accelerator, xla, dynamo, test, flags, compile options,
+    precision."""
     accelerators = list(choices.accelerators or ACCELERATORS)
     xla_modes = list(choices.xla if choices.xla is not None else XLA_MODES)
     dynamos = list(choices.dynamo if choices.dynamo is not None else DYNAMO_BUILTINS)
     tests = list(choices.tests or TESTS)
     flags = list(choices.xla_flags or [None])
     xla2 = list(choices.torch_xla2 or [None])
+    compile_options = list(choices.compile_options or [DEFAULT_COMPILE_OPTIONS])
     configs = []
     # As in the reference runner, --xla-flags is crossed with every xla value (XLA_FLAGS is
-    # exported to every experiment that has them).
-    for acc, xla, dynamo, test, xla_flags, torch_xla2 in product(accelerators, xla_modes, dynamos, tests, flags,
-                                                                 xla2):
+    # exported to every experiment that has them). Compile options only mean something with
+    # dynamo: the eager baseline stays one experiment.
+    for acc, xla, dynamo, test, xla_flags, torch_xla2, options in product(
+            accelerators, xla_modes, dynamos, tests, flags, xla2, compile_options):
         precisions = choices.precisions or [choices.default_precision or DEFAULT_PRECISION[(acc, test)]]
         for precision in precisions:
             configs.append(ExperimentConfig(
@@ -283,6 +327,7 @@ def configurations(choices: MatrixChoices) -> list[ExperimentConfig]:
                 test=test, precision=precision, batch_size=choices.batch_size, torch_xla2=torch_xla2,
                 keep_model_data_on_cuda=choices.keep_model_data_on_cuda,
                 enable_functionalization=choices.enable_functionalization,
+                compile_options=options if dynamo is not None else DEFAULT_COMPILE_OPTIONS,
             ))
     return list(dict.fromkeys(configs))
 

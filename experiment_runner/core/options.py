@@ -12,6 +12,22 @@ COMPILE_TIME_DOC = (
     "recorded beside it; without warm-up iterations there is no compile_time_s."
 )
 
+# Sample calibration (pyperf and torch.utils.benchmark.Timer do the same): a sample shorter
+# than this is dominated by per-sample overhead and clock granularity.
+DEFAULT_MIN_SAMPLE_TIME_S = 0.02
+
+# What torch.compile wraps: the whole step (zero_grad, forward, loss, backward, optimizer
+# step; eval: the forward step), as PyTorch's and PyTorch/XLA's harnesses do, or the module.
+COMPILE_SCOPES: tuple[str, ...] = ("step", "model")
+
+# How CPU experiments are started: plainly, or re-executed under the settings
+# torch.backends.xeon.run_cpu computes (core pinning, tcmalloc/jemalloc preload, OpenMP).
+CPU_LAUNCHERS: tuple[str, ...] = ("none", "run_cpu")
+
+# A record is flagged noisy_host when other processes used more than this share of the
+# host's CPUs while its timed runs ran.
+DEFAULT_NOISY_HOST_SHARE = 0.10
+
 # The IR formats --save-ir-format offers (PyTorch lazy IR text, HLO, StableHLO).
 SAVE_IR_FORMATS: tuple[str, ...] = ("text", "hlo", "stablehlo")
 
@@ -21,7 +37,8 @@ class RunOptions:
     """Per-experiment options from the command line that the worker needs."""
 
     repeat: int = 10
-    iterations_per_run: int = 1
+    iterations_per_run: int | None = None  # None: calibrated to min_sample_time per sample
+    min_sample_time: float = DEFAULT_MIN_SAMPLE_TIME_S
     warmup_iterations: int = 2
     seed: int = 1337
     randomize_input: bool = False
@@ -46,6 +63,10 @@ class RunOptions:
     save_output: bool = False
     profile_xla: bool = False
     profile_xla_duration_ms: int = 5000
+    compile_scope: str = "step"
+    threads: int | None = None  # None: the physical cores in the child's affinity mask
+    cpu_launcher: str = "none"
+    noisy_host_share: float = DEFAULT_NOISY_HOST_SHARE
 
     @property
     def effective_matmul_precision(self) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiment_runner.core.matrix import Experiment
+from experiment_runner.core.matrix import Experiment, uses_cuda_graphs
 from experiment_runner.core.options import RunOptions
 from experiment_runner.core.results import SCHEMA_VERSION, VERIFICATION_CODES
 from experiment_runner.core.stats import summarize
@@ -184,11 +184,16 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
             "optimizer": result.get("optimizer"),
             "flush_denormal": ctx.options.flush_denormal,
             "matmul_precision": ctx.options.effective_matmul_precision,
-            "cuda_graphs": config.dynamo == "inductor" and config.accelerator == "cuda",
+            "cuda_graphs": uses_cuda_graphs(config),
             "fullgraph": ctx.options.filter_by_single_graph and config.dynamo is not None,
+            "compile_options": config.compile_options,
+            "compile_scope": ctx.options.compile_scope if config.dynamo is not None else None,
         },
         "repeat": ctx.options.repeat,
-        "iterations_per_run": ctx.options.iterations_per_run,
+        # The count the child used: --iterations-per-run, or the one it calibrated.
+        "iterations_per_run": result.get("iterations_per_run", ctx.options.iterations_per_run),
+        "iterations_per_run_calibrated": result.get("iterations_per_run_calibrated",
+                                                    ctx.options.iterations_per_run is None),
         "metrics": metrics,
         "measurements": measurements,
         "stats": {"per_iter_time": summarize(result.get("metrics", {}).get("per_iter_time", []))},

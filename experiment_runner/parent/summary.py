@@ -20,6 +20,27 @@ def summary_rows(records: Iterable[dict[str, Any]]) -> list[list[Any]]:
     return rows
 
 
+def _figure(record: dict[str, Any], name: str) -> Any:
+    """One of our figures: in `measurements` (current records) or `metrics` (older ones)."""
+    for block in ("measurements", "metrics"):
+        value = (record.get(block) or {}).get(name)
+        if value is not None:
+            return value
+    return None
+
+
+def noisy_line(records: list[dict[str, Any]]) -> str | None:
+    """How many timed experiments shared the host with busy neighbours, if any did."""
+    noisy = [r for r in records if _figure(r, "noisy_host") is True]
+    if not noisy:
+        return None
+    share = (_figure(noisy[0], "host_load") or {}).get("noisy_host_share")
+    limit = f" more than {share:.0%} of" if isinstance(share, (int, float)) else ""
+    return (f"{len(noisy)} of {len(records)} experiment(s) ran on a noisy host: other processes used{limit} "
+            "the CPUs during their timed runs (noisy_host, host_load in their records); re-run them on a "
+            "quiet host before trusting their timings.")
+
+
 def render_summary(records: list[dict[str, Any]], results_path: Path, run_id: str,
                    interrupted: bool = False) -> str:
     from tabulate import tabulate
@@ -32,6 +53,9 @@ def render_summary(records: list[dict[str, Any]], results_path: Path, run_id: st
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     tally = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "nothing ran"
     lines = [table, "", f"{len(records)} record(s) appended to {results_path} (run {run_id}): {tally}."]
+    noisy = noisy_line(records)
+    if noisy:
+        lines.append(noisy)
     if any("~" in str(row[4]) for row in summary_rows(records)):
         lines.append("~ marks an unstable median (interquartile range above 10% of the median).")
     if interrupted:

@@ -24,7 +24,7 @@ from experiment_runner.child.instrument.dynamo import (
     summarize_graph_breaks,
 )
 from experiment_runner.child.instrument.pipeline import Instrumentation
-from experiment_runner.child.instrument.profiling import profile_pass
+from experiment_runner.child.instrument.profiling import event_totals, profile_pass
 from experiment_runner.child.main import run_task
 from experiment_runner.cli import build_parser, options_from_args
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
@@ -128,15 +128,17 @@ def test_cpu_timed_peak_covers_the_timed_runs_only():
     runtime.reset_peak_memory()
     held = torch.ones(16 * 2**20)  # 64 MiB inside the "timed" region
     peaks = runtime.peak_memory()
+    assert set(peaks) == {"timed_peak_rss_bytes"}
     assert peaks["timed_peak_rss_bytes"] >= 64 * 2**20
-    assert peaks["peak_rss_bytes"] - peaks["timed_peak_rss_bytes"] >= 100 * 2**20, peaks
+    lifetime = runtime.lifetime_peak_memory()["lifetime_peak_rss_bytes"]
+    assert lifetime - peaks["timed_peak_rss_bytes"] >= 100 * 2**20, (lifetime, peaks)
     del held
 
 
-def test_cpu_peak_without_reset_is_the_lifetime_peak_only():
-    peaks = DeviceRuntime(config()).peak_memory()
-    assert set(peaks) == {"peak_rss_bytes"}
-    assert peaks["peak_rss_bytes"] > 50 * 2**20  # torch alone is bigger than this
+def test_cpu_without_reset_has_no_timed_peak_but_a_lifetime_peak():
+    runtime = DeviceRuntime(config())
+    assert runtime.peak_memory() == {}, "no timed peak is claimed when the high-water mark was never reset"
+    assert runtime.lifetime_peak_memory()["lifetime_peak_rss_bytes"] > 50 * 2**20  # torch alone is bigger
 
 
 class FakeCuda:
@@ -173,7 +175,8 @@ def test_cuda_peak_memory_is_reset_after_warmup_and_read_over_timed_runs():
     fake = FakeCuda()
     runtime = CudaRuntime(config(accelerator="cuda"), cuda=fake)
     sizes = iter([10**9, 10**9] + [5 * 10**6] * 3)  # warm-up allocates much more than the timed runs
-    metrics = time_iterations(lambda: fake.allocate(next(sizes)), runtime, RunOptions(repeat=3, warmup_iterations=2))
+    metrics = time_iterations(lambda: fake.allocate(next(sizes)), runtime,
+                              RunOptions(repeat=3, warmup_iterations=2, iterations_per_run=1))
     assert metrics["peak_allocated_bytes"] == 5 * 10**6
     assert metrics["peak_reserved_bytes"] == 10 * 10**6
     assert fake.calls.index("reset") == 5, "reset after the two synchronized warm-up iterations, synchronized"
@@ -201,10 +204,11 @@ def test_profile_pass_totals_per_op_and_dumps(tmp_path):
     assert len(metrics["total_cpu_time_s"]) == len(metrics["per_iter_cpu_time_s"]) == 2
     for total, per_iter in zip(metrics["total_cpu_time_s"], metrics["per_iter_cpu_time_s"]):
         assert 0 < total < 5 and per_iter == pytest.approx(total / 3)
-    assert metrics["total_cuda_time_s"] == [0.0, 0.0] and metrics["per_iter_cuda_time_s"] == [0.0, 0.0]
+    assert metrics["total_cuda_time_s"] == metrics["per_iter_cuda_time_s"] == [None, None], "no device: null"
 
     ops = metrics["per_op_profile"]
     assert all(name.startswith("aten::") for name in ops)
+    assert all(op["self_cuda_time_s"] is None and op["total_cuda_time_s"] is None for op in ops.values())
     addmm = ops["aten::addmm"]
     assert addmm["num_of_calls"] == 2 * 3
     assert 0 < addmm["self_cpu_time_s"] <= addmm["total_cpu_time_s"] + 1e-9
@@ -218,7 +222,40 @@ def test_profile_pass_totals_per_op_and_dumps(tmp_path):
     names = {event.get("name") for event in trace["traceEvents"]}
     assert "aten::addmm" in names
     table = (tmp_path / artifacts["pytorch_profile_repeat_0"]).read_text()
-    assert "aten::addmm" in table and "Self CPU time total" in table
+    assert "aten::addmm" in table
+    assert metrics["total_cpu_time_s"][0] == pytest.approx(table_total(table, "CPU"), rel=0.01)
+
+
+def table_total(table: str, kind: str) -> float:
+    """The "Self <kind> time total" at the foot of a profiler table, in seconds."""
+    import re
+
+    value, unit = re.search(rf"Self {kind} time total: ([0-9.]+)(s|ms|us)", table).groups()
+    return float(value) * {"s": 1.0, "ms": 1e-3, "us": 1e-6}[unit]
+
+
+def test_device_time_is_counted_once_as_the_profiler_table_counts_it():
+    """A CPU op and the CUDA kernel it launched: the op's event carries the kernel's time too,
+    so summing every event's self device time would count the kernel twice."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import EventList, FunctionEvent
+
+    events = []
+    for i in range(3):
+        op = FunctionEvent(id=2 * i, name="aten::mm", thread=1, start_us=100 * i, end_us=100 * i + 40,
+                           use_device="cuda", stack=[])
+        op.append_kernel("gemm_kernel", 0, 25)
+        kernel = FunctionEvent(id=2 * i + 1, name="gemm_kernel", thread=7, start_us=100 * i + 10,
+                               end_us=100 * i + 35, use_device="cuda", device_type=DeviceType.CUDA, stack=[])
+        events += [op, kernel]
+    trace = EventList(events, use_device="cuda")
+    trace._build_tree()  # what the profiler does when it parses a trace
+    averages = trace.key_averages()
+    cpu, cuda = event_totals(averages)
+    table = averages.table(sort_by="self_cuda_time_total", row_limit=-1)
+    assert cuda == pytest.approx(table_total(table, "CUDA"), rel=0.01) == pytest.approx(75e-6)
+    assert cpu == pytest.approx(table_total(table, "CPU"), rel=0.01) == pytest.approx(120e-6)
+    assert sum(e.self_device_time_total for e in averages) * 1e-6 == pytest.approx(2 * cuda), "the double count"
 
 
 def test_per_op_filter_is_the_runtimes_choice(tmp_path):
@@ -352,9 +389,10 @@ def test_cli_compile_time_and_dynamo_accounting(inductor_record):
 
 def test_cli_peak_memory_in_bytes(inductor_record):
     m = inductor_record[1]["measurements"]
-    assert 100 * 2**20 < m["peak_rss_bytes"] < 64 * 2**30
+    assert 100 * 2**20 < m["lifetime_peak_rss_bytes"] < 64 * 2**30
+    assert "peak_rss_bytes" not in m, "the lifetime peak is named as such"
     if "timed_peak_rss_bytes" in m:
-        assert 50 * 2**20 < m["timed_peak_rss_bytes"] <= m["peak_rss_bytes"]
+        assert 50 * 2**20 < m["timed_peak_rss_bytes"] <= m["lifetime_peak_rss_bytes"]
 
 
 def test_cli_collect_dynamo_counters(inductor_record):
@@ -377,11 +415,15 @@ def test_cli_dump_dynamo_counters(inductor_record):
 
 
 def test_cli_profile_cuda_cpu(inductor_record):
-    m = inductor_record[1]["metrics"]
+    record = inductor_record[1]
+    m = record["metrics"]
     assert len(m["total_cpu_time_s"]) == len(m["per_iter_cpu_time_s"]) == 2
     assert all(0 < t < 10 * max(m["total_time"]) + 1 for t in m["total_cpu_time_s"])
-    assert m["per_iter_cpu_time_s"] == pytest.approx(m["total_cpu_time_s"])  # one iteration per run
-    assert m["total_cuda_time_s"] == [0.0, 0.0]
+    # The profiled runs have the timed runs' shape: the calibrated count of iterations each.
+    n = record["iterations_per_run"]
+    assert record["iterations_per_run_calibrated"] and n >= 1
+    assert [t / n for t in m["total_cpu_time_s"]] == pytest.approx(m["per_iter_cpu_time_s"])
+    assert m["total_cuda_time_s"] == m["per_iter_cuda_time_s"] == [None, None], "a CPU run has no CUDA time"
 
 
 def test_cli_profile_individual_ops(inductor_record):

@@ -73,3 +73,87 @@ def test_timing_keeps_warm_up_apart_and_one_sample_per_repeat(tmp_path):
     assert len(metrics["warmup_time"]) == 2
     assert len(metrics["total_time"]) == len(metrics["per_iter_time"]) == 4
     assert all(t == pytest.approx(3 * p) for t, p in zip(metrics["total_time"], metrics["per_iter_time"]))
+
+
+def test_calibrated_samples_last_the_minimum_and_record_the_count(tmp_path, monkeypatch):
+    """On a clock that a 2 ms step advances exactly: a 1-iteration trial (2 ms) is scaled to the
+    20 ms target with 20% headroom (13 iterations, 26 ms), which is long enough and is kept."""
+    import experiment_runner.child.harness as harness_module
+
+    clock = [0.0]
+    monkeypatch.setattr(harness_module, "perf_counter", lambda: clock[0])
+    step = lambda: clock.__setitem__(0, clock[0] + 0.002)  # noqa: E731
+    h = harness(tmp_path, repeat=3, warmup_iterations=1, min_sample_time=0.02)
+    metrics = time_iterations(step, h.device, h.options)
+    assert (metrics["iterations_per_run"], metrics["iterations_per_run_calibrated"]) == (13, True)
+    assert metrics["total_time"] == pytest.approx([0.026] * 3)
+    assert metrics["per_iter_time"] == pytest.approx([0.002] * 3), "per_iter_time stays per iteration"
+    assert metrics["warmup_time"] == pytest.approx([0.002]), "warm-up is one iteration, calibration apart"
+    explicit = time_iterations(step, h.device, RunOptions(repeat=2, iterations_per_run=7, warmup_iterations=0))
+    assert (explicit["iterations_per_run"], explicit["iterations_per_run_calibrated"]) == (7, False)
+    assert explicit["total_time"] == pytest.approx([0.014] * 2)
+
+
+def test_calibration_on_the_real_clock_reaches_the_minimum(tmp_path):
+    import time
+
+    h = harness(tmp_path, repeat=3, warmup_iterations=0, min_sample_time=0.02)
+    metrics = time_iterations(lambda: time.sleep(0.002), h.device, h.options)
+    # sleep never undershoots: fewer than 10 iterations of >= 2 ms would not have reached 20 ms
+    # in a trial unless the trial was slowed down, and 20% headroom keeps it under 40.
+    assert 1 <= metrics["iterations_per_run"] <= 40
+    assert all(t >= 0.002 * metrics["iterations_per_run"] for t in metrics["total_time"])
+
+
+def test_calibration_leaves_long_steps_at_one_iteration(tmp_path):
+    import time
+
+    h = harness(tmp_path, repeat=2, warmup_iterations=0, min_sample_time=0.005)
+    assert time_iterations(lambda: time.sleep(0.01), h.device, h.options)["iterations_per_run"] == 1
+
+
+GRAPHS: list[str] = []
+
+
+@pytest.fixture
+def recording_backend():
+    """A dynamo backend that keeps the code of every graph it is given and runs it as is."""
+    import torch._dynamo
+
+    if "test_recording" not in torch._dynamo.list_backends(exclude_tags=()):
+        @torch._dynamo.register_backend(name="test_recording")
+        def _record(gm, example_inputs):
+            GRAPHS.append(gm.code)
+            return gm.forward
+    GRAPHS.clear()
+    torch._dynamo.reset()
+    yield GRAPHS
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("scope, graphs", [("step", 2), ("model", 1)])
+def test_compile_scope_decides_what_the_backend_gets(tmp_path, recording_backend, scope, graphs):
+    config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="test_recording", test="train",
+                              precision="fp32")
+    h = ExperimentHarness(Experiment("dummy", "dummy_mlp", config), RunOptions(compile_scope=scope),
+                          DeviceRuntime(config), tmp_path)
+    step = h.make_step(h.load())
+    step()
+    step()
+    assert len(recording_backend) == graphs, recording_backend
+    updates = ["add_" in code or "foreach" in code for code in recording_backend]
+    # step: forward + loss in one graph, the optimizer's parameter update in another (backward()
+    # itself is autograd's); model: the module's forward only, no optimizer update compiled.
+    assert any(updates) == (scope == "step")
+
+
+def test_compile_options_reach_torch_compile(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: seen.append(kwargs) or fn)
+    for options, expected in [("default", {}), ("max-autotune", {"mode": "max-autotune"}),
+                              ("dynamic", {"dynamic": True}), ("freezing", {"options": {"freezing": True}})]:
+        config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="inductor", test="eval",
+                                  precision="fp32", compile_options=options)
+        h = ExperimentHarness(Experiment("dummy", "dummy_mlp", config), RunOptions(), DeviceRuntime(config), tmp_path)
+        h.make_step(h.load())
+        assert seen.pop() == {"backend": "inductor", **expected}

@@ -153,3 +153,36 @@ def test_experiment_ids_and_dirnames_are_stable_and_safe():
     assert re.fullmatch(r"[A-Za-z0-9_.-]+", exp.dirname)
     assert exp.dirname == expand("torchbench", ["weird/name with spaces"],
                                  MatrixChoices(dynamo=[None], tests=["eval"]), CPU_ONLY).to_run[0].dirname
+
+
+@pytest.mark.parametrize("overrides, reason", [
+    (dict(dynamo="inductor", compile_options="reduce-overhead"),
+     "compile options 'reduce-overhead' use CUDA graphs, which need accelerator cuda"),
+    (dict(dynamo="aot_eager", compile_options="max-autotune"),
+     "compile options 'max-autotune' are inductor's; dynamo=aot_eager does not take them"),
+    (dict(dynamo="inductor", compile_options="freezing", test="train"),
+     "compile options 'freezing' are for CPU inference only (test eval, accelerator cpu)"),
+    (dict(accelerator="cuda", dynamo="inductor", compile_options="freezing"),
+     "compile options 'freezing' are for CPU inference only (test eval, accelerator cpu)"),
+])
+def test_compile_options_that_cannot_apply_are_dropped_with_their_reason(overrides, reason):
+    assert invalid_reason(config(**overrides), EVERYTHING) == reason
+
+
+def test_compile_options_are_a_dimension_of_dynamo_experiments_and_default_ids_stay():
+    choices = MatrixChoices(accelerators=["cpu"], xla=[None], dynamo=[None, "inductor", "aot_eager"], tests=["eval"],
+                            compile_options=["default", "max-autotune", "dynamic", "freezing"])
+    plan = expand("dummy", ["m"], choices, EVERYTHING)
+    ids = [e.experiment_id for e in plan.to_run]
+    assert ids == [
+        "dummy/m/cpu-None-None-eval-fp32-bsdefault",  # eager: one baseline, whatever the options
+        "dummy/m/cpu-None-inductor-eval-fp32-bsdefault",  # the default options keep the id it always had
+        "dummy/m/cpu-None-inductor-eval-fp32-bsdefault-max-autotune",
+        "dummy/m/cpu-None-inductor-eval-fp32-bsdefault-dynamic",
+        "dummy/m/cpu-None-inductor-eval-fp32-bsdefault-freezing",
+        "dummy/m/cpu-None-aot_eager-eval-fp32-bsdefault",
+        "dummy/m/cpu-None-aot_eager-eval-fp32-bsdefault-dynamic",
+    ]
+    dropped = {(d.config.dynamo, d.config.compile_options): d.reason for d in plan.dropped}
+    assert set(dropped) == {("aot_eager", "max-autotune"), ("aot_eager", "freezing")}
+    assert plan.to_run[2].config.label().endswith("compile=max-autotune")

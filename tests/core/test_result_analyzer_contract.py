@@ -70,7 +70,7 @@ def test_records_of_a_real_run_read_as_the_reference_tools_read_them(run_cli) ->
     assert len(record["metrics"]["total_time"]) == 3 and len(record["metrics"]["total_cpu_time_s"]) == 3
     assert row["median_per_iter_time"] == pytest.approx(np.median(record["metrics"]["per_iter_time"]))
     # Our own figures are kept beside, where the reference's tools do not look.
-    assert {"warmup_time", "peak_rss_bytes"} <= record["measurements"].keys()
+    assert {"warmup_time", "lifetime_peak_rss_bytes", "timed_peak_rss_bytes"} <= record["measurements"].keys()
     record, row = rows["raise_run"]
     assert record["status"] == "error" and row["run_status"] == "failure"
     assert "injected failure in the middle of a run" in row["error_message"]

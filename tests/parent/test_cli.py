@@ -49,6 +49,14 @@ def test_dry_run_prints_the_plan_and_never_imports_torch_in_the_parent(env, tmp_
     (["--suite-name=dummy", "--repeat=0"], "--repeat must be at least 1"),
     (["--suite-name=dummy", "--partition-id=3", "--total-partitions=2"], "--partition-id must be in"),
     (["--suite-name=dummy", "--accelerator=gpu"], "invalid choice: 'gpu'"),
+    (["--suite-name=dummy", "--iterations-per-run=0"], "--iterations-per-run must be at least 1"),
+    (["--suite-name=dummy", "--min-sample-time=nan"], "--min-sample-time must be in (0, 60] seconds"),
+    (["--suite-name=dummy", "--min-sample-time=0"], "--min-sample-time must be in (0, 60] seconds"),
+    (["--suite-name=dummy", "--threads=0"], "--threads must be at least 1"),
+    (["--suite-name=dummy", "--noisy-host-share=1.5"], "--noisy-host-share must be in [0, 1]"),
+    (["--suite-name=dummy", "--compile-options=fast"], "invalid choice: 'fast'"),
+    (["--suite-name=dummy", "--compile-scope=graph"], "invalid choice: 'graph'"),
+    (["--suite-name=dummy", "--cpu-launcher=numactl"], "invalid choice: 'numactl'"),
 ])
 def test_bad_input_is_one_line_exit_2_and_leaves_results_untouched(env, tmp_path, args, message):
     results = tmp_path / "results.jsonl"

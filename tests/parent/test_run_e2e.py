@@ -122,3 +122,30 @@ def test_output_and_measurement_flags_reach_the_records(env, tmp_path):
     for r in records:  # --print-subprocess streamed each child's log, first line included
         assert f"experiment_runner worker: {r['experiment_id']}" in proc.stdout
     assert "2/2" in proc.stderr, "the progress bar counted both experiments"
+
+
+def test_calibrated_samples_threads_run_cpu_and_a_noisy_neighbour_are_recorded(env, tmp_path):
+    """Default calibration, --threads, --cpu-launcher=run_cpu, and a busy process beside the
+    run: the record says which count, threads and cores it used, and that the host was noisy."""
+    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        proc = cli(env, "--suite-name=dummy", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=3",
+                   "--threads=1", "--cpu-launcher=run_cpu", "--noisy-host-share=0.05", f"--output-dirname={tmp_path}")
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+    assert proc.returncode == 0, proc.stderr
+    (record,) = iter_records(tmp_path / "results.jsonl")
+    assert record["status"] == "ok", record["error"]
+    metrics = record["metrics"]
+    assert record["iterations_per_run_calibrated"] is True and record["iterations_per_run"] >= 1
+    assert all(t >= 0.02 for t in metrics["total_time"]), "every sample lasts --min-sample-time"
+    assert all(t == pytest.approx(p * record["iterations_per_run"])
+               for t, p in zip(metrics["total_time"], metrics["per_iter_time"]))
+    cpu = record["environment"]["cpu"]
+    assert cpu["threads"] == 1 and cpu["threads_source"] == "--threads"
+    assert cpu["cpu_launcher"] == "run_cpu" and len(cpu["run_cpu"]["cores"]) == 1, cpu
+    ours = record["measurements"]
+    load = ours["host_load"]
+    assert load["others_cpu_share"] > 0.05 and ours["noisy_host"] is True, load
+    assert "1 of 1 experiment(s) ran on a noisy host" in proc.stdout

@@ -17,6 +17,11 @@ from experiment_runner.core.matrix import ExperimentConfig
 from experiment_runner.core.options import RunOptions
 
 
+def _ru_maxrss_bytes() -> int:
+    """This process's resident peak (ru_maxrss is in KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 class DeviceRuntime:
     """Eager CPU behaviour; subclasses override what their device needs."""
 
@@ -67,8 +72,8 @@ class DeviceRuntime:
     def reset_peak_memory(self) -> None:
         """Reset the kernel's resident high-water mark (Linux: "5" into /proc/self/clear_refs),
         so `timed_peak_rss_bytes` covers the timed runs, not model loading and compilation.
-        The reset also lowers ru_maxrss, so the lifetime peak is kept from before it."""
-        self._rss_before_reset = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        The reset also lowers ru_maxrss, so the lifetime peak so far is kept from before it."""
+        self._rss_before_reset = max(self._rss_before_reset, _ru_maxrss_bytes())
         try:
             Path("/proc/self/clear_refs").write_text("5")
             self._rss_reset = True
@@ -76,20 +81,20 @@ class DeviceRuntime:
             self._rss_reset = False
 
     def peak_memory(self) -> dict[str, int]:
-        """`peak_rss_bytes`: the child's lifetime peak (ru_maxrss, KiB on Linux);
-        `timed_peak_rss_bytes`: VmHWM since reset_peak_memory, where the kernel allows the reset."""
-        lifetime = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        peaks = {"peak_rss_bytes": max(lifetime, self._rss_before_reset)}
-        if self._rss_reset:
-            try:
-                status = Path("/proc/self/status").read_text()
-                match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
-                if match:
-                    timed = int(match.group(1)) * 1024
-                    peaks = {"peak_rss_bytes": max(peaks["peak_rss_bytes"], timed), "timed_peak_rss_bytes": timed}
-            except OSError:
-                pass
-        return peaks
+        """Peaks of the timed runs, read right after them: `timed_peak_rss_bytes` (VmHWM since
+        reset_peak_memory; absent where the kernel refused the reset)."""
+        if not self._rss_reset:
+            return {}
+        try:
+            match = re.search(r"^VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+        except OSError:
+            return {}
+        return {"timed_peak_rss_bytes": int(match.group(1)) * 1024} if match else {}
+
+    def lifetime_peak_memory(self) -> dict[str, int]:
+        """`lifetime_peak_rss_bytes`: the child's resident peak over its whole life (interpreter,
+        imports, compilation, timed runs, profiling, verification); read at the very end."""
+        return {"lifetime_peak_rss_bytes": max(self._rss_before_reset, _ru_maxrss_bytes())}
 
     def profiler_activities(self) -> list[Any]:
         """What torch.profiler records in the profiling pass: the host only, here."""

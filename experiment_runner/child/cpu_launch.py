@@ -1,0 +1,67 @@
+"""CPU hygiene inside the child: the thread count, and `--cpu-launcher=run_cpu`.
+
+`run_cpu` applies what PyTorch's own CPU launcher (`python -m torch.backends.xeon.run_cpu`)
+computes, through its `_Launcher`: the physical cores to pin to (intersected with our
+affinity mask), OMP_NUM_THREADS, and a tcmalloc/jemalloc (and Intel OpenMP) preload where
+those libraries are installed. A preload only takes effect in a new program, so the child
+then re-executes itself (same pid, process group, log and result path, so the parent's
+bookkeeping is untouched). run_cpu's own process starter is not used: it would put a
+process tree of its own between the parent and the experiment, hiding how it died.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from experiment_runner.core.cpus import affinity_cpus, default_threads, physical_cores
+from experiment_runner.core.options import RunOptions
+
+# Set in the re-executed child: what run_cpu applied, as JSON (also tells it not to do it again).
+RUN_CPU_ENV = "EXPERIMENT_RUNNER_RUN_CPU"
+
+
+def wants_run_cpu(options: RunOptions, accelerator: str) -> bool:
+    return options.cpu_launcher == "run_cpu" and accelerator == "cpu" and RUN_CPU_ENV not in os.environ
+
+
+def reexec_under_run_cpu(options: RunOptions, argv: list[str]) -> None:
+    """Pin, set threads and preload the allocator as run_cpu would, then exec the child again."""
+    from torch.backends.xeon.run_cpu import _Launcher
+
+    launcher = _Launcher()
+    allowed = set(affinity_cpus())
+    cores = [c for c in sorted(launcher.cpuinfo.get_all_physical_cores()) if c in allowed] or sorted(allowed)
+    cores = cores[:options.threads or len(cores)]
+    os.environ["OMP_NUM_THREADS"] = str(len(cores))
+    before = os.environ.get("LD_PRELOAD", "")
+    launcher.set_multi_thread_and_allocator(len(cores), set_kmp_affinity=True)
+    os.environ[RUN_CPU_ENV] = json.dumps({
+        "cores": cores,
+        "ld_preload_added": [p for p in os.environ.get("LD_PRELOAD", "").split(":") if p and p not in before],
+    })
+    os.sched_setaffinity(0, cores)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "experiment_runner.child", *argv])
+
+
+def set_threads(options: RunOptions) -> dict[str, Any]:
+    """torch's intra-op threads for this experiment, explicitly; returns what the record says."""
+    import torch
+
+    cpus = affinity_cpus()
+    threads = options.threads or default_threads()
+    torch.set_num_threads(threads)
+    applied = json.loads(os.environ[RUN_CPU_ENV]) if RUN_CPU_ENV in os.environ else None
+    return {
+        "threads": torch.get_num_threads(),
+        "threads_source": "--threads" if options.threads else "physical cores in the affinity mask",
+        "affinity_cpus": len(cpus),
+        "affinity_physical_cores": physical_cores(cpus),
+        "cpu_launcher": options.cpu_launcher if applied is not None else "none",
+        "run_cpu": applied,
+        "ld_preload": os.environ.get("LD_PRELOAD") or None,
+    }

@@ -1,0 +1,112 @@
+"""The host's CPUs: how many threads an experiment gets, and how busy everyone else was.
+
+Pure Python over Linux's /proc and /sys, so the parent (thread environment) and the child
+(torch.set_num_threads, load sampling around the timed runs) agree on the same figures.
+Where those files do not exist, the figures are None rather than guessed.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+_SYS_CPU = Path("/sys/devices/system/cpu")
+
+
+def affinity_cpus() -> list[int]:
+    """The logical CPUs this process may run on (its affinity mask)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return list(range(os.cpu_count() or 1))
+
+
+def physical_cores(cpus: list[int]) -> int | None:
+    """How many distinct physical cores the given logical CPUs sit on (hyper-threads
+    counted once), from /sys's topology; None where the topology is not readable."""
+    cores: set[tuple[str, str]] = set()
+    for cpu in cpus:
+        topology = _SYS_CPU / f"cpu{cpu}" / "topology"
+        try:
+            cores.add(((topology / "physical_package_id").read_text().strip(),
+                       (topology / "core_id").read_text().strip()))
+        except OSError:
+            return None
+    return len(cores) or None
+
+
+def default_threads() -> int:
+    """Threads for an experiment when --threads is not given: the physical cores in the
+    affinity mask where known, else its logical CPUs. More threads than cores makes
+    OpenMP's spinning threads fight each other (and any neighbour) for the same core."""
+    cpus = affinity_cpus()
+    return physical_cores(cpus) or len(cpus)
+
+
+def _busy_jiffies() -> int | None:
+    """Busy time of all CPUs since boot, in clock ticks (the first line of /proc/stat)."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    # user nice system idle iowait irq softirq steal [guest guest_nice, already in user/nice]
+    values = [int(v) for v in fields[1:9]]
+    return values[0] + values[1] + values[2] + values[5] + values[6] + values[7]
+
+
+def _own_cpu_s() -> float:
+    """CPU time of this process and its waited-for children (compile workers), in seconds."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [float(v) for v in Path("/proc/loadavg").read_text().split()[:3]]
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class HostLoadSample:
+    """Host load around a stretch of this process's work (its timed runs).
+
+    `others_cpu_share`: CPU time every other process used during the stretch, as a share
+    of all the host's CPUs over that wall time (0: idle neighbours; 1: every CPU busy with
+    someone else's work). Sampled from /proc/stat and our own rusage, so it needs no
+    privileges and sees every process, including other users'.
+    """
+
+    wall_start: float
+    busy_start: int | None
+    own_start: float
+    load_start: list[float] | None
+
+    @classmethod
+    def start(cls) -> "HostLoadSample":
+        return cls(time.monotonic(), _busy_jiffies(), _own_cpu_s(), load_average())
+
+    def finish(self, noisy_share: float) -> dict[str, object]:
+        """The figures for the record: load averages before and after, other processes'
+        CPU seconds and share, and `noisy_host` against the `noisy_share` threshold."""
+        wall = time.monotonic() - self.wall_start
+        busy_end, own = _busy_jiffies(), _own_cpu_s() - self.own_start
+        host_cpus = os.cpu_count() or 1
+        figures: dict[str, object] = {
+            "load_average_before": self.load_start, "load_average_after": load_average(),
+            "host_cpus": host_cpus, "wall_s": wall, "own_cpu_s": own,
+            "others_cpu_s": None, "others_cpu_share": None,
+            "noisy_host": None, "noisy_host_share": noisy_share,
+        }
+        if self.busy_start is None or busy_end is None or wall <= 0:
+            return figures
+        busy_s = (busy_end - self.busy_start) / os.sysconf("SC_CLK_TCK")
+        # /proc/stat and rusage tick at different granularities: clamp into what is possible.
+        others = min(max(0.0, busy_s - own), wall * host_cpus)
+        share = others / (wall * host_cpus)
+        figures.update(others_cpu_s=others, others_cpu_share=share, noisy_host=share > noisy_share)
+        return figures
