@@ -1,6 +1,6 @@
 """Cold inductor compile of the dummy model: the runner against a bare torch.compile script.
 
-Issue 13 measured the runner's first inductor iteration of dummy_mlp at 17.5-19.4 s cold and
+Issue 13 measured the runner's first inductor iteration of the dummy model at 17.5-19.4 s cold and
 the reference runner's at 14.4-15.4 s. The reference ran torch 2.9, we run torch 2.13, so this
 script compares like with like on one torch: a bare script that does what the reference does
 (build the model, `torch.compile(module)`, time the first call, cold cache) against our runner
@@ -38,7 +38,7 @@ from benchmark_models import LoadRequest, get_suite
 import_s = time.perf_counter() - t0
 test = sys.argv[1]
 torch.manual_seed(1337)
-model = get_suite("dummy").load(LoadRequest(model_name="dummy_mlp", test=test, device="cpu",
+model = get_suite("dummy").load(LoadRequest(model_name="dummy", test=test, device="cpu",
                                             accelerator="cpu", precision="fp32", batch_size=None))
 module = model.module.eval() if test == "eval" else model.module.train()
 compiled = torch.compile(module, backend="inductor")

@@ -26,7 +26,7 @@ from typing import Any
 
 # name → (suite, model, dynamo, test, batch size, --repeat)
 CASES: dict[str, tuple[str, str, str | None, str, int | None, int]] = {
-    "dummy": ("dummy", "dummy_mlp", None, "eval", None, 10),
+    "dummy": ("dummy", "dummy", None, "eval", None, 10),
     "llama-eval-eager": ("torchbench", "llama", None, "eval", 1, 10),
     "llama-eval-inductor": ("torchbench", "llama", "inductor", "eval", 1, 10),
     "llama-train-eager": ("torchbench", "llama", None, "train", 1, 10),

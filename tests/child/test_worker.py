@@ -135,7 +135,7 @@ def recording_backend():
 def test_compile_scope_decides_what_the_backend_gets(tmp_path, recording_backend, scope, graphs):
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="test_recording", test="train",
                               precision="fp32")
-    h = ExperimentHarness(Experiment("dummy", "dummy_mlp", config), RunOptions(compile_scope=scope),
+    h = ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(compile_scope=scope),
                           DeviceRuntime(config), tmp_path)
     step = h.make_step(h.load())
     step()
@@ -154,6 +154,6 @@ def test_compile_options_reach_torch_compile(tmp_path, monkeypatch):
                               ("dynamic", {"dynamic": True}), ("freezing", {"options": {"freezing": True}})]:
         config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="inductor", test="eval",
                                   precision="fp32", compile_options=options)
-        h = ExperimentHarness(Experiment("dummy", "dummy_mlp", config), RunOptions(), DeviceRuntime(config), tmp_path)
+        h = ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(), DeviceRuntime(config), tmp_path)
         h.make_step(h.load())
-        assert seen.pop() == {"backend": "inductor", **expected}
+        assert seen.pop() == {"backend": "inductor", "fullgraph": False, **expected}
