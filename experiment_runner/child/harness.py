@@ -240,6 +240,7 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
     for index in range(options.repeat):
         if training_state is not None:
             training_state.rewind()
+            device.synchronize()  # XLA: run (and compile) the copies now, outside the repeat's metrics
         device.reset_rng(options.seed)
         device.begin_repeat()
         sample = run_sample(step, device, iterations)
