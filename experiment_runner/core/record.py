@@ -69,9 +69,9 @@ def classify_death(outcome: ChildOutcome, timeout_s: float | None) -> tuple[str,
                              "returncode": rc, "signal": None}
     if rc is not None and rc < 0:
         error["signal"] = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
-    if outcome.lost_reason is not None:
+    if outcome.lost_reason is not None:  # the executor lost it: its node died, or the engine killed it
         error.update(type="Lost", reason=outcome.lost_reason, message=outcome.lost_detail)
-        return "crashed", error
+        return ("oom" if any(marker in outcome.lost_detail for marker in _OOM_MARKERS) else "crashed"), error
     if outcome.interrupted:
         error.update(type="Interrupted", message="interrupted by the user (SIGINT); the child was killed")
         return "interrupted", error
