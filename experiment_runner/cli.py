@@ -135,6 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--noisy-host-share", type=float, default=DEFAULT_NOISY_HOST_SHARE, metavar="SHARE",
                    help="flag a record noisy_host when other processes used more than this share of the "
                         "host's CPUs during its timed runs (metrics host_load says how much)")
+    g.add_argument("--processes", type=int, default=1, metavar="N",
+                   help="measure each experiment in N fresh processes, interleaved pyperf-style (round 1 runs "
+                        "every experiment once, round 2 again, ...); one record per process, with "
+                        "process.index and process.count. With N >= 2 `compare` tests on per-process medians, "
+                        "so process-to-process noise (memory layout, autotuning, clocks) is sampled")
     g.add_argument("--warmup-iterations", type=int, default=2,
                    help="untimed iterations first (they hold compilation; their times are recorded apart)")
     g.add_argument("--randomize-input", action="store_true",
@@ -280,6 +285,8 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError("--threads must be at least 1")
     if not math.isfinite(args.noisy_host_share) or not 0 <= args.noisy_host_share <= 1:
         raise UsageError("--noisy-host-share must be in [0, 1]")
+    if args.processes < 1:
+        raise UsageError("--processes must be at least 1")
     if args.warmup_iterations < 0:
         raise UsageError("--warmup-iterations must not be negative")
     if args.batch_size is not None and args.batch_size < 1:

@@ -10,7 +10,7 @@ import hashlib
 import re
 from dataclasses import asdict, dataclass, field
 from itertools import product
-from typing import Iterable, Sequence
+from typing import Collection, Iterable, Sequence
 
 ACCELERATORS: tuple[str, ...] = ("cpu", "cuda", "tpu")
 XLA_MODES: tuple[str | None, ...] = (None, "PJRT")
@@ -193,10 +193,15 @@ class Dropped:
 
 @dataclass(frozen=True)
 class Planned:
-    """An experiment that gets a record: run it, or record it as skipped with the reason."""
+    """An experiment that gets a record: run it, or record it as skipped with the reason.
+
+    With `--processes N` an experiment is planned N times, once per fresh process;
+    `process_index` says which (0-based). A skipped experiment is planned once.
+    """
 
     experiment: Experiment
     skip_reason: str | None = None
+    process_index: int = 0
 
 
 @dataclass
@@ -209,6 +214,25 @@ class Plan:
     @property
     def to_run(self) -> list[Experiment]:
         return [p.experiment for p in self.planned if p.skip_reason is None]
+
+
+def rounds(planned: Sequence[Planned], processes: int, done: Collection[tuple[str, int]] = frozenset(),
+           failed: Collection[str] = frozenset()) -> list[Planned]:
+    """Every experiment's processes interleaved, pyperf-style: round i runs process i of every
+    experiment in plan order, so a slow drift of the host (thermal, a neighbour's job) spreads
+    over all experiments instead of biasing the ones that happened to run during it.
+
+    `done` holds (experiment_id, process index) pairs already recorded (`--resume`);
+    experiments in `failed` already failed in one process and get no further ones.
+    """
+    order = []
+    for index in range(processes):
+        for p in planned:
+            eid = p.experiment.experiment_id
+            if (p.skip_reason is not None and index > 0) or (eid, index) in done or eid in failed:
+                continue
+            order.append(Planned(p.experiment, p.skip_reason, index))
+    return order
 
 
 def invalid_reason(config: ExperimentConfig, caps: HostCapabilities) -> str | None:

@@ -130,15 +130,18 @@ class RecordContext:
     output_dir: Path
     host_environment: dict[str, Any] = field(default_factory=dict)
     timestamp: float = field(default_factory=time.time)
+    processes: int = 1  # --processes: fresh processes per experiment
 
 
 def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | None = None,
                  skip_reason: str | None = None, artifacts_dir: Path | None = None,
                  timeout_s: float | None = None, source: str | None = None,
-                 placement: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The one record of an experiment, from its child's result or its death.
+                 placement: dict[str, Any] | None = None, process_index: int = 0) -> dict[str, Any]:
+    """The one record of an experiment's process, from its child's result or its death.
 
     `placement` says where it ran (executor, host, node id); by default, on this host.
+    `process` says which of the experiment's `--processes` this attempt was; readers
+    aggregate the processes of one (run_id, experiment_id).
     """
     config = exp.config
     result = outcome.result if outcome is not None else None
@@ -189,6 +192,7 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
             "compile_options": config.compile_options,
             "compile_scope": ctx.options.compile_scope if config.dynamo is not None else None,
         },
+        "process": {"index": process_index, "count": ctx.processes},
         "repeat": ctx.options.repeat,
         # The count the child used: --iterations-per-run, or the one it calibrated.
         "iterations_per_run": result.get("iterations_per_run", ctx.options.iterations_per_run),

@@ -93,9 +93,16 @@ def legacy_run_id(file_name: str, timestamp: Any) -> str:
     return f"legacy:{file_name}@{timestamp:.6f}".rstrip("0").rstrip(".")
 
 
-def final_records(records: Iterable[dict]) -> dict[tuple[str, str], dict]:
-    """The last record per (run_id, experiment_id): a retried experiment supersedes its failure."""
-    latest: dict[tuple[str, str], dict] = {}
+def process_index(record: dict) -> int:
+    """Which of the experiment's `--processes` this record measured (0 for older records)."""
+    process = record.get("process")
+    index = process.get("index") if isinstance(process, dict) else None
+    return index if isinstance(index, int) and not isinstance(index, bool) and index >= 0 else 0
+
+
+def final_records(records: Iterable[dict]) -> dict[tuple[str, str, int], dict]:
+    """The last record per (run_id, experiment_id, process index): a retry supersedes its failure."""
+    latest: dict[tuple[str, str, int], dict] = {}
     for record in records:
-        latest[(record.get("run_id", ""), record.get("experiment_id", ""))] = record
+        latest[(record.get("run_id", ""), record.get("experiment_id", ""), process_index(record))] = record
     return latest

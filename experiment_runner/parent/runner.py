@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from experiment_runner.core.matrix import Plan
+from experiment_runner.core.matrix import Plan, Planned, rounds
 from experiment_runner.core.record import RecordContext
 from experiment_runner.core.results import ResultsFileError
 from experiment_runner.parent.executors import Executor, Job
@@ -51,12 +51,20 @@ class Runner:
         self.progress_bar = progress_bar
         self.echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
 
-    def run(self, plan: Plan, done: set[str] = frozenset(), source: str | None = None) -> RunOutcome:
-        """Run what is not done yet. Ctrl-C or SIGTERM ends the running experiments, records
-        them as interrupted and returns; a failed write of a record raises ResultsFileError."""
+    def run(self, plan: Plan, done: set[tuple[str, int]] = frozenset(), source: str | None = None,
+            failed: set[str] = frozenset()) -> RunOutcome:
+        """Run what is not done yet: `ctx.processes` fresh processes per experiment, round by
+        round (round i runs process i of every experiment, in plan order).
+
+        `done` holds the (experiment_id, process index) pairs already recorded. Once a
+        process of an experiment fails (in an earlier round, or in `failed` from the run
+        being resumed) its later processes are not started: they would fail alike, a
+        timeout each time. Ctrl-C or SIGTERM ends the running experiments, records them as
+        interrupted and returns; a failed write of a record raises ResultsFileError."""
         from tqdm import tqdm
 
-        todo = [p for p in plan.planned if p.experiment.experiment_id not in done]
+        todo = rounds(plan.planned, self.ctx.processes, done, failed)
+        failed = set(failed)
         outcome = RunOutcome()
         job = Job(self.ctx, self.timeout_s, source)
         on_main_thread = threading.current_thread() is threading.main_thread()
@@ -67,23 +75,39 @@ class Runner:
         bar = tqdm(total=len(todo), disable=not self.progress_bar, unit="exp", dynamic_ncols=True,
                    file=sys.stderr)
         echo = tqdm.write if self.progress_bar else self.echo
+        total = len(todo)
         try:
-            for planned, record in self.executor.schedule(todo, job):
-                exp = planned.experiment
-                try:
-                    append_record(self.results_path, record)
-                except ResultsFileError as exc:
-                    raise ResultsFileError(f"{exc}; the record of {exp.model_name} {exp.config.label()} "
-                                           "was not written, earlier records are intact "
-                                           "(rerun the command: it resumes)") from exc
-                outcome.records.append(record)
-                bar.update(1)
-                where = f" on {record['placement']['host']}" if record["placement"]["executor"] != "local" else ""
-                echo(f"[{len(outcome.records)}/{len(todo)}] {exp.model_name} {exp.config.label()}{where}: "
-                     f"{describe(record)}")
+            for index in sorted({p.process_index for p in todo}):
+                if self.executor.interrupt_requested:
+                    break
+                batch = [p for p in todo if p.process_index == index and p.experiment.experiment_id not in failed]
+                total -= sum(p.process_index == index for p in todo) - len(batch)
+                bar.total = total
+                for planned, record in self.executor.schedule(batch, job):
+                    self._write(planned, record)
+                    outcome.records.append(record)
+                    if record["status"] not in ("ok", "skipped"):
+                        failed.add(planned.experiment.experiment_id)
+                    bar.update(1)
+                    echo(f"[{len(outcome.records)}/{total}] {self._label(planned, record)}: {describe(record)}")
             outcome.interrupted = self.executor.interrupt_requested
         finally:
             bar.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return outcome
+
+    def _write(self, planned: Planned, record: dict[str, Any]) -> None:
+        exp = planned.experiment
+        try:
+            append_record(self.results_path, record)
+        except ResultsFileError as exc:
+            raise ResultsFileError(f"{exc}; the record of {exp.model_name} {exp.config.label()} "
+                                   "was not written, earlier records are intact "
+                                   "(rerun the command: it resumes)") from exc
+
+    def _label(self, planned: Planned, record: dict[str, Any]) -> str:
+        exp = planned.experiment
+        where = f" on {record['placement']['host']}" if record["placement"]["executor"] != "local" else ""
+        process = f" (process {planned.process_index + 1}/{self.ctx.processes})" if self.ctx.processes > 1 else ""
+        return f"{exp.model_name} {exp.config.label()}{process}{where}"

@@ -57,16 +57,20 @@ def check_requested(args: argparse.Namespace, caps: matrix.HostCapabilities) -> 
             raise UsageError(f"unknown dynamo backend {backend!r}; known: None, openxla, {known}")
 
 
-def print_dry_run(plan: matrix.Plan, done: set[str]) -> None:
+def print_dry_run(plan: matrix.Plan, done: set[tuple[str, int]], processes: int = 1) -> None:
     planned = plan.planned
-    print(f"{len(planned)} experiment(s):")
+    per = f", {processes} fresh processes each, interleaved in rounds" if processes > 1 else ""
+    print(f"{len(planned)} experiment(s){per}:")
     for i, p in enumerate(planned, start=1):
         exp = p.experiment
+        finished = sum((exp.experiment_id, index) in done for index in range(processes))
         mark = ""
         if p.skip_reason is not None:
             mark = f"  [skipped: {p.skip_reason}]"
-        elif exp.experiment_id in done:
+        elif finished == processes:
             mark = "  [already done in the run being resumed]"
+        elif finished:
+            mark = f"  [{finished} of {processes} processes done in the run being resumed]"
         print(f"{i:4d}. {exp.model_name}: {exp.config.label()}{mark}")
     if plan.dropped:
         print(f"\n{len(plan.dropped)} combination(s) dropped:")
@@ -141,13 +145,16 @@ def run(args: argparse.Namespace, options: RunOptions) -> int:
     plan = build_plan(args, suite, models, caps)
     results_path = Path(args.output_dirname) / args.output_basename
 
-    done: set[str] = set()
+    done: set[tuple[str, int]] = set()  # (experiment_id, process index)
+    failed: set[str] = set()
     run_id, timestamp = new_run_id(), args.timestamp
     try:
         if args.resume:
             state = resume_state(results_path, args.retry_failed, args.timestamp)
             planned_ids = {p.experiment.experiment_id for p in plan.planned}
-            run_id, done = state.run_id or run_id, state.done & planned_ids
+            run_id = state.run_id or run_id
+            done = {(eid, index) for eid, index in state.done if eid in planned_ids}
+            failed = state.failed & planned_ids
             timestamp = state.timestamp if timestamp is None else timestamp
             if state.bad_lines:
                 where = ", ".join(str(b.lineno) for b in state.bad_lines[:5])
@@ -159,21 +166,23 @@ def run(args: argparse.Namespace, options: RunOptions) -> int:
                                            or ",".join(map(str, range(caps.cuda_device_count)))).split(",")))
 
     if args.dry_run:
-        print_dry_run(plan, done)
+        print_dry_run(plan, done, args.processes)
         return EXIT_OK
     if not plan.planned:
         fail("every combination was dropped as invalid here; --dry-run shows why", EXIT_USAGE)
-    if len(done) == len(plan.planned):
-        print(f"experiment_runner: nothing to run: all {len(done)} experiment(s) already have a record in run "
-              f"{run_id} of {results_path} (--no-resume runs them again as a new run)")
+    todo = matrix.rounds(plan.planned, args.processes, done, failed)
+    if not todo:
+        print(f"experiment_runner: nothing to run: all {len(plan.planned)} experiment(s) already have "
+              f"{'a record' if args.processes == 1 else 'their records'} in run {run_id} of {results_path} "
+              "(--no-resume runs them again as a new run)")
         return EXIT_OK
     logger.info(f"{args.suite_name}: {suite.description or suite.source + ' models'}")
     return execute(args, options, plan, results_path, run_id, done, suite.source,
-                   time.time() if timestamp is None else timestamp)
+                   time.time() if timestamp is None else timestamp, failed)
 
 
 def execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, results_path: Path, run_id: str,
-            done: set[str], source: str, timestamp: float) -> int:
+            done: set[tuple[str, int]], source: str, timestamp: float, failed: set[str] = frozenset()) -> int:
     output_dir = Path(args.output_dirname)
     try:
         executor = create(ExecutorOptions(
@@ -184,7 +193,8 @@ def execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, re
     except UsageError as exc:
         fail(str(exc), EXIT_USAGE)
     try:
-        executor.prepare([p for p in plan.planned if p.experiment.experiment_id not in done])
+        todo = matrix.rounds(plan.planned, args.processes, done, failed)
+        executor.prepare(todo)
         output_dir.mkdir(parents=True, exist_ok=True)
         with open(results_path, "ab"):
             pass
@@ -197,13 +207,14 @@ def execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, re
 
     ctx = RecordContext(run_id=run_id, options=options, output_dir=output_dir,
                         host_environment=describe_environment(),
-                        timestamp=timestamp)
+                        timestamp=timestamp, processes=args.processes)
     progress = sys.stderr.isatty() if args.progress_bar is None else args.progress_bar
     runner = Runner(ctx, results_path, executor, timeout_s=args.subprocess_timeout, progress_bar=progress)
-    logger.info(f"run {run_id}: {len(plan.planned) - len(done)} experiment(s) to run, "
-                f"{len(done)} already done; records go to {results_path}")
+    what = "experiment(s)" if args.processes == 1 else \
+        f"experiment process(es) ({args.processes} fresh processes per experiment, in rounds)"
+    logger.info(f"run {run_id}: {len(todo)} {what} to run, {len(done)} already done; records go to {results_path}")
     try:
-        outcome = runner.run(plan, done, source)
+        outcome = runner.run(plan, done, source, failed)
     except ResultsFileError as exc:
         fail(str(exc), EXIT_RESULTS_IO)
     finally:

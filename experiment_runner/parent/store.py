@@ -22,6 +22,7 @@ from experiment_runner.core.results import (
     ResultsFileError,
     encode,
     iter_records,
+    process_index,
 )
 
 
@@ -64,33 +65,44 @@ def append_record(path: Path, record: dict) -> None:
 @dataclass
 class _RunSeen:
     timestamp: float | None
-    finished: set[str]
+    latest: dict[tuple[str, int], str]  # (experiment_id, process index) -> status of its last record
+
+    def finished(self, retry_failed: bool) -> tuple[set[tuple[str, int]], set[str]]:
+        """The (experiment_id, process index) pairs with a final record, and the experiments
+        among them that failed (their later processes are not run).
+
+        With retry_failed, only `ok` and `skipped` count as finished, so failures run again.
+        """
+        done_statuses = {"ok", "skipped"} if retry_failed else FINAL_STATUSES
+        done = {key for key, status in self.latest.items() if status in done_statuses}
+        failed = {eid for (eid, index), status in self.latest.items()
+                  if (eid, index) in done and status not in ("ok", "skipped")}
+        return done, failed
 
 
-def _runs_in(path: Path, bad: list[BadLine], retry_failed: bool) -> dict[str, _RunSeen]:
-    """Every run of the file in order of appearance: its timestamp and finished experiments.
+def _runs_in(path: Path, bad: list[BadLine]) -> dict[str, _RunSeen]:
+    """Every run of the file in order of appearance: its timestamp and the status of the last
+    record of each of its experiments' processes.
 
-    With retry_failed, only `ok` and `skipped` count as finished, so failures run again.
     Records without a run_id (the reference runner's) belong to no run that can be resumed.
     """
-    done_statuses = {"ok", "skipped"} if retry_failed else FINAL_STATUSES
     runs: dict[str, _RunSeen] = {}
     for record in iter_records(path, bad_lines=bad):
         run_id = record.get("run_id")
         if not isinstance(run_id, str):
             continue
         stamp = record.get("timestamp")
-        seen = runs.setdefault(run_id, _RunSeen(stamp if isinstance(stamp, (int, float)) else None, set()))
+        seen = runs.setdefault(run_id, _RunSeen(stamp if isinstance(stamp, (int, float)) else None, {}))
         runs[run_id] = runs.pop(run_id)  # keep the order of each run's latest record: the last is the latest
-        if record.get("status") in done_statuses:
-            seen.finished.add(record.get("experiment_id"))
+        seen.latest[(record.get("experiment_id"), process_index(record))] = record.get("status")
     return runs
 
 
 @dataclass(frozen=True)
 class ResumeState:
     run_id: str | None
-    done: set[str]
+    done: set[tuple[str, int]]  # (experiment_id, process index)
+    failed: set[str]  # experiments with a failed process: their later processes are not run
     bad_lines: list[BadLine]
     timestamp: float | None = None
 
@@ -105,14 +117,14 @@ def resume_state(results_path: Path, retry_failed: bool, timestamp: float | None
     results file, and appending to it would be wrong.
     """
     if not results_path.exists():
-        return ResumeState(None, set(), [])
+        return ResumeState(None, set(), set(), [])
     bad: list[BadLine] = []
-    runs = _runs_in(results_path, bad, retry_failed)
+    runs = _runs_in(results_path, bad)
     if not runs and bad:
         raise ResultsFileError(f"{results_path} is not a results file: none of its lines is a JSON record "
                                f"(line {bad[0].lineno}: {bad[0].reason}); nothing was written to it")
     candidates = [run_id for run_id, seen in runs.items() if timestamp is None or seen.timestamp == timestamp]
     if not candidates:
-        return ResumeState(None, set(), bad)
+        return ResumeState(None, set(), set(), bad)
     run_id = candidates[-1]
-    return ResumeState(run_id, runs[run_id].finished, bad, runs[run_id].timestamp)
+    return ResumeState(run_id, *runs[run_id].finished(retry_failed), bad, runs[run_id].timestamp)

@@ -15,6 +15,9 @@ def summary_rows(records: Iterable[dict[str, Any]]) -> list[list[Any]]:
         if stats.get("unstable"):
             median += " ~"
         config = f"{e['accelerator']} xla={e['xla']} dynamo={e['dynamo']} {e['test']} {e['precision']}"
+        process = r.get("process") or {}
+        if process.get("count", 1) > 1:
+            config += f" (process {process['index'] + 1}/{process['count']})"
         rows.append([r["model"]["model_name"], config, e.get("batch_size") or "-", r["status"], median,
                      r["verification_code"]])
     return rows

@@ -57,8 +57,9 @@ def test_resume_sets_come_from_the_latest_run_only(tmp_path):
               record("new", "c", "interrupted"), record("new", "d", "skipped")]:
         append_record(path, r)
     state = resume_state(path, retry_failed=False)
-    assert (state.run_id, state.done) == ("new", {"a", "b", "d"})
-    assert resume_state(path, retry_failed=True).done == {"a", "d"}
+    assert (state.run_id, state.done, state.failed) == ("new", {("a", 0), ("b", 0), ("d", 0)}, {"b"})
+    retried = resume_state(path, retry_failed=True)
+    assert (retried.done, retried.failed) == ({("a", 0), ("d", 0)}, set())
 
 
 def test_a_timestamp_picks_the_run_it_stamped(tmp_path):
@@ -68,15 +69,17 @@ def test_a_timestamp_picks_the_run_it_stamped(tmp_path):
               record("night1", "b", timestamp=1.0), {"model": {}, "metrics": {}, "timestamp": 3.0}]:
         append_record(path, r)
     state = resume_state(path, False, timestamp=2.0)
-    assert (state.run_id, state.done, state.timestamp) == ("night2", {"a"}, 2.0)
+    assert (state.run_id, state.done, state.timestamp) == ("night2", {("a", 0)}, 2.0)
     state = resume_state(path, False)
-    assert (state.run_id, state.done, state.timestamp) == ("night1", {"a", "b"}, 1.0)
+    assert (state.run_id, state.done, state.timestamp) == ("night1", {("a", 0), ("b", 0)}, 1.0)
     assert resume_state(path, False, timestamp=3.0).run_id is None, "reference records are not resumed"
 
 
 def test_final_records_keep_the_last_attempt(tmp_path):
     records = [record("r", "a", "crashed"), record("r", "a", "ok"), record("r", "b", "ok")]
-    assert {k: v["status"] for k, v in final_records(records).items()} == {("r", "a"): "ok", ("r", "b"): "ok"}
+    assert {k: v["status"] for k, v in final_records(records).items()} == {("r", "a", 0): "ok", ("r", "b", 0): "ok"}
+    processes = [{**record("r", "a"), "process": {"index": i, "count": 2}} for i in (0, 1)]
+    assert list(final_records(processes)) == [("r", "a", 0), ("r", "a", 1)]  # processes are not retries
 
 
 def _writer(path: str, tag: str, count: int) -> None:

@@ -20,10 +20,13 @@ class Job:
     source: str | None = None
 
     def artifacts_dir(self, planned: Planned) -> Path:
-        return self.ctx.output_dir / "runs" / self.ctx.run_id / planned.experiment.dirname
+        """The experiment's folder; with --processes, one folder per process inside it."""
+        folder = self.ctx.output_dir / "runs" / self.ctx.run_id / planned.experiment.dirname
+        return folder / f"process_{planned.process_index}" if self.ctx.processes > 1 else folder
 
     def skipped(self, planned: Planned) -> dict[str, Any]:
-        return build_record(self.ctx, planned.experiment, skip_reason=planned.skip_reason, source=self.source)
+        return build_record(self.ctx, planned.experiment, skip_reason=planned.skip_reason, source=self.source,
+                            process_index=planned.process_index)
 
     def record(self, planned: Planned, outcome: ChildOutcome, placement: dict[str, Any] | None = None,
                environment: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -33,7 +36,8 @@ class Job:
         artifacts_dir = self.artifacts_dir(planned)
         try:
             return build_record(ctx, planned.experiment, outcome, artifacts_dir=artifacts_dir,
-                                timeout_s=self.timeout_s, source=self.source, placement=placement)
+                                timeout_s=self.timeout_s, source=self.source, placement=placement,
+                                process_index=planned.process_index)
         finally:
             scratch_cleanup(artifacts_dir)
 
