@@ -1,15 +1,22 @@
 """Results files as flat rows: one per experiment, for reports, `compare` and pandas users.
 
 Records are streamed through `results.iter_records` and flattened at once, so only the
-few fields the reports need stay in memory, never whole records. Older records of the
-reference runner (no schema_version, run_id, experiment_id, status or stats) are
-accepted: they are grouped into runs by their `timestamp` (the reference stamps every
-record of one invocation with the same one), see `results.legacy_run_id`; their experiment key is
-derived from the model and configuration fields; their status is `error` when their
-metrics hold an `error`, `ok` when they hold per_iter_time samples.
+few fields the reports need stay in memory, never whole records. Summary statistics are
+always recomputed from the raw samples: stored `stats` are never trusted, so a file whose
+samples were edited is judged by its samples.
 
-Our figures (compile time, peak memory, ...) are read from `measurements`, and from
-`metrics` in files written before the two were split.
+With `--processes N` an experiment has one record per process; its Row aggregates them
+(see `combine`). Older records of the reference runner (no schema_version, run_id,
+experiment_id, status or stats) are accepted: they are grouped into runs by their
+`timestamp` (the reference stamps every record of one invocation with the same one), see
+`results.legacy_run_id`; their experiment key is derived from the model and configuration
+fields; their status is `error` when their metrics hold an `error`, `ok` when they hold
+per_iter_time samples. The reference times its first repeat cold, compilation included,
+and records no warm-up: when a legacy record has no `warmup_time`, its first sample is
+taken as the warm-up (`warmup_estimated`) and the compile-time estimate is derived from it.
+
+Our own figures are read from `record["measurements"]`, falling back to `metrics` for
+files written before the two were split.
 
 `load_dataframe` needs pandas; nothing here needs torch.
 """
@@ -18,12 +25,13 @@ from __future__ import annotations
 
 import gc
 import math
+import statistics
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
-from experiment_runner.core.results import BadLine, final_records, iter_records, legacy_run_id
+from experiment_runner.core.results import BadLine, final_records, iter_records, legacy_run_id, process_index
 from experiment_runner.core.stats import summarize
 
 if TYPE_CHECKING:
@@ -38,7 +46,12 @@ UNVERIFIED_CODES = frozenset({None, "VERIFIER_SKIPPED"})
 
 @dataclass(slots=True)
 class Row:
-    """One experiment's final record, flattened; `per_iter_time` keeps the raw samples."""
+    """One experiment's final record(s), flattened; `per_iter_time` keeps the raw samples.
+
+    `processes` records of the experiment (one per `--processes` process) make one Row:
+    `process_medians` holds each process's median, `median_per_iter_time_s` is the median
+    of those (each process weighs the same), quartiles come from the pooled samples.
+    """
 
     run_id: str
     experiment_id: str
@@ -58,6 +71,7 @@ class Row:
     batch_size: int | None
     repeat: int | None
     iterations_per_run: int | None
+    processes: int
     status: str
     verification_code: str | None
     error_type: str | None
@@ -71,9 +85,12 @@ class Row:
     unstable: bool | None
     compile_time_s: float | None
     compile_time_estimated: bool | None
+    warmup_estimated: bool  # a legacy record's first sample was taken as its warm-up
     peak_allocated_bytes: int | None
     peak_rss_bytes: int | None
+    timed_peak_rss_bytes: int | None
     per_iter_time: tuple[float, ...]
+    process_medians: tuple[float, ...]
 
     @property
     def configuration(self) -> str:
@@ -104,7 +121,9 @@ def comparison_key(row: Row) -> str:
 
 
 # Columns of `load_dataframe`: every scalar field, the configuration label and `passed`.
-COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Row) if f.name != "per_iter_time") + ("configuration", "passed")
+SAMPLE_FIELDS = ("per_iter_time", "process_medians")
+COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Row) if f.name not in SAMPLE_FIELDS) + \
+    ("configuration", "passed")
 
 
 def legacy_experiment_id(suite: Any, model: Any, exp: dict[str, Any]) -> str:
@@ -124,21 +143,23 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _compile_time(metrics: dict[str, Any], median: float | None) -> tuple[float | None, bool | None]:
-    """metrics.compile_time_s when recorded (a list is summed), else an estimate.
+def _compile_time(figures: dict[str, Any], median: float | None,
+                  first_sample: float | None) -> tuple[float | None, bool | None]:
+    """compile_time_s when recorded (a list is summed), else an estimate.
 
-    The estimate is the first warm-up iteration minus the median timed iteration: the
-    first call holds tracing and compilation, the median is what a call costs after.
+    The estimate is the first warm-up iteration (or, for a legacy record without warm-up,
+    its first sample) minus the median timed iteration: the first call holds tracing and
+    compilation, the median is what a call costs after.
     """
-    recorded = metrics.get("compile_time_s")
+    recorded = figures.get("compile_time_s")
     if isinstance(recorded, list):
         values = [v for v in map(_number, recorded) if v is not None]
         recorded = sum(values) if values else None
     recorded = _number(recorded)
     if recorded is not None:
         return recorded, False
-    warmup = metrics.get("warmup_time")
-    first = _number(warmup[0]) if isinstance(warmup, list) and warmup else None
+    warmup = figures.get("warmup_time")
+    first = _number(warmup[0]) if isinstance(warmup, list) and warmup else first_sample
     if first is None or median is None:
         return None, None
     return max(first - median, 0.0), True
@@ -169,27 +190,29 @@ def flatten(record: dict[str, Any], file_name: str) -> Row:
     model = record.get("model") if isinstance(record.get("model"), dict) else {}
     exp = record.get("experiment") if isinstance(record.get("experiment"), dict) else {}
     metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
-    measurements = record.get("measurements")
-    figures = {**metrics, **measurements} if isinstance(measurements, dict) else metrics
+    measurements = record.get("measurements") if isinstance(record.get("measurements"), dict) else {}
+    figures = {**metrics, **measurements}
     samples = _samples(metrics.get("per_iter_time"))
-    stored = (record.get("stats") or {}).get("per_iter_time") if isinstance(record.get("stats"), dict) else None
-    stats = stored if isinstance(stored, dict) and stored.get("n") == len(samples) else summarize(samples)
-    stats = stats or {}
+    run_id = record.get("run_id")
+    legacy = not isinstance(run_id, str)
+    first_sample = None
+    if legacy and samples and "warmup_time" not in figures:
+        first_sample, samples = samples[0], samples[1:]
+    stats = summarize(samples) or {}
     median = _number(stats.get("median"))
-    compile_time, estimated = _compile_time(figures, median)
+    compile_time, estimated = _compile_time(figures, median, first_sample)
     error = record.get("error") if isinstance(record.get("error"), dict) else {}
     status = record.get("status")
     if not isinstance(status, str):
-        status = "ok" if samples and "error" not in metrics else "error"
+        status = "ok" if (samples or first_sample is not None) and "error" not in metrics else "error"
     if not error and "error" in metrics:
         error = {"type": None, "message": metrics.get("error")}
     suite, model_name = _str(model.get("suite_name")), _str(model.get("model_name"))
     experiment_id = record.get("experiment_id")
     if not isinstance(experiment_id, str):
         experiment_id = legacy_experiment_id(suite, model_name, exp)
-    run_id = record.get("run_id")
     return Row(
-        run_id=run_id if isinstance(run_id, str) else legacy_run_id(file_name, record.get("timestamp")),
+        run_id=legacy_run_id(file_name, record.get("timestamp")) if legacy else run_id,
         experiment_id=experiment_id,
         timestamp=_number(record.get("timestamp")),
         suite=suite,
@@ -207,6 +230,7 @@ def flatten(record: dict[str, Any], file_name: str) -> Row:
         batch_size=_int(exp.get("batch_size")),
         repeat=_int(record.get("repeat")),
         iterations_per_run=_int(record.get("iterations_per_run")),
+        processes=1,
         status=status,
         verification_code=_str(record.get("verification_code")),
         error_type=_str(error.get("type")),
@@ -220,26 +244,63 @@ def flatten(record: dict[str, Any], file_name: str) -> Row:
         unstable=stats.get("unstable") if isinstance(stats.get("unstable"), bool) else None,
         compile_time_s=compile_time,
         compile_time_estimated=estimated,
+        warmup_estimated=first_sample is not None,
         peak_allocated_bytes=_int(figures.get("peak_allocated_bytes")),
-        # The timed runs' peak; older records only have the child's lifetime peak.
-        peak_rss_bytes=_int(figures.get("timed_peak_rss_bytes", figures.get("peak_rss_bytes"))),
+        # the child's lifetime peak (records before the rename call it peak_rss_bytes), and the timed runs'
+        peak_rss_bytes=_int(figures.get("lifetime_peak_rss_bytes", figures.get("peak_rss_bytes"))),
+        timed_peak_rss_bytes=_int(figures.get("timed_peak_rss_bytes")),
         per_iter_time=samples,
+        process_medians=() if median is None else (median,),
     )
 
 
-def iter_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | None = None) -> Iterator[Row]:
-    """Every record of every file as a Row, in file order; torn lines go to `bad_lines`."""
+def combine(processes: Sequence[Row]) -> Row:
+    """The Row of one experiment measured in several processes (in process order).
+
+    Any process not ok makes the experiment not ok: the first such process's Row is the
+    experiment's. Otherwise the samples are pooled for the quartiles, the median is the
+    median of the per-process medians, and compile time, memory and verification are the
+    first process's, so a run with `--processes` reads like one without.
+    """
+    if len(processes) == 1:
+        return processes[0]
+    failed = next((r for r in processes if r.status != "ok"), None)
+    if failed is not None:
+        return replace(failed, processes=len(processes))
+    first = processes[0]
+    pooled = tuple(v for r in processes for v in r.per_iter_time)
+    medians = tuple(m for r in processes for m in r.process_medians)
+    stats = summarize(pooled) or {}
+    median = statistics.median(medians) if medians else None
+    return replace(
+        first, processes=len(processes), timestamp=max((r.timestamp for r in processes if r.timestamp is not None),
+                                                       default=None),
+        n_samples=len(pooled), median_per_iter_time_s=median, min_per_iter_time_s=stats.get("min"),
+        q1_per_iter_time_s=stats.get("q1"), q3_per_iter_time_s=stats.get("q3"),
+        relative_iqr=stats.get("relative_iqr"), unstable=stats.get("unstable"),
+        per_iter_time=pooled, process_medians=medians)
+
+
+def iter_rows(paths: Sequence[Path],
+              bad_lines: dict[Path, list[BadLine]] | None = None) -> Iterator[tuple[Row, int]]:
+    """Every record of every file as (Row, process index), in file order; torn lines go to
+    `bad_lines`."""
     for path in paths:
         path = Path(path)
         sink = None if bad_lines is None else bad_lines.setdefault(path, [])
         for record in iter_records(path, bad_lines=sink):
-            yield flatten(record, path.name)
+            yield flatten(record, path.name), process_index(record)
 
 
-def final_rows(rows: Iterable[Row]) -> list[Row]:
-    """The last row per (run, experiment), through `results.final_records`: retries win."""
-    latest = final_records({"run_id": r.run_id, "experiment_id": r.experiment_id, "row": r} for r in rows)
-    return [entry["row"] for entry in latest.values()]
+def final_rows(rows: Iterable[tuple[Row, int]]) -> list[Row]:
+    """One Row per (run, experiment): the last record of each of its processes, through
+    `results.final_records` (a retry supersedes its failure), then `combine`d."""
+    latest = final_records({"run_id": r.run_id, "experiment_id": r.experiment_id, "process": {"index": i}, "row": r}
+                           for r, i in rows)
+    grouped: dict[tuple[str, str], list[tuple[int, Row]]] = {}
+    for (run_id, experiment_id, index), entry in latest.items():
+        grouped.setdefault((run_id, experiment_id), []).append((index, entry["row"]))
+    return [combine([row for _, row in sorted(members, key=lambda m: m[0])]) for members in grouped.values()]
 
 
 @dataclass(frozen=True)
@@ -285,7 +346,8 @@ def load_dataframe(paths: Sequence[str | Path] | str | Path, run_id: str | None 
     """One flat row per experiment (final record per run), with the columns of COLUMNS.
 
     run_id None keeps every run; "latest" keeps the latest one. With samples=True a
-    `per_iter_time` column holds the raw timed samples as tuples.
+    `per_iter_time` column holds the raw timed samples as tuples, and `process_medians`
+    the median of each process.
     """
     import pandas as pd
 
@@ -297,5 +359,5 @@ def load_dataframe(paths: Sequence[str | Path] | str | Path, run_id: str | None 
         run_id = runs[-1].run_id if runs else None
     if run_id is not None:
         rows = [r for r in rows if r.run_id == run_id]
-    columns = COLUMNS + (("per_iter_time",) if samples else ())
+    columns = COLUMNS + (SAMPLE_FIELDS if samples else ())
     return pd.DataFrame([[getattr(r, c) for c in columns] for r in rows], columns=list(columns))

@@ -39,15 +39,22 @@ of the same model:
   compile time   mean over passing models of measurements.compile_time_s when recorded, else
                  of an estimate: first warm-up iteration minus the median iteration
                  (marked ~)
-  memory ratio   geometric mean of baseline peak / configuration peak, both from
-                 peak_allocated_bytes when both sides have it, else peak_rss_bytes
+  memory ratio   geometric mean of baseline peak / configuration peak over the timed
+                 runs: peak_allocated_bytes (CUDA) when both sides have it, else
+                 timed_peak_rss_bytes (the process's RSS high-water mark during the timed
+                 runs, not its lifetime peak, which holds the interpreter, the torch
+                 import and compilation); no ratio when a side lacks both
 
 Samples: the median of metrics.per_iter_time, the timed repeats only; warm-up
 iterations are never mixed in. The baseline of a model matches its suite, model,
 accelerator, test, precision and batch size, with the --baseline fields replaced.
 The last record of an experiment within a run wins, so a retry supersedes a failure.
 Records of the reference runner (no run_id) form one run per timestamp per file:
-legacy:<file name>@<timestamp>.
+legacy:<file name>@<timestamp>. The reference times its first repeat cold, so a legacy
+record without warmup_time has its first sample taken as the warm-up (warmup_estimated)
+and its compile time estimated from it (~). With --processes N, a model's median is the
+median of its N per-process medians. Statistics are always recomputed from the samples,
+never read from `stats`.
 Corrupt or torn lines are skipped with a warning naming the line.
 Exit status: 0 done, 2 bad flags or no such run, 3 a file cannot be read."""
 
@@ -100,7 +107,7 @@ def _baseline_key(row: Row, fixed: dict[str, str | None]) -> tuple:
 
 
 def _peaks(row: Row, base: Row) -> tuple[int, int] | None:
-    for name in ("peak_allocated_bytes", "peak_rss_bytes"):
+    for name in ("peak_allocated_bytes", "timed_peak_rss_bytes"):
         mine, theirs = getattr(row, name), getattr(base, name)
         if mine and theirs:
             return theirs, mine
