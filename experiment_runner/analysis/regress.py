@@ -1,9 +1,22 @@
 """`experiment_runner compare`: did anything regress between two runs?
 
 Each experiment present on both sides is judged on its raw per_iter_time samples: the
-ratio of medians says how much, a two-sided Mann-Whitney U test says whether it is more
-than noise. Rank-based on purpose: benchmark timings are skewed and have outliers, and
-the test needs no normality. scipy is imported only here.
+ratio of medians says how much, a test says whether it is more than noise. What the test
+can see depends on how the runs were measured:
+
+- `--processes N >= 2` on both sides: Welch's t-test on the logarithms of the
+  per-process medians. Each process is an independent draw of everything that changes
+  from one process to the next (memory layout, autotuning choices, clocks, a neighbour's
+  load), so the test sees the noise that matters, as pyperf does.
+- one process on a side: repeats of one process are not independent of that process's
+  luck, so a Mann-Whitney U test on them is overconfident. The comparison says that
+  process-to-process noise is unknown and flags a change only beyond a noise floor: the
+  threshold, FLOOR_FACTOR x the larger within-process relative IQR, and FLOOR_FACTOR x
+  the robust spread of the log changes across the experiments compared (when there are
+  enough of them: in an A/A comparison that spread *is* the process-to-process noise).
+
+Benjamini-Hochberg controls the false discovery rate over every experiment tested at
+once; the verdicts use its adjusted p-values (q). scipy is imported only here.
 """
 
 from __future__ import annotations
@@ -11,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import warnings
 from dataclasses import asdict, dataclass
@@ -22,8 +36,17 @@ from experiment_runner.analysis.report import read_rows, render_csv
 from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError
 
 EXACT_MAX_SAMPLES = 50
+# One process per side: a change must exceed FLOOR_FACTOR times the noise we can see.
+# Under normal noise 3 robust standard deviations would do; the margin is for the heavy tail
+# of real hosts (a neighbour's job, a bad memory layout): on the test suite's noise model
+# (tests/analysis/test_compare.py) 3 gave 1.4% false alarms, 4 0.7%, 5 0.2%.
+FLOOR_FACTOR = 5.0
+# Fewer experiments than this give no usable estimate of the spread of changes across them.
+SPREAD_MIN_EXPERIMENTS = 10
+# 1.4826 x the median absolute deviation estimates a normal standard deviation.
+MAD_TO_SIGMA = 1.4826
 
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Compare run A (before) with run B (after), experiment by experiment.
 
   compare A.jsonl B.jsonl            latest run of A against latest run of B
@@ -31,13 +54,24 @@ Compare run A (before) with run B (after), experiment by experiment.
   compare FILE --run-a X --run-b Y   two runs of one file (either flag also works with two files)
 
 For each experiment that is ok on both sides: change = median(B) / median(A) - 1 of
-metrics.per_iter_time (timed repeats only, warm-up excluded) and the p-value of a
-two-sided Mann-Whitney U test on the raw samples. A change beyond +threshold with
-p < alpha is a regression, beyond -threshold with p < alpha an improvement; a change
-beyond the threshold without significance is shown as not significant. With few
-samples significance is unreachable (10 vs 10 samples reach p ~ 1.1e-5; 3 vs 3 only
-0.1) and the output says so. Experiments only on one side, and experiments that were
-ok in A but fail in B (new failures) or the reverse, are listed.
+metrics.per_iter_time (timed repeats only, warm-up excluded; with --processes, the median
+of the per-process medians), and a p-value:
+
+  >= 2 processes per side (runs made with --processes N): Welch's t-test on the logarithms
+      of the per-process medians, so process-to-process noise is sampled.
+  1 process on a side: a two-sided Mann-Whitney U test on that process's samples, which
+      cannot see process-to-process noise; the change must also exceed a noise floor of
+      max(threshold, {FLOOR_FACTOR:g} x the larger within-process relative IQR, {FLOOR_FACTOR:g} x the robust
+      standard deviation of log changes across those experiments, when there are at least
+      {SPREAD_MIN_EXPERIMENTS}). Changes under it are shown as "within noise floor".
+
+The p-values of all experiments are adjusted together by Benjamini-Hochberg (q, false
+discovery rate at alpha). A change beyond +threshold with q < alpha is a regression,
+beyond -threshold with q < alpha an improvement; a change beyond the threshold without
+significance is shown as not significant. With few samples of one process significance is
+unreachable (10 vs 10 reach p ~ 1.1e-5; 3 vs 3 only 0.1) and the output says so.
+Experiments only on one side, and experiments that were ok in A but fail in B (new
+failures) or the reverse, are listed.
 
 Exit status: 0 no significant regression; 1 a significant regression or a new failure;
 2 bad flags, no such run or scipy missing; 3 a file cannot be read."""
@@ -59,11 +93,19 @@ class ExperimentChange:
     status_b: str
     n_a: int
     n_b: int
+    processes_a: int
+    processes_b: int
     median_a_s: float | None
     median_b_s: float | None
     change: float | None  # median(B) / median(A) - 1: positive is slower
+    test: str | None  # "welch-processes" or "mann-whitney-samples"
     p_value: float | None
+    q_value: float | None  # Benjamini-Hochberg adjusted over every experiment tested
+    noise_floor: float | None  # one process on a side: |change| must exceed this too
     verdict: str
+
+
+PROCESS_TEST, SAMPLE_TEST = "welch-processes", "mann-whitney-samples"
 
 
 def min_two_sided_p(n_a: int, n_b: int) -> float:
@@ -78,41 +120,99 @@ def _comparable(a: Row, b: Row) -> bool:
             and a.batch_size == b.batch_size)
 
 
-def mann_whitney_ps(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> list[float]:
-    """Two-sided Mann-Whitney U p-values, one scipy call per batch of equal-sized pairs.
+def test_for(a: Row, b: Row) -> str:
+    """Per-process medians when both sides have at least two, else the samples of one process."""
+    return PROCESS_TEST if min(len(a.process_medians), len(b.process_medians)) >= 2 else SAMPLE_TEST
 
-    Batching matters: one call costs about half a millisecond of scipy overhead, which on
-    tens of thousands of experiments would dwarf reading the file. Exact when valid (no
-    ties) and cheap, so 10 vs 10 samples can reach p ~ 1.1e-5; scipy's 'auto' switches to
-    the normal approximation above 8 samples.
-    """
+
+def _scipy():
+    """numpy and the three scipy.stats functions compare uses; one line and exit 2 without them."""
     try:
         import numpy as np
-        from scipy.stats import mannwhitneyu
+        from scipy.stats import false_discovery_control, mannwhitneyu, ttest_ind
     except ImportError:
         raise ReportError("compare needs scipy: pip install 'experiment_runner[reports]'") from None
-    batches: dict[tuple[int, int, bool], list[int]] = {}
+    return np, mannwhitneyu, ttest_ind, false_discovery_control
+
+
+def _batched(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], key, test) -> list[float]:
+    """p-values, one scipy call per batch of pairs with the same `key` (sizes, method).
+
+    Batching matters: one call costs about half a millisecond of scipy overhead, which on
+    tens of thousands of experiments would dwarf reading the file."""
+    np = _scipy()[0]
+    batches: dict[tuple, list[int]] = {}
     for i, (a, b) in enumerate(pairs):
-        exact = len(set(a) | set(b)) == len(a) + len(b) and max(len(a), len(b)) <= EXACT_MAX_SAMPLES
-        batches.setdefault((len(a), len(b), exact), []).append(i)
+        batches.setdefault(key(a, b), []).append(i)
     ps = [1.0] * len(pairs)
-    for (_, _, exact), members in batches.items():
+    for batch_key, members in batches.items():
         a = np.array([pairs[i][0] for i in members], dtype=float)
         b = np.array([pairs[i][1] for i in members], dtype=float)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # identical samples: scipy warns and returns nan
-            result = mannwhitneyu(a, b, axis=1, alternative="two-sided", method="exact" if exact else "asymptotic")
-        for i, p in zip(members, np.atleast_1d(result.pvalue).tolist()):
+            pvalues = test(a, b, batch_key)
+        for i, p in zip(members, np.atleast_1d(pvalues).tolist()):
             ps[i] = 1.0 if math.isnan(p) else p
     return ps
 
 
-def judge(a: Row, b: Row, p: float | None, threshold: float, alpha: float) -> ExperimentChange:
-    """The verdict on one experiment; `p` is its Mann-Whitney p-value when comparable."""
+def mann_whitney_ps(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> list[float]:
+    """Two-sided Mann-Whitney U p-values. Exact when valid (no ties) and cheap, so 10 vs 10
+    samples can reach p ~ 1.1e-5; scipy's 'auto' switches to the normal approximation
+    above 8 samples."""
+    mannwhitneyu = _scipy()[1]
+
+    def key(a: Sequence[float], b: Sequence[float]) -> tuple:
+        exact = len(set(a) | set(b)) == len(a) + len(b) and max(len(a), len(b)) <= EXACT_MAX_SAMPLES
+        return len(a), len(b), exact
+
+    return _batched(pairs, key, lambda a, b, k: mannwhitneyu(
+        a, b, axis=1, alternative="two-sided", method="exact" if k[2] else "asymptotic").pvalue)
+
+
+def welch_log_ps(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> list[float]:
+    """Two-sided Welch t-test p-values on the logarithms of per-process medians: timings
+    are multiplicative and skewed, their logs close to normal, and the variances of the
+    two sides need not be equal."""
+    np, _, ttest_ind, _ = _scipy()
+    return _batched(pairs, lambda a, b: (len(a), len(b)), lambda a, b, _: ttest_ind(
+        np.log(a), np.log(b), axis=1, equal_var=False).pvalue)
+
+
+def benjamini_hochberg(ps: Sequence[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values (q): q < alpha keeps the expected share of false
+    discoveries among the flagged experiments at most alpha."""
+    if not ps:
+        return []
+    false_discovery_control = _scipy()[3]
+    return [float(q) for q in false_discovery_control(list(ps), method="bh")]
+
+
+def change_spread(pairs: Sequence[tuple[Row, Row]]) -> float | None:
+    """Robust standard deviation of log(median B / median A) across experiments, around its
+    median; None with fewer than SPREAD_MIN_EXPERIMENTS. With one process per experiment and
+    side, each change carries one draw of process-to-process noise per side, so when most
+    experiments did not change this is an estimate of that noise that needs no extra runs."""
+    logs = [math.log(b.median_per_iter_time_s / a.median_per_iter_time_s) for a, b in pairs]
+    if len(logs) < SPREAD_MIN_EXPERIMENTS:
+        return None
+    center = statistics.median(logs)
+    return MAD_TO_SIGMA * statistics.median(abs(x - center) for x in logs)
+
+
+def noise_floor(a: Row, b: Row, threshold: float, spread: float | None) -> float:
+    within = max(a.relative_iqr or 0.0, b.relative_iqr or 0.0)
+    return max(threshold, FLOOR_FACTOR * within, FLOOR_FACTOR * (spread or 0.0))
+
+
+def judge(a: Row, b: Row, test: str | None, p: float | None, q: float | None, floor: float | None,
+          threshold: float, alpha: float) -> ExperimentChange:
+    """The verdict on one experiment; `p`, `q` and (one process) `floor` when comparable."""
     def make(change: float | None, verdict: str) -> ExperimentChange:
         return ExperimentChange(a.experiment_id, a.model, f"{a.accelerator} {a.configuration} {a.test} {a.precision}",
-                          a.status, b.status, a.n_samples, b.n_samples, a.median_per_iter_time_s,
-                          b.median_per_iter_time_s, change, p, verdict)
+                                a.status, b.status, a.n_samples, b.n_samples, a.processes, b.processes,
+                                a.median_per_iter_time_s, b.median_per_iter_time_s, change,
+                                test if change is not None else None, p, q, floor, verdict)
 
     if a.status == "ok" and b.status != "ok":
         return make(None, "new failure")
@@ -120,14 +220,16 @@ def judge(a: Row, b: Row, p: float | None, threshold: float, alpha: float) -> Ex
         return make(None, "fixed")
     if a.status == b.status == "ok" and a.batch_size != b.batch_size:
         return make(None, f"not comparable (batch size {a.batch_size} vs {b.batch_size})")
-    if p is None or not _comparable(a, b):
+    if p is None or q is None or not _comparable(a, b):
         return make(None, "not comparable")
     change = b.median_per_iter_time_s / a.median_per_iter_time_s - 1.0
     if abs(change) <= threshold:
         verdict = "within threshold"
-    elif p < alpha:
+    elif floor is not None and abs(change) <= floor:
+        verdict = "within noise floor"
+    elif q < alpha:
         verdict = "regression" if change > 0 else "improvement"
-    elif min_two_sided_p(a.n_samples, b.n_samples) >= alpha:
+    elif test == SAMPLE_TEST and min_two_sided_p(a.n_samples, b.n_samples) >= alpha:
         verdict = "not significant (too few samples)"
     else:
         verdict = "not significant"
@@ -141,6 +243,7 @@ class Outcome:
     comparisons: list[ExperimentChange]
     only_a: list[str]
     only_b: list[str]
+    spread: float | None  # robust sd of log changes across the one-process experiments
 
     def count(self, verdict: str) -> int:
         # "not comparable (batch size 32 vs 16)" counts as "not comparable"
@@ -188,15 +291,28 @@ def compare(args: argparse.Namespace) -> Outcome:
     side_b = {comparison_key(r): r for r in rows_b}
     pairs = [(side_a[key], side_b[key]) for key in sorted(side_a.keys() & side_b.keys())]
     testable = [(a, b) for a, b in pairs if _comparable(a, b)]
-    ps = dict(zip(((comparison_key(a) for a, _ in testable)),
-                  mann_whitney_ps([(a.per_iter_time, b.per_iter_time) for a, b in testable])))
-    comparisons = [judge(a, b, ps.get(comparison_key(a)), args.threshold, args.alpha) for a, b in pairs]
+    by_test: dict[str, list[tuple[Row, Row]]] = {PROCESS_TEST: [], SAMPLE_TEST: []}
+    for a, b in testable:
+        by_test[test_for(a, b)].append((a, b))
+    ps: dict[str, float] = {}
+    for test, members, samples, pvalues in (
+            (PROCESS_TEST, by_test[PROCESS_TEST], lambda r: r.process_medians, welch_log_ps),
+            (SAMPLE_TEST, by_test[SAMPLE_TEST], lambda r: r.per_iter_time, mann_whitney_ps)):
+        ps.update(zip((comparison_key(a) for a, _ in members), pvalues([(samples(a), samples(b)) for a, b in members])))
+    qs = dict(zip(ps, benjamini_hochberg(list(ps.values()))))
+    spread = change_spread(by_test[SAMPLE_TEST])
+    comparisons = []
+    for a, b in pairs:
+        test = test_for(a, b)
+        floor = noise_floor(a, b, args.threshold, spread) if test == SAMPLE_TEST else None
+        comparisons.append(judge(a, b, test, ps.get(comparison_key(a)), qs.get(comparison_key(a)), floor,
+                                 args.threshold, args.alpha))
     return Outcome(run_a, run_b, comparisons, sorted(side_a.keys() - side_b.keys()),
-                   sorted(side_b.keys() - side_a.keys()))
+                   sorted(side_b.keys() - side_a.keys()), spread)
 
 
 SHOWN_BY_DEFAULT = ("regression", "new failure", "improvement", "fixed", "not significant",
-                    "not significant (too few samples)")
+                    "not significant (too few samples)", "within noise floor")
 
 
 def _pct(change: float | None) -> str:
@@ -207,6 +323,25 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.3f}"
 
 
+def method_lines(outcome: Outcome, args: argparse.Namespace) -> list[str]:
+    """How the verdicts were reached, in words: which test, which correction, which floor."""
+    tested = [c for c in outcome.comparisons if c.q_value is not None]
+    by_processes = sum(c.test == PROCESS_TEST for c in tested)
+    one_process = len(tested) - by_processes
+    lines = [(f"threshold {args.threshold:.1%}; significance: Benjamini-Hochberg adjusted p (q) < {args.alpha:g} "
+              f"over the {len(tested)} experiment(s) tested (false discovery rate {args.alpha:g})")]
+    if by_processes:
+        lines.append(f"{by_processes} experiment(s) with >= 2 processes per side: Welch's t-test on the logs of "
+                     "the per-process medians")
+    if one_process:
+        spread = "too few experiments to estimate" if outcome.spread is None else f"{outcome.spread:.1%}"
+        lines.append(f"{one_process} experiment(s) with one process on a side: process-to-process noise is "
+                     f"unknown; Mann-Whitney U on one process's samples, flagged only beyond a noise floor of "
+                     f"max(threshold, {FLOOR_FACTOR:g} x within-process relative IQR, {FLOOR_FACTOR:g} x the spread "
+                     f"of changes across experiments ({spread})); run with --processes 5 or more to measure it")
+    return lines
+
+
 def render_text(outcome: Outcome, args: argparse.Namespace) -> str:
     from tabulate import tabulate
 
@@ -215,26 +350,27 @@ def render_text(outcome: Outcome, args: argparse.Namespace) -> str:
     shown.sort(key=lambda c: (order.get(c.verdict, len(order)), -(abs(c.change or 0.0)), c.experiment_id))
     out = [f"A: run {outcome.run_a.run_id} ({args.a})",
            f"B: run {outcome.run_b.run_id} ({args.b or args.a})",
-           f"threshold {args.threshold:.1%}, significance p < {args.alpha:g} (two-sided Mann-Whitney U "
-           f"on per_iter_time samples)", ""]
+           *method_lines(outcome, args), ""]
     if shown:
         out.append(tabulate(
-            [[c.model, c.configuration, _ms(c.median_a_s), _ms(c.median_b_s), _pct(c.change),
-              "-" if c.p_value is None else f"{c.p_value:.2g}", c.verdict] for c in shown],
-            headers=["model", "configuration", "A ms", "B ms", "change", "p", "verdict"], tablefmt="simple"))
+            [[c.model, c.configuration, f"{c.processes_a}/{c.processes_b}", _ms(c.median_a_s), _ms(c.median_b_s),
+              _pct(c.change), "-" if c.q_value is None else f"{c.q_value:.2g}",
+              "-" if c.noise_floor is None else f"{c.noise_floor:.1%}", c.verdict] for c in shown],
+            headers=["model", "configuration", "processes", "A ms", "B ms", "change", "q", "floor", "verdict"],
+            tablefmt="simple"))
         out.append("")
     for label, keys in (("only in A", outcome.only_a), ("only in B", outcome.only_b)):
         if keys:
             out.append(f"{len(keys)} experiment(s) {label}:")
             out.extend(f"  {key}" for key in keys)
             out.append("")
-    few = [c for c in outcome.comparisons if c.n_a and c.n_b and min_two_sided_p(c.n_a, c.n_b) >= args.alpha]
+    few = [c for c in outcome.comparisons if c.test == SAMPLE_TEST and min_two_sided_p(c.n_a, c.n_b) >= args.alpha]
     if few:
         sizes = sorted({(c.n_a, c.n_b) for c in few})
         out.append(f"note: significance is unreachable for {len(few)} experiment(s): with "
                    f"{', '.join(f'{a} vs {b}' for a, b in sizes)} samples the smallest two-sided p is "
                    f"{min_two_sided_p(*sizes[0]):.2g} >= {args.alpha:g}; run with a larger --repeat "
-                   f"(10 reaches about 1.1e-05).")
+                   f"(10 reaches about 1.1e-05) and --processes.")
     tally = ", ".join(f"{outcome.count(v)} {v}" for v in (*SHOWN_BY_DEFAULT, "within threshold", "not comparable"))
     out.append(f"{len(outcome.comparisons)} compared: {tally}.")
     out.append("result: REGRESSION (exit 1)" if outcome.failed else "result: no significant regression (exit 0)")
@@ -250,8 +386,9 @@ def render(outcome: Outcome, args: argparse.Namespace) -> str:
         return render_csv(rows)
     return json.dumps({
         "run_a": outcome.run_a.run_id, "run_b": outcome.run_b.run_id, "threshold": args.threshold,
-        "alpha": args.alpha, "regression": outcome.failed, "comparisons": rows,
-        "only_in_a": outcome.only_a, "only_in_b": outcome.only_b,
+        "alpha": args.alpha, "multiple_comparisons": "benjamini-hochberg", "floor_factor": FLOOR_FACTOR,
+        "change_spread": outcome.spread, "method": method_lines(outcome, args), "regression": outcome.failed,
+        "comparisons": rows, "only_in_a": outcome.only_a, "only_in_b": outcome.only_b,
     }, indent=2) + "\n"
 
 
@@ -263,7 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-a", help="run id of A (default: latest in A, or the run before B when one file)")
     p.add_argument("--run-b", help="run id of B (default: latest)")
     p.add_argument("--threshold", type=float, default=0.05, help="relative change that matters (default 0.05)")
-    p.add_argument("--alpha", type=float, default=0.01, help="significance level (default 0.01)")
+    p.add_argument("--alpha", type=float, default=0.01,
+                   help="false discovery rate: Benjamini-Hochberg adjusted p-values below it are significant "
+                        "(default 0.01)")
     p.add_argument("--format", choices=("text", "csv", "json"), default="text",
                    help="text lists what changed; csv and json hold every compared experiment")
     p.add_argument("--all", action="store_true", help="text: also list experiments within the threshold")
