@@ -281,10 +281,14 @@ def combine(processes: Sequence[Row]) -> Row:
         per_iter_time=pooled, process_medians=medians)
 
 
-def iter_rows(paths: Sequence[Path],
-              bad_lines: dict[Path, list[BadLine]] | None = None) -> Iterator[tuple[Row, int]]:
-    """Every record of every file as (Row, process index), in file order; torn lines go to
-    `bad_lines`."""
+def iter_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | None = None) -> Iterator[Row]:
+    """Every record of every file as a Row, in file order; torn lines go to `bad_lines`."""
+    return (row for row, _ in _indexed_rows(paths, bad_lines))
+
+
+def _indexed_rows(paths: Sequence[Path],
+                  bad_lines: dict[Path, list[BadLine]] | None = None) -> Iterator[tuple[Row, int]]:
+    """iter_rows with each record's process index, for `final_rows`."""
     for path in paths:
         path = Path(path)
         sink = None if bad_lines is None else bad_lines.setdefault(path, [])
@@ -338,7 +342,7 @@ def _gc_paused() -> Iterator[None]:
 def load_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | None = None) -> list[Row]:
     """The final row of every experiment of every run in `paths`."""
     with _gc_paused():
-        return final_rows(iter_rows(paths, bad_lines))
+        return final_rows(_indexed_rows(paths, bad_lines))
 
 
 def load_dataframe(paths: Sequence[str | Path] | str | Path, run_id: str | None = None,

@@ -1,5 +1,5 @@
 """`--processes N`: every experiment measured in N fresh processes, interleaved in rounds,
-one record per process; `--resume` picks up mid-way through the rounds; a failing
+one record per process; a resumed run picks up mid-way through the rounds; a failing
 experiment is not started again in later rounds."""
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ def test_resume_mid_rounds_runs_only_the_missing_processes(run_cli, tmp_path: Pa
     lines = first.results_path.read_text().splitlines(keepends=True)
     first.results_path.write_text("".join(lines[:3]))  # as if killed during round 2
 
-    dry = run_cli(*args, "--resume", "--dry-run", output_dir=out)
+    dry = run_cli(*args, "--dry-run", output_dir=out)
     assert "[2 of 3 processes done in the run being resumed]" in dry.stdout
     assert "[1 of 3 processes done in the run being resumed]" in dry.stdout
-    resumed = run_cli(*args, "--resume", output_dir=out)
+    resumed = run_cli(*args, output_dir=out)  # resuming is the default
     assert resumed.returncode == 0, resumed.stderr
     assert "3 experiment process(es)" in resumed.stderr and "3 already done" in resumed.stderr
     records = resumed.records()
@@ -65,9 +65,9 @@ def test_a_failing_experiment_is_not_started_again_in_later_rounds(run_cli, tmp_
     assert run.returncode == 0, run.stderr
     got = [(r["model"]["model_name"], r["process"]["index"], r["status"]) for r in run.records()]
     assert got == [("quick_00", 0, "ok"), ("raise_run", 0, "error"), ("quick_00", 1, "ok")]
-    again = run_cli(*args, "--resume", output_dir=out)
-    assert "0 experiment process(es)" in again.stderr and len(again.records()) == 3
-    retried = run_cli(*args, "--resume", "--retry-failed", output_dir=out)
+    again = run_cli(*args, output_dir=out)  # a rerun resumes: the failed experiment is done, not retried
+    assert "nothing to run" in again.stdout and len(again.records()) == 3
+    retried = run_cli(*args, "--retry-failed", output_dir=out)
     assert retried.returncode == 0, retried.stderr
     tail = [(r["model"]["model_name"], r["process"]["index"], r["status"]) for r in retried.records()[3:]]
     assert tail == [("raise_run", 0, "error")]  # retried, failed again, so process 1 is not started
