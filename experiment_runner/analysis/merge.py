@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from experiment_runner.core.results import FINAL_STATUSES, BadLine, ResultsFileError, encode, iter_records
+from experiment_runner.core.results import (
+    FINAL_STATUSES,
+    BadLine,
+    ResultsFileError,
+    encode,
+    iter_records,
+    process_index,
+)
 from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, EXIT_USAGE, fail
 
 
@@ -34,12 +41,13 @@ class _Parser(argparse.ArgumentParser):
 class Source:
     path: Path
     run_id: str | None
-    records: dict[str, dict]  # experiment_id -> final record of the latest run
+    records: dict[tuple[str, int], dict]  # (experiment_id, process index) -> final record of the latest run
     older: int = 0  # records of earlier runs in the same file, left out
 
 
 def read_source(path: Path) -> Source:
-    """An input's latest run, final record per experiment; ResultsFileError if unreadable."""
+    """An input's latest run, final record per experiment's process (--processes); ResultsFileError
+    if unreadable."""
     bad: list[BadLine] = []
     records = list(iter_records(path, bad_lines=bad))
     if not records:
@@ -52,7 +60,7 @@ def read_source(path: Path) -> Source:
     latest = {}
     for record in records:
         if record.get("run_id") == run_id:
-            latest[str(record.get("experiment_id"))] = record
+            latest[(str(record.get("experiment_id")), process_index(record))] = record
     return Source(path, run_id, latest, older=sum(1 for r in records if r.get("run_id") != run_id))
 
 
@@ -62,18 +70,18 @@ def _rank(record: dict) -> tuple[bool, float]:
 
 
 def merge(sources: Sequence[Source], run_id: str | None) -> tuple[list[dict], list[str]]:
-    """One record per experiment across the sources, and a line per conflict."""
-    chosen: dict[str, tuple[dict, Source]] = {}
+    """One record per experiment's process across the sources, and a line per conflict."""
+    chosen: dict[tuple[str, int], tuple[dict, Source]] = {}
     conflicts: list[str] = []
     for source in sources:
-        for experiment_id, record in source.records.items():
-            if experiment_id not in chosen:
-                chosen[experiment_id] = (record, source)
+        for key, record in source.records.items():
+            experiment_id = key[0]
+            if key not in chosen:
+                chosen[key] = (record, source)
                 continue
-            kept, kept_from = chosen[experiment_id]
-            winner, loser = ((record, source), (kept, kept_from)) if _rank(record) > _rank(kept) else \
-                ((kept, kept_from), (record, source))
-            chosen[experiment_id] = winner
+            kept, kept_from = chosen[key]
+            winner = (record, source) if _rank(record) > _rank(kept) else (kept, kept_from)
+            chosen[key] = winner
             model = (record.get("model") or {}).get("model_name")
             conflicts.append(f"{model} [{experiment_id}] is in {kept_from.path} ({kept.get('status')}) and "
                              f"{source.path} ({record.get('status')}): kept {winner[1].path}'s")
@@ -118,7 +126,9 @@ def main(argv: Sequence[str]) -> int:
         print(f"experiment_runner: merge: conflict: {line}", file=sys.stderr)
     older = sum(s.older for s in sources)
     unfinished = sum(1 for r in records if r.get("status") not in FINAL_STATUSES)
-    print(f"merged {len(records)} experiment(s) from {len(sources)} file(s) into {args.output} "
+    experiments = len({r.get("experiment_id") for r in records})
+    per = f" ({len(records)} process records)" if len(records) != experiments else ""
+    print(f"merged {experiments} experiment(s){per} from {len(sources)} file(s) into {args.output} "
           f"(run {records[0]['run_id'] if records else None}): {len(conflicts)} conflict(s)"
           + (f", {unfinished} without a final record (rerun them)" if unfinished else "")
           + (f"; {older} record(s) of earlier runs in the inputs left out" if older else ""))

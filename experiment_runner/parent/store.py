@@ -14,7 +14,6 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from experiment_runner.core.results import (
     FINAL_STATUSES,

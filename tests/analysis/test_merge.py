@@ -72,3 +72,15 @@ def test_unreadable_input_is_exit_3_and_writes_nothing(tmp_path: Path, capsys) -
     assert not out_path.exists()
     code, _, err = merge(capsys, str(a))
     assert code == 2 and "-o/--output" in err
+
+
+def test_every_process_of_an_experiment_survives_the_merge(tmp_path: Path, capsys) -> None:
+    """--processes N: N records of one experiment are N attempts, not retries of one."""
+    shard = [{**record("m1", timestamp=float(i)), "process": {"index": i, "count": 3}} for i in range(3)]
+    a = write(tmp_path / "a.jsonl", shard)
+    b = write(tmp_path / "b.jsonl", [{**record("m2", run_id="shard1"), "process": {"index": 0, "count": 3}}])
+    code, _, err = merge(capsys, str(a), str(b), "-o", str(tmp_path / "all.jsonl"))
+    assert code == 0 and "conflict" not in err
+    merged = read(tmp_path / "all.jsonl")
+    assert [(r["model"]["model_name"], r["process"]["index"]) for r in merged] == [("m1", 0), ("m1", 1), ("m1", 2),
+                                                                                  ("m2", 0)]
