@@ -38,7 +38,6 @@ _COLUMNS = {
     "experiment": "STRUCT(accelerator VARCHAR, xla VARCHAR, xla_flags VARCHAR, dynamo VARCHAR, "
                   "torch_xla2 VARCHAR, compile_options VARCHAR, test VARCHAR, \"precision\" VARCHAR, "
                   "batch_size BIGINT)",
-    "stats": "STRUCT(per_iter_time STRUCT(n BIGINT, median DOUBLE))",
     "metrics": f"STRUCT(per_iter_time DOUBLE[], error VARCHAR, {_STRUCT_FIGURES})",
     "measurements": f"STRUCT({_STRUCT_FIGURES})",
 }
@@ -51,21 +50,26 @@ WITH raw AS (
          experiment.dynamo AS dynamo, experiment.torch_xla2 AS torch_xla2,
          nullif(experiment.compile_options, 'default') AS compile_options, experiment.test AS test,
          experiment."precision" AS "precision", experiment.batch_size AS batch_size,
-         list_filter(metrics.per_iter_time, lambda v: isfinite(v)) AS samples,
-         stats.per_iter_time.n AS stats_n, stats.per_iter_time.median AS stats_median,
+         list_filter(metrics.per_iter_time, lambda v: isfinite(v)) AS all_samples,
+         -- a reference record without warm-up: its first, cold sample is the warm-up
+         run_id IS NULL AND coalesce(measurements.warmup_time, metrics.warmup_time) IS NULL AS first_is_warmup,
          metrics.error IS NOT NULL AS metrics_error,
          coalesce(measurements.compile_time_s, metrics.compile_time_s) AS recorded_compile,
-         coalesce(measurements.warmup_time, metrics.warmup_time)[1] AS first_warmup,
+         coalesce(measurements.warmup_time, metrics.warmup_time)[1] AS warmup_first,
          coalesce(measurements.peak_allocated_bytes, metrics.peak_allocated_bytes) AS peak_allocated,
          coalesce(measurements.timed_peak_rss_bytes, metrics.timed_peak_rss_bytes,
                   measurements.peak_rss_bytes, metrics.peak_rss_bytes) AS peak_rss
   FROM read_json($files, format='newline_delimited', columns=$columns, filename=true)
-), med AS (
-  SELECT *, CASE WHEN stats_n = len(samples) THEN stats_median ELSE list_median(samples) END AS median
+), timed AS (
+  SELECT *, CASE WHEN first_is_warmup THEN all_samples[2:] ELSE all_samples END AS samples,
+         coalesce(warmup_first, CASE WHEN first_is_warmup THEN all_samples[1] END) AS first_warmup
   FROM raw
+), med AS (
+  -- always from the samples: stored stats are never trusted
+  SELECT *, list_median(samples) AS median FROM timed
 )
 SELECT filename, run_id, experiment_id, timestamp,
-       coalesce(status, CASE WHEN len(samples) > 0 AND NOT metrics_error THEN 'ok' ELSE 'error' END) AS status,
+       coalesce(status, CASE WHEN len(all_samples) > 0 AND NOT metrics_error THEN 'ok' ELSE 'error' END) AS status,
        verification_code, suite, model, accelerator, xla, xla_flags, dynamo, torch_xla2, compile_options, test,
        "precision",
        batch_size, median,
