@@ -76,8 +76,8 @@ SELECT filename, run_id, experiment_id, timestamp,
        CASE WHEN recorded_compile IS NOT NULL AND isfinite(recorded_compile) THEN recorded_compile
             WHEN first_warmup IS NOT NULL AND median IS NOT NULL THEN greatest(first_warmup - median, 0.0)
        END AS compile_time_s,
-       -- the timed runs' peak, as report's memory ratio: not the lifetime RSS (imports, compilation)
-       coalesce(peak_allocated, timed_peak_rss)::DOUBLE AS peak_memory_bytes
+       -- the timed runs' peak where recorded (older records: the lifetime peak)
+       coalesce(peak_allocated, peak_rss)::DOUBLE AS peak_memory_bytes
 FROM med
 """
 STRING_FIELDS = ("run_id", "experiment_id", "status", "verification_code", "suite", "model", "accelerator",
@@ -172,7 +172,8 @@ def _python(path: Path) -> "pyarrow.Table":
     for name in STRING_FIELDS + ("timestamp", "compile_time_s", "batch_size"):
         data[name] = [getattr(row, name) for row in rows]
     data["median"] = [row.median_per_iter_time_s for row in rows]
-    data["peak_memory_bytes"] = [row.peak_allocated_bytes or row.timed_peak_rss_bytes for row in rows]
+    data["peak_memory_bytes"] = [row.peak_allocated_bytes or row.timed_peak_rss_bytes or row.peak_rss_bytes
+                                 for row in rows]
     return pa.Table.from_pydict(data, schema=_schema())
 
 
