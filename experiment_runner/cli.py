@@ -14,6 +14,7 @@ import argparse
 import math
 import os
 import re
+import signal
 import sys
 from dataclasses import fields
 from typing import NoReturn, Sequence
@@ -28,7 +29,7 @@ from experiment_runner.core.options import (
     SAVE_IR_FORMATS,
     RunOptions,
 )
-from experiment_runner.errors import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, fail
+from experiment_runner.errors import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_USAGE, UsageError, fail
 
 # Subcommand → the analysis module whose main(argv) runs it.
 SUBCOMMANDS = {"report": "experiment_runner.analysis.report", "compare": "experiment_runner.analysis.regress",
@@ -274,33 +275,43 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
     return RunOptions(**{f.name: values[f.name] for f in fields(RunOptions) if f.name in values})
 
 
+# Every numeric run flag (but the tiers, which the reference ignores when undefined) with its
+# range; each must also be finite (argparse takes "nan" and "inf" for a float flag, and nan
+# compares false with every bound).
+NUMERIC_FLAGS: dict[str, tuple[float, float, str]] = {
+    "repeat": (1, math.inf, "at least 1"),
+    "iterations_per_run": (1, math.inf, "at least 1"),
+    "min_sample_time": (0, 60, "in (0, 60] seconds"),
+    "threads": (1, math.inf, "at least 1"),
+    "noisy_host_share": (0, 1, "in [0, 1]"),
+    "processes": (1, math.inf, "at least 1"),
+    "warmup_iterations": (0, math.inf, "0 or more"),
+    "batch_size": (1, math.inf, "at least 1"),
+    "total_partitions": (1, math.inf, "at least 1"),
+    "partition_id": (0, math.inf, "0 or more"),
+    "verify_iterations": (1, math.inf, "at least 1"),
+    "tolerance": (0, math.inf, "a finite number, 0 or more"),
+    "subprocess_timeout": (0, math.inf, "a positive finite number of seconds"),
+    "max_parallel": (1, math.inf, "at least 1"),
+    "timestamp": (0, math.inf, "a finite number of seconds since the epoch"),
+    "profile_xla_duration_ms": (1, math.inf, "at least 1"),
+}
+# ... of which these exclude their lower bound: a zero timeout would kill every child at once.
+EXCLUSIVE_LOW = frozenset({"min_sample_time", "subprocess_timeout"})
+
+
 def validate(args: argparse.Namespace) -> None:
-    if args.repeat < 1:
-        raise UsageError("--repeat must be at least 1")
-    if args.iterations_per_run is not None and args.iterations_per_run < 1:
-        raise UsageError("--iterations-per-run must be at least 1")
-    if not math.isfinite(args.min_sample_time) or not 0 < args.min_sample_time <= 60:
-        raise UsageError("--min-sample-time must be in (0, 60] seconds")
-    if args.threads is not None and args.threads < 1:
-        raise UsageError("--threads must be at least 1")
-    if not math.isfinite(args.noisy_host_share) or not 0 <= args.noisy_host_share <= 1:
-        raise UsageError("--noisy-host-share must be in [0, 1]")
-    if args.processes < 1:
-        raise UsageError("--processes must be at least 1")
-    if args.warmup_iterations < 0:
-        raise UsageError("--warmup-iterations must not be negative")
-    if args.batch_size is not None and args.batch_size < 1:
-        raise UsageError("--batch-size must be at least 1")
-    if args.total_partitions < 1 or not 0 <= args.partition_id < args.total_partitions:
+    for name, (low, high, wanted) in NUMERIC_FLAGS.items():
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        too_low = value <= low if name in EXCLUSIVE_LOW else value < low
+        if not math.isfinite(value) or too_low or value > high:
+            raise UsageError(f"--{name.replace('_', '-')} must be {wanted}, got {value}")
+    if not args.partition_id < args.total_partitions:
         raise UsageError("--partition-id must be in [0, --total-partitions)")
-    if args.timestamp is not None and not math.isfinite(args.timestamp):
-        raise UsageError("--timestamp must be a finite number of seconds since the epoch")
-    if args.subprocess_timeout <= 0:
-        raise UsageError("--subprocess-timeout must be positive")
     if args.retry_failed and not args.resume:
         raise UsageError("--retry-failed retries within a resumed run; it cannot go with --no-resume")
-    if args.max_parallel < 1:
-        raise UsageError("--max-parallel must be at least 1")
     if args.gpu_ids is not None and not re.fullmatch(r"\d+(,\d+)*", args.gpu_ids.replace(" ", "")):
         raise UsageError(f"--gpu-ids must be comma-separated integers, got {args.gpu_ids!r}")
     for flags in args.xla_flags or []:
@@ -321,8 +332,6 @@ def validate(args: argparse.Namespace) -> None:
         if kind != "duration" or not path:
             raise UsageError("--shard-by must be round-robin or duration:PATH (an earlier results file), "
                              f"got {args.shard_by!r}")
-    if args.profile_xla_duration_ms <= 0:
-        raise UsageError("--profile-xla-duration-ms must be positive")
     pytorch_profiling = args.dump_pytorch_profiles or args.profile_cuda_cpu or args.profile_cuda_cpu_individual_ops
     if args.profile_xla and pytorch_profiling:
         raise UsageError("--profile-xla cannot go with the PyTorch profiler flags (--dump-pytorch-profiles, "
@@ -451,6 +460,18 @@ def run_command(argv: Sequence[str]) -> int:
     return run(args, options_from_args(args))
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP outside the run loop (which handles them itself, like Ctrl-C)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum: int, _frame: object) -> None:
+    raise Stopped(signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _dispatch(list(sys.argv[1:] if argv is None else argv))
@@ -466,11 +487,15 @@ def _dispatch(argv: list[str]) -> int:
         from importlib import import_module
 
         return import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop)
     try:
         return run_command(argv)
-    except KeyboardInterrupt:  # before the run loop takes over Ctrl-C: nothing was started yet
-        print("experiment_runner: interrupted before any experiment ran", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:  # outside the run loop: no experiment is running
+        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        print(f"experiment_runner: stopped by {signal.Signals(signum).name} while no experiment was running",
+              file=sys.stderr)
+        return 128 + signum
     except BrokenPipeError:
         raise
     except Exception:  # noqa: BLE001 - a bug of ours: keep the traceback, say so, exit 1

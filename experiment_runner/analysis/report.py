@@ -55,7 +55,7 @@ record without warmup_time has its first sample taken as the warm-up (warmup_est
 and its compile time estimated from it (~). With --processes N, a model's median is the
 median of its N per-process medians. Statistics are always recomputed from the samples,
 never read from `stats`.
-Corrupt or torn lines are skipped with a warning naming the line.
+Corrupt or torn lines are skipped; one warning per file says how many and where.
 Exit status: 0 done, 2 bad flags or no such run, 3 a file cannot be read."""
 
 BASELINE_KEYS: tuple[str, ...] = ("accelerator", "test", "precision") + CONFIG_FIELDS
@@ -232,17 +232,24 @@ def select_run(runs: Sequence[RunInfo], run_id: str | None) -> RunInfo:
 
 
 def read_rows(paths: Sequence[Path]) -> list[Row]:
-    """Final rows of every file; torn or corrupt lines become one warning line each on stderr."""
+    """Final rows of every file; torn or corrupt lines are summarized, one warning per file."""
     bad: dict[Path, list[BadLine]] = {}
     try:
         rows = load_rows(paths, bad)
     except ResultsFileError as exc:
         raise ReportError(str(exc), EXIT_RESULTS_IO) from None
     for path, lines in bad.items():
-        for line in lines:
-            print(f"warning: {path}:{line.lineno}: skipped a corrupt or torn line ({line.reason})",
-                  file=sys.stderr)
+        if lines:
+            print(f"warning: {path}: {corrupt_summary(lines)}", file=sys.stderr)
     return rows
+
+
+def corrupt_summary(lines: Sequence[BadLine], shown: int = 3) -> str:
+    """One line for any number of skipped lines: how many, the first few, and the first reason
+    (a garbage file has as many bad lines as lines)."""
+    where = ", ".join(str(line.lineno) for line in lines[:shown]) + (", ..." if len(lines) > shown else "")
+    return (f"skipped {len(lines)} corrupt or torn line(s) (line {where}; "
+            f"line {lines[0].lineno}: {lines[0].reason})")
 
 
 # ---- rendering ---------------------------------------------------------------------------

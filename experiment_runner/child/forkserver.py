@@ -47,6 +47,7 @@ def _run_child(request: dict[str, Any], close_fds: list[int]) -> None:
     code = 1
     try:
         os.setsid()
+        _die_with_parent()
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
@@ -89,6 +90,20 @@ def _run_child(request: dict[str, Any], close_fds: list[int]) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this child if the server dies: an experiment whose server is
+    gone has no one to report it, and the parent records it as killed with the server."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the server died before the prctl
+        os._exit(1)
 
 
 def serve(xla: bool = False) -> int:

@@ -14,7 +14,7 @@ import time
 import traceback
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from benchmark_models import ModelSkipped
 from experiment_runner.child.cpu_launch import RUN_CPU_ENV, reexec_under_run_cpu, set_threads, wants_run_cpu
@@ -28,7 +28,7 @@ from experiment_runner.child.harness import (
 from experiment_runner.child.instrument.pipeline import Instrumentation
 from experiment_runner.child.plugins import import_plugins
 from experiment_runner.core.environment import describe_environment
-from experiment_runner.core.protocol import Task, write_result
+from experiment_runner.core.protocol import Task, publish_result
 
 TRACEBACK_TAIL_LINES = 15
 
@@ -41,8 +41,12 @@ def error_block(exc: BaseException) -> dict[str, Any]:
     return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback_tail": traceback_tail(exc)}
 
 
-def run_task(task: Task) -> dict[str, Any]:
-    """Run one experiment in this process and return the worker's result (never raises)."""
+def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run one experiment in this process and return the worker's result (never raises).
+
+    With --verify, `on_timed` gets the result as it stands once timing and instrumentation
+    are done, before the verification runs (which may kill the process).
+    """
     started = time.perf_counter()
     config = task.experiment.config
     result: dict[str, Any] = {
@@ -100,6 +104,11 @@ def run_task(task: Task) -> dict[str, Any]:
         if task.options.verify:
             from verifier import verify_experiment
 
+            if on_timed is not None:
+                on_timed({**result, "verification_code": "VERIFIER_DIDNT_RUN",
+                          "artifacts": {**result["artifacts"], **device.artifacts()},
+                          "timings": dict(result["timings"])})
+
             t0 = time.perf_counter()
             verification = verify_experiment(harness)
             result["verification_code"] = verification["code"]
@@ -133,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     # The log's first line says whose it is: logs get copied around, and --print-subprocess
     # interleaves them with the parent's progress lines.
     print(f"experiment_runner worker: {task.experiment.experiment_id}", flush=True)
-    result = run_task(task)
-    write_result(task.result_path, result)
+    result = run_task(task, on_timed=lambda interim: publish_result(task, interim, final=False))
+    publish_result(task, result)
     return 0 if result["status"] in ("ok", "skipped") else 1
 
 

@@ -5,13 +5,20 @@ The parent writes a `Task` as JSON into the experiment's folder and starts
 beside it (atomically: temporary file, then rename) and exits. The parent never parses
 the child's stdout; a child that dies before writing its result is classified from its
 exit status and log instead.
+
+Every launch is an attempt with its own id. The folder's result files are removed before
+the launch and every result carries the attempt id, which the parent checks, so a retry
+that dies without a result can never be recorded with an earlier attempt's result.
+With --verify the worker also publishes an interim result (`final: false`) right after
+timing, so that a death during verification keeps the timings.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+import secrets
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +31,21 @@ class Task:
     experiment: Experiment
     options: RunOptions
     artifacts_dir: str  # absolute; the worker writes artifacts and result.json here
+    attempt_id: str = field(default_factory=lambda: secrets.token_hex(8))
 
     @property
     def result_path(self) -> Path:
         return Path(self.artifacts_dir) / "result.json"
+
+    @property
+    def interim_path(self) -> Path:
+        return Path(self.artifacts_dir) / "result.interim.json"
+
+    def clear_results(self) -> None:
+        """Remove every result file an earlier attempt may have left in the folder."""
+        for path in (self.result_path, self.interim_path):
+            for stale in (path, path.with_suffix(".tmp")):
+                stale.unlink(missing_ok=True)
 
     @property
     def task_path(self) -> Path:
@@ -35,12 +53,12 @@ class Task:
 
     def to_dict(self) -> dict:
         return {"experiment": self.experiment.to_dict(), "options": asdict(self.options),
-                "artifacts_dir": self.artifacts_dir}
+                "artifacts_dir": self.artifacts_dir, "attempt_id": self.attempt_id}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Task":
         return cls(Experiment.from_dict(data["experiment"]), RunOptions.from_dict(data["options"]),
-                   data["artifacts_dir"])
+                   data["artifacts_dir"], data["attempt_id"])
 
     def write(self) -> Path:
         path = self.task_path
@@ -54,10 +72,16 @@ class Task:
 
 
 def write_result(path: Path, result: dict[str, Any]) -> None:
-    """Atomically publish the worker's result: the parent sees all of it or none."""
+    """Atomically publish a result file: the parent sees all of it or none."""
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, default=str))
     os.replace(tmp, path)
+
+
+def publish_result(task: Task, result: dict[str, Any], final: bool = True) -> None:
+    """The worker's result for this attempt: the interim one after timing, the final one at the end."""
+    stamped = {**result, "attempt_id": task.attempt_id, "final": final}
+    write_result(task.result_path if final else task.interim_path, stamped)
 
 
 def read_result(path: Path) -> dict[str, Any] | None:
@@ -65,3 +89,15 @@ def read_result(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def read_attempt_result(task: Task) -> dict[str, Any] | None:
+    """The newest result written by this attempt (final, else interim), or None.
+
+    A result file with another attempt's id is ignored: it describes another attempt.
+    """
+    for path in (task.result_path, task.interim_path):
+        result = read_result(path)
+        if isinstance(result, dict) and result.get("attempt_id") == task.attempt_id:
+            return result
+    return None

@@ -60,6 +60,12 @@ class ChildOutcome:
     # Set by a remote executor that lost the child with its node: error.reason, and what the engine said.
     lost_reason: str | None = None
     lost_detail: str = ""
+    # Kernel OOM kills counted while the child ran (see core.processes.oom_kill_count) and
+    # where they were counted; None when this host does not say.
+    oom_kills: int | None = None
+    oom_counter: str | None = None
+    # Why the outcome is not the child's own (e.g. its fork server died); None when it is.
+    launcher_note: str | None = None
 
 
 def classify_death(outcome: ChildOutcome, timeout_s: float | None) -> tuple[str, dict[str, Any]]:
@@ -73,20 +79,28 @@ def classify_death(outcome: ChildOutcome, timeout_s: float | None) -> tuple[str,
         error.update(type="Lost", reason=outcome.lost_reason, message=outcome.lost_detail)
         return ("oom" if any(marker in outcome.lost_detail for marker in _OOM_MARKERS) else "crashed"), error
     if outcome.interrupted:
-        error.update(type="Interrupted", message="interrupted by the user (SIGINT); the child was killed")
+        error.update(type="Interrupted", message="the run was interrupted (SIGINT, SIGTERM or SIGHUP); "
+                                                 "the child was killed")
         return "interrupted", error
     if outcome.timed_out:
         error.update(type="Timeout", message=f"no result within --subprocess-timeout={timeout_s}s; "
                                              "the child's process group was killed")
         return "timeout", error
-    if rc == -signal.SIGKILL:
-        error.update(type="Killed", message="killed by SIGKILL from outside the runner, "
-                                            "most likely the kernel's out-of-memory killer")
+    if rc == -signal.SIGKILL and outcome.oom_kills:
+        error.update(type="OutOfMemory", message=f"killed by SIGKILL while the kernel counted {outcome.oom_kills} "
+                                                 f"out-of-memory kill(s) ({outcome.oom_counter})")
         return "oom", error
     if any(marker in outcome.log_tail for marker in _OOM_MARKERS):
-        error.update(type="OutOfMemory", message="the child died out of memory")
+        error.update(type="OutOfMemory", message="the child died out of memory (its log says so)")
         return "oom", error
-    if rc is not None and rc < 0:
+    if rc == -signal.SIGKILL:
+        unknown = " (this host exposes no OOM-kill counter)" if outcome.oom_kills is None else \
+            f" (no out-of-memory kill counted in {outcome.oom_counter})"
+        error.update(type="Killed", message="killed by SIGKILL, not by the runner" + unknown)
+        return "crashed", error
+    if rc is None and outcome.launcher_note:
+        error.update(type="LauncherDied", message=outcome.launcher_note)
+    elif rc is not None and rc < 0:
         error.update(type="Signal", message=f"the child died from signal {error['signal']}")
     else:
         error.update(type="Exit", message=f"the child exited with status {rc} without a result")
@@ -121,6 +135,16 @@ def reference_error(status: str, error: dict[str, Any] | None) -> str | None:
     return f"{head}\n{tail}" if tail else head
 
 
+def usable_result(outcome: ChildOutcome | None) -> dict[str, Any] | None:
+    """The child's result if it may describe this outcome: none for an interrupted child,
+    only an interim one (timings published before verification) for a timed-out child."""
+    if outcome is None or outcome.result is None or outcome.interrupted:
+        return None
+    if outcome.timed_out and outcome.result.get("final", True):
+        return None
+    return outcome.result
+
+
 @dataclass
 class RecordContext:
     """Run-wide fields every record carries; `timestamp` is the run's, one for all its records."""
@@ -144,9 +168,18 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
     aggregate the processes of one (run_id, experiment_id).
     """
     config = exp.config
-    result = outcome.result if outcome is not None else None
+    result = usable_result(outcome)
+    verification = result.get("verification") if result is not None else None
     if skip_reason is not None:
         status, error = "skipped", {"type": "Skipped", "message": skip_reason}
+    elif result is not None and not result.get("final", True):
+        # The timed runs finished and were published; the child died verifying them.
+        assert outcome is not None
+        death_status, death = classify_death(outcome, timeout_s)
+        status, error = result["status"], {**death, "phase": "verification"}
+        verification = {"code": "VERIFIER_DIDNT_RUN", "method": None, "tolerance": None,
+                        "details": {"reason": f"the child died during verification ({death_status}): "
+                                              f"{death['message']}"}}
     elif result is not None:
         status, error = result["status"], result.get("error")
         if error is not None:
@@ -204,7 +237,7 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
         "status": status,
         "error": error,
         "verification_code": code,
-        "verification": result.get("verification"),
+        "verification": verification,
         "artifacts": {
             **({"dir": relative(artifacts_dir), "log": relative(artifacts_dir / "child.log")}
                if relative is not None and outcome is not None else {}),

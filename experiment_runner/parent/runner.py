@@ -3,6 +3,10 @@
 Where experiments execute is the executor's business (parent/executors: this host, or a
 Ray cluster); records arrive here as they finish and are written only by the main thread
 of this process, one whole line each.
+
+SIGINT, SIGTERM and SIGHUP all stop a run the same way (`timeout`, Slurm, Kubernetes and
+systemd stop jobs with SIGTERM; a closed terminal sends SIGHUP): the running experiments
+are killed, each gets an `interrupted` record, and the run returns which signal stopped it.
 """
 
 from __future__ import annotations
@@ -21,10 +25,18 @@ from experiment_runner.parent.executors import Executor, Job
 from experiment_runner.parent.store import append_record
 
 
+# The signals that stop a run as Ctrl-C does.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @dataclass
 class RunOutcome:
     records: list[dict[str, Any]] = field(default_factory=list)
-    interrupted: bool = False
+    stopped_by: int | None = None  # the signal that stopped the run, if one did
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped_by is not None
 
 
 def describe(record: dict[str, Any]) -> str:
@@ -59,7 +71,7 @@ class Runner:
         `done` holds the (experiment_id, process index) pairs already recorded. Once a
         process of an experiment fails (in an earlier round, or in `failed` from the run
         being resumed) its later processes are not started: they would fail alike, a
-        timeout each time. Ctrl-C or SIGTERM ends the running experiments, records them as
+        timeout each time. SIGINT, SIGTERM or SIGHUP end the running experiments, records them as
         interrupted and returns; a failed write of a record raises ResultsFileError."""
         from tqdm import tqdm
 
@@ -67,11 +79,14 @@ class Runner:
         failed = set(failed)
         outcome = RunOutcome()
         job = Job(self.ctx, self.timeout_s, source)
+        stopped_by: list[int] = []
+
+        def stop(signum: int, _frame: Any) -> None:
+            stopped_by.append(signum)
+            self.executor.interrupt()
+
         on_main_thread = threading.current_thread() is threading.main_thread()
-        previous = {}
-        if on_main_thread:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, lambda *_: self.executor.interrupt())
+        previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS} if on_main_thread else {}
         bar = tqdm(total=len(todo), disable=not self.progress_bar, unit="exp", dynamic_ncols=True,
                    file=sys.stderr)
         echo = tqdm.write if self.progress_bar else self.echo
@@ -90,7 +105,8 @@ class Runner:
                         failed.add(planned.experiment.experiment_id)
                     bar.update(1)
                     echo(f"[{len(outcome.records)}/{total}] {self._label(planned, record)}: {describe(record)}")
-            outcome.interrupted = self.executor.interrupt_requested
+            if self.executor.interrupt_requested:
+                outcome.stopped_by = stopped_by[0] if stopped_by else signal.SIGINT
         finally:
             bar.close()
             for sig, handler in previous.items():

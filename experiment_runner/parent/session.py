@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -22,7 +23,6 @@ from experiment_runner.core.record import RecordContext
 from experiment_runner.core.results import ResultsFileError
 from experiment_runner.core.shards import balanced_shards, read_durations
 from experiment_runner.errors import (
-    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_RESULTS_IO,
     EXIT_USAGE,
@@ -32,8 +32,9 @@ from experiment_runner.errors import (
 from experiment_runner.parent.executors import ExecutorOptions, create
 from experiment_runner.parent.host import ProbeError, probe_capabilities, torch_xla_importable
 from experiment_runner.parent.launch.forkserver import prestart
+from experiment_runner.parent.launch.reaper import start_reaper, stop_reaper
 from experiment_runner.parent.runner import Runner
-from experiment_runner.parent.store import new_run_id, resume_state
+from experiment_runner.parent.store import RunLocked, lock_run, new_run_id, resume_state
 from experiment_runner.parent.suites import CatalogError, SuiteCatalog, suite_catalog
 from experiment_runner.parent.summary import render_summary
 
@@ -115,6 +116,8 @@ def run(args: argparse.Namespace, options: RunOptions) -> int:
     """Plan the matrix the validated flags ask for, then run it (or print it with --dry-run)."""
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), format="experiment_runner: %(message)s",
                         stream=sys.stderr, force=True)
+    # A file-size limit must fail a write with EFBIG (exit 3, one line), not kill the runner.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         if args.executor == "local" and args.launcher == "forkserver" and not args.dry_run:
             # Their imports overlap with ours: probing, planning, resuming. The XLA server is
@@ -183,6 +186,36 @@ def run(args: argparse.Namespace, options: RunOptions) -> int:
 
 def execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, results_path: Path, run_id: str,
             done: set[tuple[str, int]], source: str, timestamp: float, failed: set[str] = frozenset()) -> int:
+    """Take the run's lock, start its reaper, run it; the lock and the reaper end with it."""
+    output_dir = Path(args.output_dirname)
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        with open(results_path, "ab"):
+            pass
+        run_lock = lock_run(output_dir / "runs" / run_id)
+    except RunLocked as exc:
+        fail(str(exc), EXIT_USAGE)
+    except OSError as exc:
+        fail(f"cannot write {exc.filename or results_path}: {exc.strerror or exc}", EXIT_RESULTS_IO)
+    if args.resume:  # a runner that held the lock before us may have finished some more
+        try:
+            state = resume_state(results_path, args.retry_failed, args.timestamp)
+        except ResultsFileError as exc:
+            fail(str(exc), EXIT_RESULTS_IO)
+        if state.run_id == run_id:
+            planned_ids = {p.experiment.experiment_id for p in plan.planned}
+            done = {(eid, index) for eid, index in state.done if eid in planned_ids}
+            failed = state.failed & planned_ids
+    start_reaper()
+    try:
+        return _execute(args, options, plan, results_path, run_id, done, source, timestamp, failed)
+    finally:
+        stop_reaper()
+        os.close(run_lock)
+
+
+def _execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, results_path: Path, run_id: str,
+             done: set[tuple[str, int]], source: str, timestamp: float, failed: set[str]) -> int:
     output_dir = Path(args.output_dirname)
     try:
         executor = create(ExecutorOptions(
@@ -192,18 +225,16 @@ def execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, re
             ray_address=args.ray_address, allow_mixed_versions=args.allow_mixed_versions))
     except UsageError as exc:
         fail(str(exc), EXIT_USAGE)
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        fail(f"cannot write {exc.filename}: {exc.strerror or exc}", EXIT_RESULTS_IO)
     try:
         todo = matrix.rounds(plan.planned, args.processes, done, failed)
         executor.prepare(todo)
-        output_dir.mkdir(parents=True, exist_ok=True)
-        with open(results_path, "ab"):
-            pass
     except UsageError as exc:
         executor.close()
         fail(str(exc), EXIT_USAGE)
-    except OSError as exc:
-        executor.close()
-        fail(f"cannot write results file {results_path}: {exc.strerror or exc}", EXIT_RESULTS_IO)
 
     ctx = RecordContext(run_id=run_id, options=options, output_dir=output_dir,
                         host_environment=describe_environment(),
@@ -214,10 +245,14 @@ def execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, re
         f"experiment process(es) ({args.processes} fresh processes per experiment, in rounds)"
     logger.info(f"run {run_id}: {len(todo)} {what} to run, {len(done)} already done; records go to {results_path}")
     try:
-        outcome = runner.run(plan, done, source, failed)
-    except ResultsFileError as exc:
-        fail(str(exc), EXIT_RESULTS_IO)
-    finally:
-        executor.close()
+        try:
+            outcome = runner.run(plan, done, source, failed)
+        finally:
+            executor.close()
+    except OSError as exc:  # ResultsFileError, or an experiment's folder, task or log file
+        if not isinstance(exc, ResultsFileError) and exc.filename is None:
+            raise
+        fail(str(exc) if isinstance(exc, ResultsFileError) else f"cannot write {exc.filename}: {exc.strerror or exc}",
+             EXIT_RESULTS_IO)
     print(render_summary(outcome.records, results_path, run_id, outcome.interrupted))
-    return EXIT_INTERRUPTED if outcome.interrupted else EXIT_OK
+    return 128 + outcome.stopped_by if outcome.stopped_by is not None else EXIT_OK

@@ -4,6 +4,10 @@ a resumed run (the default) finds already done.
 The parent is the only writer. Each record is one JSON line written with a single
 `os.write` under an advisory `flock`, then fsync'd, so concurrent runners never
 interleave and a crash leaves at most one torn last line, which readers skip.
+
+One runner per run: `lock_run` holds an exclusive lock on the run's folder for the whole
+run, so a second runner resuming the same run stops instead of running every remaining
+experiment a second time.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import fcntl
 import os
 import secrets
+import socket
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +55,8 @@ def append_record(path: Path, record: dict) -> None:
                     raise ResultsFileError(f"short write to {path}: {written} of {len(line)} bytes")
                 os.fsync(fd)
             except OSError:
-                os.ftruncate(fd, size)  # leave no partial line behind a failed write
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.ftruncate(fd, size)  # leave no partial line behind a failed write
                 raise
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -59,6 +66,38 @@ def append_record(path: Path, record: dict) -> None:
         raise ResultsFileError(f"cannot write results file {path}: {exc.strerror or exc}") from exc
     finally:
         os.close(fd)
+
+
+class RunLocked(Exception):
+    """Another runner holds the run; the message names it."""
+
+
+def lock_run(run_dir: Path) -> int:
+    """Take the run's exclusive lock (held until this process exits or closes the returned fd).
+
+    The lock file says who holds it (pid and host), for the message a second runner prints.
+    OSError when the folder cannot be written; RunLocked when another runner holds it.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "runner.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "an unknown process"
+        os.close(fd)
+        raise RunLocked(f"run {run_dir.name} is being run by {holder} (lock {path}); "
+                        "wait for it to finish, or start a new run with --no-resume") from None
+    except OSError:
+        os.close(fd)
+        raise
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode(), 0)
+    except OSError as exc:
+        os.close(fd)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+    return fd
 
 
 @dataclass

@@ -120,7 +120,23 @@ def test_torn_last_line_is_skipped_with_a_warning(tmp_path: Path, capsys: pytest
         handle.write('{"schema_version": 1, "run_id": "20250103T000000Z-cccccc", "metrics": {"per_it')
     code, out, err = run(capsys, torn)
     assert code == 0
-    assert f"{torn}:{lines + 1}: skipped a corrupt or torn line" in err
+    assert f"{torn}: skipped 1 corrupt or torn line(s) (line {lines + 1};" in err
+    assert out == (GOLDEN / "report.txt").read_text()
+
+
+def test_many_corrupt_lines_are_one_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file full of garbage must not print a warning per line (200,000 lines of stderr)."""
+    garbage = tmp_path / "results.jsonl"
+    shutil.copy(RESULTS, garbage)
+    lines = RESULTS.read_text().count("\n")
+    with open(garbage, "a") as handle:
+        handle.write("not json\n" * 5000)
+    code, out, err = run(capsys, garbage)
+    assert code == 0
+    warnings = [line for line in err.splitlines() if "corrupt" in line]
+    assert len(warnings) == 1
+    assert warnings[0].startswith(f"warning: {garbage}: skipped 5000 corrupt or torn line(s) "
+                                  f"(line {lines + 1}, {lines + 2}, {lines + 3}, ...; line {lines + 1}: ")
     assert out == (GOLDEN / "report.txt").read_text()
 
 

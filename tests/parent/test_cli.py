@@ -40,6 +40,15 @@ def test_dry_run_prints_the_plan_and_never_imports_torch_in_the_parent(env, tmp_
     assert not (tmp_path / "results.jsonl").exists()
 
 
+def test_every_numeric_flag_is_validated():
+    """A new numeric flag must join cli.NUMERIC_FLAGS (and the cases above)."""
+    from experiment_runner.cli import NUMERIC_FLAGS, build_parser
+
+    numeric = {action.dest for action in build_parser()._actions
+               if action.type in (int, float) and not action.dest.endswith("_by_tier")}
+    assert numeric == set(NUMERIC_FLAGS)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--suite-name=nope"], "unknown suite 'nope'"),
     (["--suite-name=dummy", "--filter=("], "invalid regex for --filter: '('"),
@@ -57,6 +66,23 @@ def test_dry_run_prints_the_plan_and_never_imports_torch_in_the_parent(env, tmp_
     (["--suite-name=dummy", "--compile-options=fast"], "invalid choice: 'fast'"),
     (["--suite-name=dummy", "--compile-scope=graph"], "invalid choice: 'graph'"),
     (["--suite-name=dummy", "--cpu-launcher=numactl"], "invalid choice: 'numactl'"),
+    # Every numeric flag: finite and in range (nan passes every comparison, inf every lower bound).
+    (["--suite-name=dummy", "--subprocess-timeout=nan"], "--subprocess-timeout must be a positive finite"),
+    (["--suite-name=dummy", "--subprocess-timeout=inf"], "--subprocess-timeout must be a positive finite"),
+    (["--suite-name=dummy", "--subprocess-timeout=0"], "--subprocess-timeout must be a positive finite"),
+    (["--suite-name=dummy", "--tolerance=nan"], "--tolerance must be a finite number, 0 or more"),
+    (["--suite-name=dummy", "--tolerance=-1"], "--tolerance must be a finite number, 0 or more"),
+    (["--suite-name=dummy", "--tolerance=inf"], "--tolerance must be a finite number, 0 or more"),
+    (["--suite-name=dummy", "--verify-iterations=0"], "--verify-iterations must be at least 1"),
+    (["--suite-name=dummy", "--warmup-iterations=-1"], "--warmup-iterations must be 0 or more"),
+    (["--suite-name=dummy", "--batch-size=0"], "--batch-size must be at least 1"),
+    (["--suite-name=dummy", "--total-partitions=0"], "--total-partitions must be at least 1"),
+    (["--suite-name=dummy", "--partition-id=-1"], "--partition-id must be 0 or more"),
+    (["--suite-name=dummy", "--max-parallel=0"], "--max-parallel must be at least 1"),
+    (["--suite-name=dummy", "--timestamp=nan"], "--timestamp must be a finite number of seconds since the epoch"),
+    (["--suite-name=dummy", "--profile-xla-duration-ms=0"], "--profile-xla-duration-ms must be at least 1"),
+    (["--suite-name=dummy", "--noisy-host-share=nan"], "--noisy-host-share must be in [0, 1]"),
+    (["--suite-name=dummy", "--threads=-2"], "--threads must be at least 1"),
 ])
 def test_bad_input_is_one_line_exit_2_and_leaves_results_untouched(env, tmp_path, args, message):
     results = tmp_path / "results.jsonl"

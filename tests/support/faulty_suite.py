@@ -22,6 +22,8 @@ from benchmark_models.base import LoadRequest, ModelNotFound, Suite
 from benchmark_models.model import BenchmarkModel
 
 TRACE_DIR_ENV = "FAULTY_TRACE_DIR"
+# Where models that behave differently on a retry count their attempts.
+STATE_DIR_ENV = "FAULTY_STATE_DIR"
 # A grandchild that survives SIGTERM: only a SIGKILL to the whole group ends it.
 _STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
 
@@ -62,6 +64,46 @@ def _raise(_: Any) -> Any:
     raise ValueError("injected failure in the middle of a run")
 
 
+def _attempt(name: str) -> int:
+    """1 on a model's first attempt in this test, 2 on its second, ..."""
+    path = os.path.join(os.environ[STATE_DIR_ENV], f"{name}.attempts")
+    with open(path, "a+") as handle:
+        handle.write("x")
+        handle.seek(0)
+        return len(handle.read())
+
+
+def _in_fp64(fault: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Behave normally, except in the verifier's float64 reference run."""
+    import torch
+
+    def forward(output: Any) -> Any:
+        if output.dtype == torch.float64:
+            fault(output)
+        return output
+    return forward
+
+
+def _sleep_forever(_: Any) -> Any:
+    while True:
+        time.sleep(1)
+
+
+def _escape_and_hang(_: Any) -> Any:
+    """A descendant that leaves the experiment's process group (setsid), then a hang."""
+    subprocess.Popen([sys.executable, "-c", _STUBBORN], start_new_session=True)
+    _sleep_forever(None)
+
+
+def _kill_fork_server(_: Any) -> Any:
+    """Kill the fork server this child was forked from (refuses under any other parent)."""
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as handle:
+        if b"experiment_runner.child.forkserver" not in handle.read():
+            raise RuntimeError("kill_server needs --launcher=forkserver")
+    os.kill(os.getppid(), signal.SIGKILL)
+    _sleep_forever(None)
+
+
 def _hang(_: Any) -> Any:
     subprocess.Popen([sys.executable, "-c", _STUBBORN])
     while True:
@@ -73,11 +115,16 @@ class FaultySuite(Suite):
     source = "builtin"
 
     FAULTS = ("big_output", "exit3", "grandchild", "hang", "oom", "raise_load", "raise_run", "segfault")
+    # escape_hang: a hang whose descendant left the process group; sigkill: killed from
+    # outside, no OOM; verify_*: die in the float64 verification run, after timing;
+    # retry_*: the first attempt fails one way (raises; hangs verifying), every retry segfaults.
+    MORE_FAULTS = ("kill_server", "retry_raise", "retry_hang_verify", "escape_hang", "sigkill",
+                   "verify_segfault", "verify_hang")
     QUICK = tuple(f"quick_{i:02d}" for i in range(20))
     NAPS = tuple(f"nap_{i:02d}" for i in range(8))
 
     def model_names(self) -> list[str]:
-        return sorted(self.FAULTS + self.QUICK + self.NAPS)
+        return sorted(self.FAULTS + self.MORE_FAULTS + self.QUICK + self.NAPS)
 
     def load(self, request: LoadRequest) -> BenchmarkModel:
         name = request.model_name
@@ -98,8 +145,14 @@ class FaultySuite(Suite):
         if name == "grandchild":
             subprocess.Popen([sys.executable, "-c", _STUBBORN])
             return _tiny(request)
+        if name.startswith("retry_"):
+            if _attempt(name) > 1:
+                _segfault(None)
+            return _tiny(request, _raise if name == "retry_raise" else _in_fp64(_sleep_forever))
         forwards = {"raise_run": _raise, "segfault": _segfault, "exit3": _exit3, "oom": _exhaust_memory,
-                    "hang": _hang}
+                    "hang": _hang, "escape_hang": _escape_and_hang, "kill_server": _kill_fork_server,
+                    "sigkill": lambda _: os.kill(os.getpid(), signal.SIGKILL),
+                    "verify_segfault": _in_fp64(_segfault), "verify_hang": _in_fp64(_sleep_forever)}
         if name not in forwards:
             raise ModelNotFound(name)
         return _tiny(request, forwards[name])

@@ -2,7 +2,8 @@
 
 Experiments may run side by side (--max-parallel): one per GPU, each child pinned with
 CUDA_VISIBLE_DEVICES. CPU experiments run alone unless asked otherwise, because two CPU
-benchmarks on one host slow each other down.
+benchmarks on one host slow each other down. A failure to write an experiment's folder,
+task or log file raises ResultsFileError naming the path and the OS error (exit 3).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Iterator, Sequence
 
 from experiment_runner.core.matrix import Planned
 from experiment_runner.core.protocol import Task
+from experiment_runner.core.results import ResultsFileError
 from experiment_runner.parent.executors.base import Job
 from experiment_runner.parent.launch.subprocess import SubprocessLauncher
 
@@ -57,9 +59,16 @@ class LocalExecutor:
         if planned.skip_reason is not None:
             return job.skipped(planned)
         artifacts_dir = job.artifacts_dir(planned)
-        artifacts_dir.mkdir(parents=True, exist_ok=True)
-        task = Task(planned.experiment, job.ctx.options, str(artifacts_dir.resolve()))
-        outcome = self.launcher.launch(task, artifacts_dir / "child.log", extra_env)
+        exp = planned.experiment
+        try:
+            artifacts_dir.mkdir(parents=True, exist_ok=True)
+            task = Task(exp, job.ctx.options, str(artifacts_dir.resolve()))
+            outcome = self.launcher.launch(task, artifacts_dir / "child.log", extra_env)
+        except OSError as exc:  # the output side: the experiment's folder, task or log file
+            if exc.filename is None:
+                raise
+            raise ResultsFileError(f"cannot write {exc.filename}: {exc.strerror or exc} "
+                                   f"(the folder of {exp.model_name} {exp.config.label()})") from exc
         return job.record(planned, outcome)
 
     def schedule(self, todo: Sequence[Planned], job: Job) -> Iterator[tuple[Planned, dict[str, Any]]]:

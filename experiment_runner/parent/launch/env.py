@@ -7,8 +7,10 @@ import shutil
 from pathlib import Path
 
 from experiment_runner.core.environment import PJRT_DEVICE
+from experiment_runner.core.processes import ATTEMPT_TOKEN_ENV, RUN_TOKEN_ENV
 from experiment_runner.core.protocol import Task
 from experiment_runner.core.xla_dumps import artifact_environment
+from experiment_runner.parent.launch.reaper import RUN_TOKEN
 
 # Variables a parent shell may carry that would silently change an experiment.
 INHERITED_XLA_VARS = ("XLA_FLAGS", "PJRT_DEVICE", "XLA_USE_BF16", "XLA_USE_FP16", "XLA_DOWNCAST_BF16",
@@ -20,7 +22,9 @@ def child_environment(task: Task, base: dict[str, str] | None = None,
     """The experiment's environment: inherited XLA settings cleaned, then set per experiment.
 
     Compiler caches and temporary files go to the experiment's own scratch folder, so
-    every experiment compiles cold and leaves nothing behind in the user's home.
+    every experiment compiles cold and leaves nothing behind in the user's home. The run's
+    and the attempt's tokens let the runner and its reaper find every process the
+    experiment started (core.processes).
     """
     env = dict(os.environ if base is None else base)
     for name in INHERITED_XLA_VARS:
@@ -33,6 +37,8 @@ def child_environment(task: Task, base: dict[str, str] | None = None,
         "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"),
         "TRITON_CACHE_DIR": str(scratch / "triton"),
         "TMPDIR": str(scratch / "tmp"),
+        RUN_TOKEN_ENV: RUN_TOKEN,
+        ATTEMPT_TOKEN_ENV: task.attempt_id,
     })
     if config.xla_flags:
         env["XLA_FLAGS"] = config.xla_flags  # every experiment that has them, as in the reference

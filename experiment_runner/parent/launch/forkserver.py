@@ -16,9 +16,16 @@ Protocol (JSON lines): the parent writes `{"id", "task", "log", "env", "cwd"}` t
 server's stdin; the server answers `{"ready": pid}` once at start, then `{"id", "pid"}`
 when a child is forked and `{"id", "status"}` (the raw wait status) when it is reaped.
 The parent keeps enforcing timeouts (killpg on the child's pid, which is also its
-process group) and keeps writing every record. When the parent goes away (EOF on stdin)
-the server kills every child's process group and exits, so a killed runner leaves no
-experiment behind. The server itself is `experiment_runner.child.forkserver`.
+process group, plus its descendants: core.processes.kill_experiment) and keeps writing
+every record. When the parent goes away (EOF on stdin) the server kills every child's
+process group and exits, and the run's reaper kills whatever is left, so a killed runner
+leaves no experiment behind. The server itself is `experiment_runner.child.forkserver`.
+
+If a server dies, the experiments it was running die with it (their parent-death signal);
+their records say so (error.type LauncherDied), one warning is printed, and the next
+experiment of its kind starts a new server. After MAX_SERVER_DEATHS deaths in a run,
+experiments run as plain subprocesses, and their records say `placement.launcher:
+subprocess`.
 """
 
 from __future__ import annotations
@@ -35,13 +42,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from experiment_runner.core.logs import read_log_tail
-from experiment_runner.core.processes import group_alive, signal_group
-from experiment_runner.core.protocol import Task, read_result
+from experiment_runner.core.processes import RUN_TOKEN_ENV, kill_experiment, oom_kill_count, signal_group
+from experiment_runner.core.protocol import Task
 from experiment_runner.core.record import ChildOutcome
 from experiment_runner.parent.launch.env import INHERITED_XLA_VARS
+from experiment_runner.parent.launch.reaper import RUN_TOKEN
 from experiment_runner.parent.launch.subprocess import (
     KILL_GRACE_S,
     SubprocessLauncher,
@@ -50,6 +57,8 @@ from experiment_runner.parent.launch.subprocess import (
 
 # How long the parent waits for a server to import torch before falling back.
 SERVER_START_TIMEOUT_S = 300.0
+# After this many server deaths in one run, experiments run as plain subprocesses.
+MAX_SERVER_DEATHS = 3
 # Environment variables that torch, torch_xla, their compilers or native libraries may read
 # once, at import or library load, i.e. in the server rather than in the forked child.
 IMPORT_TIME_PREFIXES = ("TORCH", "PYTORCH", "TRITON", "OMP_", "MKL_", "KMP_", "GOMP_", "LD_", "PYTHON",
@@ -117,12 +126,13 @@ class Server:
     """One started fork server: its process, the replies it sends, the requests in flight."""
 
     def __init__(self, kind: ServerKind) -> None:
-        """Start it; it dies with this process (PR_SET_PDEATHSIG), even mid-import."""
+        """Start it; it dies with this process (PR_SET_PDEATHSIG), even mid-import. It carries
+        the run's token, so the run's reaper finds it and its children too."""
         self.kind = kind
         self.stderr = tempfile.TemporaryFile()  # copied into the run's folder once that is known
         self.process = subprocess.Popen(
             [sys.executable, "-m", "experiment_runner.child.forkserver", *(["--xla"] if kind.xla else [])],
-            env=server_environment(kind), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+            env={**server_environment(kind), RUN_TOKEN_ENV: RUN_TOKEN}, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
             start_new_session=True, close_fds=True, preexec_fn=_parent_death_signal(signal.SIGTERM),
         )
         self.ready = threading.Event()
@@ -161,7 +171,20 @@ class Server:
             except (BrokenPipeError, OSError) as exc:
                 self._pending.pop(request_id, None)
                 raise ServerGone(f"the fork server is gone: {exc}") from exc
+            if self.gone:  # its reader may have finished before this request was registered
+                pending.replies.put({"gone": True})
         return request_id, pending
+
+    def death(self) -> str:
+        """How the server ended, in words (once it is gone: its stdout closed)."""
+        try:
+            code = self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return "stopped replying"
+        if code < 0:
+            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+            return f"was killed by {name}"
+        return f"exited with status {code}"
 
     def forget(self, request_id: int) -> None:
         self._pending.pop(request_id, None)
@@ -202,7 +225,10 @@ def prestart(xla: bool = False) -> None:
     the parent's own start-up; a kind no experiment asks for is stopped unused at the end."""
     for kind in [default_kind(False)] + ([default_kind(True)] if xla else []):
         if kind not in _prestarted:
-            _prestarted[kind] = Server(kind)
+            try:
+                _prestarted[kind] = Server(kind)
+            except OSError:  # no temporary file for its stderr: the launcher tries again and says where
+                return
 
 
 class ForkServerLauncher(SubprocessLauncher):
@@ -210,27 +236,44 @@ class ForkServerLauncher(SubprocessLauncher):
 
     Same contract as SubprocessLauncher: `launch` blocks until the experiment is over and
     returns its ChildOutcome; the timeout kills the child's whole process group. An
-    experiment whose server cannot serve it (died, never became ready) runs as a plain
-    subprocess.
+    experiment whose server cannot serve it (never became ready; died too often) runs as
+    a plain subprocess, and its record says so.
     """
 
     name = "forkserver"
 
     def __init__(self, timeout_s: float | None = None, print_subprocess: bool = False,
-                 extra_env: dict[str, str] | None = None, server_log: Path | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, server_log: Path | None = None,
+                 warn: Callable[[str], None] | None = None) -> None:
         super().__init__(timeout_s, print_subprocess, extra_env)
         self._server_log = server_log
+        self._warn = warn or (lambda line: print(f"experiment_runner: warning: {line}", file=sys.stderr, flush=True))
         self._servers_lock = threading.Lock()
         self._servers: dict[ServerKind, Server] = dict(_prestarted)
+        self._deaths = 0
         _prestarted.clear()
 
-    def server_for(self, kind: ServerKind) -> Server:
-        """The server of `kind`, started now if none is yet."""
+    def server_for(self, kind: ServerKind) -> Server | None:
+        """The server of `kind`, started now if none is yet or it died; None once servers
+        died MAX_SERVER_DEATHS times in this run. Each death is one warning."""
         with self._servers_lock:
             server = self._servers.get(kind)
-            if server is None:
-                server = self._servers[kind] = Server(kind)
-            return server
+            if server is not None and server.gone:
+                self._deaths += 1
+                death = server.death()
+                server.close(self._server_log)
+                del self._servers[kind]
+                if self._deaths >= MAX_SERVER_DEATHS:
+                    self._warn(f"the fork server ({kind.label}) {death}, the {self._deaths}th server death in "
+                               "this run; the remaining experiments run as plain subprocesses")
+                else:
+                    self._warn(f"the fork server ({kind.label}) {death}; the records of the experiments it "
+                               "was running say so; starting a new one")
+            if self._deaths >= MAX_SERVER_DEATHS:
+                return None
+            if kind not in self._servers:
+                self._servers[kind] = Server(kind)
+            return self._servers[kind]
 
     @property
     def servers(self) -> dict[ServerKind, Server]:
@@ -241,28 +284,35 @@ class ForkServerLauncher(SubprocessLauncher):
         if task.experiment.config.xla is not None and any(env.get(name, "0") != "0" for name in FRESH_ONLY):
             return super().launch(task, log_path, extra_env)
         server = self.server_for(server_kind(task, env))
-        # Waiting for the server's imports is the run's start-up, not the experiment's time.
-        if not server.ready.wait(SERVER_START_TIMEOUT_S) or server.gone:
+        if server is None:
             return super().launch(task, log_path, extra_env)
+        # Waiting for the server's imports is the run's start-up, not the experiment's time.
+        if not server.ready.wait(SERVER_START_TIMEOUT_S):
+            return super().launch(task, log_path, extra_env)
+        if server.gone:  # it died starting or between experiments: a new one (or none) serves
+            return self.launch(task, log_path, extra_env)
+        oom_before, _ = oom_kill_count()
         start = time.monotonic()
         try:
             request_id, pending = server.request({"task": str(task_path), "log": str(log_path),
                                                   "env": env, "cwd": os.getcwd()})
         except ServerGone:
-            return super().launch(task, log_path, extra_env)
+            return self.launch(task, log_path, extra_env)
         try:
             reply = pending.replies.get()
-            if "pid" not in reply:
-                return super().launch(task, log_path, extra_env)
-            outcome = self._wait(reply["pid"], pending, start, log_path)
-            outcome.cuda_visible_devices = (extra_env or {}).get("CUDA_VISIBLE_DEVICES")
+            if "pid" not in reply:  # it died before forking this experiment
+                return self.launch(task, log_path, extra_env)
+            returncode, timed_out, interrupted, note = self._wait(reply["pid"], task, pending, log_path, server)
         finally:
             server.forget(request_id)
-        outcome.result = None if (outcome.timed_out or outcome.interrupted) else read_result(task.result_path)
-        outcome.log_tail = read_log_tail(log_path)
+        outcome = self.outcome(task, log_path, returncode, timed_out, interrupted, time.monotonic() - start,
+                               oom_before, extra_env, launcher=self.name)
+        outcome.launcher_note = note
         return outcome
 
-    def _wait(self, pid: int, pending: _Pending, start: float, log_path: Path) -> ChildOutcome:
+    def _wait(self, pid: int, task: Task, pending: _Pending, log_path: Path,
+              server: Server) -> tuple[int | None, bool, bool, str | None]:
+        """Wait for the forked child: (returncode, timed_out, interrupted, what its server did)."""
         self.register(pid)
         follower = self.follow(log_path)
         timed_out = False
@@ -271,35 +321,27 @@ class ForkServerLauncher(SubprocessLauncher):
                 reply = pending.replies.get(timeout=self.timeout_s)
             except queue.Empty:
                 timed_out = True
-                kill_after_grace(pid)
+                kill_experiment(pid, task.attempt_id, grace_s=KILL_GRACE_S)
                 reply = pending.replies.get()
         finally:
-            signal_group(pid, signal.SIGKILL)  # whatever the child left in its group
+            kill_experiment(pid, task.attempt_id)  # whatever the child left, in its group or not
             interrupted = self.unregister(pid)
             if follower is not None:
                 follower.stop()
         if "status" in reply:
-            returncode = os.waitstatus_to_exitcode(reply["status"])
-        else:
-            returncode = None  # the server died with the child; the child's group is gone too
-        return ChildOutcome(result=None, returncode=returncode, timed_out=timed_out,
-                            interrupted=interrupted, wall_s=time.monotonic() - start, launcher=self.name)
+            return os.waitstatus_to_exitcode(reply["status"]), timed_out, interrupted, None
+        # The server died; the child died with it (its parent-death signal).
+        return None, timed_out, interrupted, (f"the fork server {server.death()} while this experiment ran; "
+                                              "the experiment was killed with it")
 
     def close(self) -> None:
         """Stop every server: each kills whatever children it has left and exits."""
         with self._servers_lock:
             servers, self._servers = list(self._servers.values()), {}
         for server in servers:
+            if server.gone:  # died after its last experiment began: not warned about yet
+                self._warn(f"the fork server ({server.kind.label}) {server.death()}; the records of the "
+                           "experiments it was running say so")
             server.close(self._server_log)
         super().close()
 
-
-def kill_after_grace(pid: int) -> None:
-    """SIGTERM the group, SIGKILL it after the grace period; the server reaps the leader."""
-    signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + KILL_GRACE_S
-    while time.monotonic() < deadline:
-        if not group_alive(pid):
-            return
-        time.sleep(0.05)
-    signal_group(pid, signal.SIGKILL)

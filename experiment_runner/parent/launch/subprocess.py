@@ -1,9 +1,11 @@
 """The plain launcher: one fresh interpreter per experiment (`python -m experiment_runner.child`).
 
 The child runs in its own session (process group) with its own environment and a log
-file for its output. On timeout the whole group is killed, grandchildren included; after
-every child, whatever is left of its group is killed too. What happened comes back as a
-`ChildOutcome`, from which `core.record.build_record` makes the one record.
+file for its output. On timeout the whole group is killed, grandchildren included, and so
+is every descendant that left the group (core.processes.kill_experiment); after every
+child, whatever is left of it is killed too. What happened comes back as a `ChildOutcome`,
+from which `core.record.build_record` makes the one record: built only from a result this
+attempt wrote (core.protocol).
 """
 
 from __future__ import annotations
@@ -18,31 +20,13 @@ from pathlib import Path
 from typing import IO, Callable
 
 from experiment_runner.core.logs import read_log_tail
-from experiment_runner.core.protocol import Task, read_result
+from experiment_runner.core.processes import kill_experiment, oom_kill_count
+from experiment_runner.core.protocol import Task, read_attempt_result
 from experiment_runner.core.record import ChildOutcome
 from experiment_runner.parent.launch.env import child_environment
 
 # SIGTERM first so a child can flush; SIGKILL after this grace period.
 KILL_GRACE_S = 2.0
-def kill_process_group(pgid: int, grace_s: float = KILL_GRACE_S) -> None:
-    """SIGTERM the group, then SIGKILL whatever is still there after grace_s."""
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return
-        time.sleep(0.05)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _tee(pipe: IO[bytes], log: IO[bytes], stream: IO[str]) -> None:
     for chunk in iter(lambda: pipe.read1(65536), b""):  # type: ignore[attr-defined]
         log.write(chunk)
@@ -150,7 +134,9 @@ class SubprocessLauncher:
         return [sys.executable, "-m", "experiment_runner.child", str(task_path)]
 
     def prepare(self, task: Task, extra_env: dict[str, str] | None = None) -> tuple[Path, dict[str, str]]:
-        """Write the task file and build the child's environment and scratch folders."""
+        """Remove earlier attempts' results; write the task file; build the child's environment
+        and scratch folders."""
+        task.clear_results()
         task_path = task.write()
         env = child_environment(task, extra={**self.extra_env, **(extra_env or {})})
         (Path(task.artifacts_dir) / "scratch" / "tmp").mkdir(parents=True, exist_ok=True)
@@ -161,6 +147,7 @@ class SubprocessLauncher:
 
     def launch(self, task: Task, log_path: Path, extra_env: dict[str, str] | None = None) -> ChildOutcome:
         task_path, env = self.prepare(task, extra_env)
+        oom_before, _ = oom_kill_count()
         start = time.monotonic()
         timed_out = False
         with open(log_path, "wb") as log:
@@ -179,16 +166,26 @@ class SubprocessLauncher:
             except subprocess.TimeoutExpired:
                 timed_out = True
             finally:
-                kill_process_group(proc.pid, grace_s=KILL_GRACE_S if timed_out else 0.0)
+                kill_experiment(proc.pid, task.attempt_id, grace_s=KILL_GRACE_S if timed_out else 0.0)
                 proc.wait()
                 interrupted = self.unregister(proc.pid)
             if tee is not None:
                 tee.join(timeout=5)
         wall = time.monotonic() - start
-        result = None if (timed_out or interrupted) else read_result(task.result_path)
-        return ChildOutcome(result=result, returncode=proc.returncode, timed_out=timed_out,
-                            interrupted=interrupted, wall_s=wall, log_tail=read_log_tail(log_path),
-                            launcher=self.name, cuda_visible_devices=(extra_env or {}).get("CUDA_VISIBLE_DEVICES"))
+        return self.outcome(task, log_path, proc.returncode, timed_out, interrupted, wall, oom_before, extra_env,
+                            launcher=SubprocessLauncher.name)
+
+    def outcome(self, task: Task, log_path: Path, returncode: int | None, timed_out: bool, interrupted: bool,
+                wall_s: float, oom_before: int | None, extra_env: dict[str, str] | None,
+                launcher: str) -> ChildOutcome:
+        """What happened to one attempt: its own result if it wrote one (build_record decides
+        what of it counts), its log's tail, and the kernel's OOM-kill count while it ran."""
+        oom_after, counter = oom_kill_count()
+        oom_kills = oom_after - oom_before if oom_after is not None and oom_before is not None else None
+        return ChildOutcome(result=read_attempt_result(task), returncode=returncode, timed_out=timed_out,
+                            interrupted=interrupted, wall_s=wall_s, log_tail=read_log_tail(log_path),
+                            launcher=launcher, cuda_visible_devices=(extra_env or {}).get("CUDA_VISIBLE_DEVICES"),
+                            oom_kills=oom_kills, oom_counter=counter)
 
     def close(self) -> None:
         """Release what the launcher holds (nothing for plain subprocesses)."""

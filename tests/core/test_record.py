@@ -1,0 +1,90 @@
+"""How a record is built from what a child left: only this attempt's result counts, an
+interim result keeps the timings of a child that died verifying, and a SIGKILL is `oom`
+only with the kernel's word for it."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from experiment_runner.core.matrix import Experiment, ExperimentConfig
+from experiment_runner.core.options import RunOptions
+from experiment_runner.core.protocol import Task, publish_result, read_attempt_result
+from experiment_runner.core.record import ChildOutcome, RecordContext, build_record, classify_death
+
+TIMED = {"status": "ok", "error": None, "metrics": {"per_iter_time": [0.01, 0.011]},
+         "verification_code": "VERIFIER_DIDNT_RUN", "verification": None, "artifacts": {}, "timings": {}}
+
+
+def experiment() -> Experiment:
+    return Experiment("dummy", "dummy_mlp", ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=None,
+                                                             test="eval", precision="fp32"))
+
+
+def task(tmp_path: Path) -> Task:
+    return Task(experiment(), RunOptions(verify=True), str(tmp_path))
+
+
+def record(tmp_path: Path, outcome: ChildOutcome) -> dict:
+    ctx = RecordContext(run_id="r", options=RunOptions(verify=True), output_dir=tmp_path)
+    return build_record(ctx, experiment(), outcome, artifacts_dir=tmp_path, timeout_s=30)
+
+
+def test_a_result_of_another_attempt_is_never_read(tmp_path: Path) -> None:
+    first, second = task(tmp_path), task(tmp_path)
+    assert first.attempt_id != second.attempt_id
+    publish_result(first, {**TIMED, "status": "error"})
+    assert read_attempt_result(first)["status"] == "error"
+    assert read_attempt_result(second) is None  # stale: written by the first attempt
+    second.clear_results()
+    assert not any(tmp_path.iterdir())
+
+
+def test_final_result_wins_over_interim(tmp_path: Path) -> None:
+    attempt = task(tmp_path)
+    publish_result(attempt, TIMED, final=False)
+    assert read_attempt_result(attempt)["final"] is False
+    publish_result(attempt, {**TIMED, "verification_code": "PASS"})
+    assert read_attempt_result(attempt)["verification_code"] == "PASS"
+
+
+def test_death_during_verification_keeps_the_timings(tmp_path: Path) -> None:
+    attempt = task(tmp_path)
+    publish_result(attempt, TIMED, final=False)
+    outcome = ChildOutcome(result=read_attempt_result(attempt), returncode=-signal.SIGSEGV, log_tail="Fatal")
+    built = record(tmp_path, outcome)
+    assert built["status"] == "ok"
+    assert built["metrics"]["per_iter_time"] == [0.01, 0.011]
+    assert built["verification_code"] == "VERIFIER_DIDNT_RUN"
+    assert "died during verification (crashed)" in built["verification"]["details"]["reason"]
+    assert built["error"]["signal"] == "SIGSEGV" and built["error"]["phase"] == "verification"
+
+    timed_out = record(tmp_path, ChildOutcome(result=outcome.result, returncode=-9, timed_out=True))
+    assert timed_out["metrics"]["per_iter_time"] and "(timeout)" in timed_out["verification"]["details"]["reason"]
+    interrupted = record(tmp_path, ChildOutcome(result=outcome.result, returncode=-9, interrupted=True))
+    assert interrupted["status"] == "interrupted" and "per_iter_time" not in interrupted["metrics"]
+
+
+def test_sigkill_is_oom_only_with_evidence() -> None:
+    killed = ChildOutcome(result=None, returncode=-signal.SIGKILL, oom_kills=0, oom_counter="/proc/vmstat")
+    status, error = classify_death(killed, None)
+    assert status == "crashed" and error["type"] == "Killed"
+    assert error["message"].startswith("killed by SIGKILL") and "no out-of-memory kill counted" in error["message"]
+
+    unknown = ChildOutcome(result=None, returncode=-signal.SIGKILL)
+    assert classify_death(unknown, None)[0] == "crashed"
+
+    counted = ChildOutcome(result=None, returncode=-signal.SIGKILL, oom_kills=1, oom_counter="memory.events")
+    status, error = classify_death(counted, None)
+    assert status == "oom" and "counted 1 out-of-memory kill(s) (memory.events)" in error["message"]
+
+    own = ChildOutcome(result=None, returncode=1, log_tail="MemoryError")
+    assert classify_death(own, None)[0] == "oom"
+
+
+def test_fork_server_death_says_so() -> None:
+    gone = ChildOutcome(result=None, returncode=None, launcher="forkserver",
+                        launcher_note="the fork server was killed by SIGKILL while this experiment ran")
+    status, error = classify_death(gone, None)
+    assert status == "crashed" and error["type"] == "LauncherDied"
+    assert "fork server was killed by SIGKILL" in error["message"]
