@@ -156,6 +156,10 @@ def resume_state(results_path: Path, retry_failed: bool, timestamp: float | None
     """
     if not results_path.exists():
         return ResumeState(None, set(), set(), [])
+    if not results_path.is_file() and not results_path.is_dir():
+        # A device or a pipe (/dev/null to discard records; /dev/full, which reads as an endless
+        # line of zeros) holds no run to resume; reading it would never end.
+        return ResumeState(None, set(), set(), [])
     bad: list[BadLine] = []
     runs = _runs_in(results_path, bad)
     if not runs and bad:
