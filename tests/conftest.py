@@ -107,3 +107,19 @@ def assert_no_process_left(marker: str, within_s: float = 5.0) -> None:
     while (left := marked_processes(marker)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"processes left behind: {left}"
+
+
+def start_cli(args: list[str], output_dir: Path, cache: Path, env: dict[str, str] | None = None,
+              prefix: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
+    """The CLI in the background, its processes marked so a test can find (or miss) them later."""
+    marker = uuid.uuid4().hex
+    proc = subprocess.Popen([*prefix, *cli_command(args, output_dir)], env=cli_env(cache, marker, env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, marker
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 180, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)

@@ -24,7 +24,6 @@ from experiment_runner.core.results import ResultsFileError
 from experiment_runner.parent.executors import Executor, Job
 from experiment_runner.parent.store import append_record
 
-
 # The signals that stop a run as Ctrl-C does.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

@@ -123,7 +123,6 @@ def run(args: argparse.Namespace, options: RunOptions) -> int:
             # Their imports overlap with ours: probing, planning, resuming. The XLA server is
             # started too where the matrix may hold XLA experiments (the default does).
             prestart(xla=(args.xla is None or "PJRT" in args.xla) and torch_xla_importable())
-        filters, excludes = args.filter_patterns, args.exclude_patterns
         try:
             suite = suite_catalog(args.suite_name)
         except UnknownSuite as exc:

@@ -15,33 +15,15 @@ from __future__ import annotations
 import os
 import resource
 import signal
-import subprocess
-import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import assert_no_process_left, cli_command, cli_env, invoke_cli, marked_processes, read_records
+from conftest import assert_no_process_left, invoke_cli, marked_processes, read_records, start_cli, wait_for
 
 LAUNCHERS = ("forkserver", "subprocess")
 COMMON = ("--suite-name=faulty", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=1",
           "--warmup-iterations=0")
-
-
-def start_cli(args: list[str], output_dir: Path, cache: Path, env: dict[str, str] | None = None,
-              prefix: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
-    marker = uuid.uuid4().hex
-    proc = subprocess.Popen([*prefix, *cli_command(args, output_dir)], env=cli_env(cache, marker, env),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return proc, marker
-
-
-def wait_for(predicate, timeout: float = 180, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def stubborn_alive(marker: str) -> bool:

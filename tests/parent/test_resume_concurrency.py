@@ -10,32 +10,16 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import assert_no_process_left, cli_command, cli_env, read_records
+from conftest import assert_no_process_left, read_records, start_cli, wait_for
 
 COMMON = ("--suite-name=faulty", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=1",
           "--warmup-iterations=0")
 TORN = b'{"schema_version": 1, "run_id": "torn-by-a-crash", "experiment_id": "faulty/na'
-
-
-def start_cli(args: list[str], output_dir: Path, cache: Path) -> tuple[subprocess.Popen, str]:
-    marker = uuid.uuid4().hex
-    proc = subprocess.Popen(cli_command(args, output_dir), env=cli_env(cache, marker),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return proc, marker
-
-
-def wait_for(predicate, timeout: float = 180, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def line_count(path: Path) -> int:

@@ -11,6 +11,7 @@ from experiment_runner.core.matrix import Planned
 from experiment_runner.core.record import ChildOutcome, RecordContext, build_record
 from experiment_runner.parent.launch.env import scratch_cleanup
 
+
 @dataclass(frozen=True)
 class Job:
     """What every executor needs to turn an experiment into its one record."""

@@ -20,7 +20,6 @@ import dataclasses
 import logging
 import socket
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
