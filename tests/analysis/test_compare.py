@@ -255,7 +255,7 @@ def test_torn_last_line_is_skipped_with_a_warning(tmp_path: Path, capsys: pytest
         handle.write('{"schema_version": 1, "run_id": "run-b", "experim')
     code, out, err = compare(capsys, a, b)
     assert code == 1 and "regression" in out
-    assert f"{b}:{10 * len(MODELS) + 1}: skipped a corrupt or torn line" in err
+    assert f"{b}: skipped 1 corrupt or torn line(s) (line {10 * len(MODELS) + 1};" in err
 
 
 @pytest.mark.parametrize(("argv", "code", "message"), [

@@ -10,7 +10,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
@@ -175,7 +175,17 @@ def test_torchbench_checkout_is_listed_and_loaded_through_its_api(run_cli):
     assert "DEFAULT_TRAIN_BSIZE is not implemented" in skipped["error"]["message"]
 
 
-def test_torchbench_checkout_honours_a_batch_size_override(monkeypatch):
+@pytest.fixture
+def forget_the_checkout(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Loading in-process puts the checkout on sys.path and torchbenchmark in sys.modules; later
+    tests must find the built-in set again, as a fresh process would."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield
+    for name in [m for m in sys.modules if m == "torchbenchmark" or m.startswith("torchbenchmark.")]:
+        del sys.modules[name]
+
+
+def test_torchbench_checkout_honours_a_batch_size_override(monkeypatch, forget_the_checkout):
     monkeypatch.setenv(TORCHBENCH_DIR_ENV, str(FAKE_TORCHBENCH))
     suite = get_suite("torchbench")
     assert suite.model_names() == ["eval_only", "tiny_mlp"] and suite.source == "torchbenchmark"
