@@ -47,7 +47,7 @@ def assert_reference_shape(record: dict) -> None:
 
 def test_eager_records_carry_every_reference_key(run_cli) -> None:
     run = run_cli("--suite-name=dummy", "--accelerator=cpu", "--xla=None", "--dynamo=None", "--test=eval",
-                  f"--repeat={REPEAT}")
+                  f"--repeat={REPEAT}", "--iterations-per-run=1")
     assert run.returncode == 0, run.stderr
     (record,) = run.records()
     assert_reference_shape(record)
@@ -57,7 +57,8 @@ def test_eager_records_carry_every_reference_key(run_cli) -> None:
 @pytest.mark.xla
 def test_records_of_a_matrix_with_xla_carry_every_reference_key(run_cli) -> None:
     run = run_cli("--suite-name=dummy", "--accelerator=cpu", "--dynamo=None", "--dynamo=openxla",
-                  "--test=eval", f"--repeat={REPEAT}", env={"PJRT_DEVICE": "CPU"}, timeout=900)
+                  "--test=eval", f"--repeat={REPEAT}", "--iterations-per-run=1", env={"PJRT_DEVICE": "CPU"},
+                  timeout=900)
     assert run.returncode == 0, run.stderr
     records = run.records()
     assert [(r["experiment"]["xla"], r["experiment"]["dynamo"]) for r in records] == [
