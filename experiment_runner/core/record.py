@@ -244,7 +244,9 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
             **{k: os.path.join(relative(artifacts_dir), v) for k, v in result.get("artifacts", {}).items()
                if relative is not None},
         },
-        "timings": {**result.get("timings", {}), **({"wall_s": outcome.wall_s} if outcome else {})},
+        # finished_at: when this experiment ended (the run's `timestamp` is one for every record).
+        "timings": {**result.get("timings", {}), **({"wall_s": outcome.wall_s} if outcome else {}),
+                    "finished_at": time.time()},
         "placement": {"executor": "local", "host": ctx.host_environment.get("hostname"), "node_id": None,
                       **(placement or {}),
                       "launcher": outcome.launcher if outcome else None,

@@ -178,15 +178,18 @@ def run(args: argparse.Namespace, options: RunOptions) -> int:
               f"{'a record' if args.processes == 1 else 'their records'} in run {run_id} of {results_path} "
               "(--no-resume runs them again as a new run)")
         return EXIT_OK
-    logger.info(f"{args.suite_name}: {suite.description or suite.source + ' models'}")
+    # Said once the run really starts, so that bad input before it stays one line.
+    about = f"{args.suite_name}: {suite.description or suite.source + ' models'}"
     return execute(args, options, plan, results_path, run_id, done, suite.source,
-                   time.time() if timestamp is None else timestamp, failed)
+                   time.time() if timestamp is None else timestamp, failed, about)
 
 
 def execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, results_path: Path, run_id: str,
-            done: set[tuple[str, int]], source: str, timestamp: float, failed: set[str] = frozenset()) -> int:
+            done: set[tuple[str, int]], source: str, timestamp: float, failed: set[str] = frozenset(),
+            about: str = "") -> int:
     """Take the run's lock, start its reaper, run it; the lock and the reaper end with it."""
     output_dir = Path(args.output_dirname)
+    created = not results_path.exists()
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
         with open(results_path, "ab"):
@@ -207,14 +210,18 @@ def execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, re
             failed = state.failed & planned_ids
     start_reaper()
     try:
-        return _execute(args, options, plan, results_path, run_id, done, source, timestamp, failed)
+        return _execute(args, options, plan, results_path, run_id, done, source, timestamp, failed, about)
+    except SystemExit:
+        if created and results_path.stat().st_size == 0:
+            results_path.unlink()  # refused before its first record (e.g. by the executor): leave no empty file
+        raise
     finally:
         stop_reaper()
         os.close(run_lock)
 
 
 def _execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, results_path: Path, run_id: str,
-             done: set[tuple[str, int]], source: str, timestamp: float, failed: set[str]) -> int:
+             done: set[tuple[str, int]], source: str, timestamp: float, failed: set[str], about: str) -> int:
     output_dir = Path(args.output_dirname)
     try:
         executor = create(ExecutorOptions(
@@ -242,6 +249,8 @@ def _execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, r
     runner = Runner(ctx, results_path, executor, timeout_s=args.subprocess_timeout, progress_bar=progress)
     what = "experiment(s)" if args.processes == 1 else \
         f"experiment process(es) ({args.processes} fresh processes per experiment, in rounds)"
+    if about:
+        logger.info(about)
     logger.info(f"run {run_id}: {len(todo)} {what} to run, {len(done)} already done; records go to {results_path}")
     try:
         try:

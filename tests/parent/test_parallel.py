@@ -21,7 +21,7 @@ DUMMY = ("--suite-name=dummy", "--accelerator=cpu", "--dynamo=None", "--repeat=3
 
 
 def intervals(records: list[dict]) -> list[tuple[float, float]]:
-    return [(r["timestamp"] - r["timings"]["wall_s"], r["timestamp"]) for r in records]
+    return [(r["timings"]["finished_at"] - r["timings"]["wall_s"], r["timings"]["finished_at"]) for r in records]
 
 
 def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
