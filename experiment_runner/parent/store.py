@@ -84,7 +84,12 @@ def lock_run(run_dir: Path) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "an unknown process"
+        # The holder writes who it is just after taking the lock: give it a moment to.
+        holder, deadline = "", time.monotonic() + 2.0
+        while not holder and time.monotonic() < deadline:
+            holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
+            time.sleep(0 if holder else 0.02)
+        holder = holder or "an unknown process"
         os.close(fd)
         raise RunLocked(f"run {run_dir.name} is being run by {holder} (lock {path}); "
                         "wait for it to finish, or start a new run with --no-resume") from None
