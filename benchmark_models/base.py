@@ -63,6 +63,11 @@ class Suite(ABC):
         """Model × configuration combinations that cannot run, as data."""
         return []
 
+    def eval_precisions(self) -> dict[str, str]:
+        """Models whose inference runs in another precision than the accelerator's default on GPUs
+        and TPUs (without --precision), as the references run them: model → precision."""
+        return {}
+
     @abstractmethod
     def load(self, request: LoadRequest) -> BenchmarkModel:
         """Build the model and its inputs on request.device (child process only)."""

@@ -36,6 +36,7 @@ class BenchmarkModel:
     forward: Callable[["torch.nn.Module", tuple, dict], Any] | None = None
     loss: Callable[[Any], "torch.Tensor"] | None = None
     training_state: TrainingState | None = None  # set by the harness when it builds a train step
+    provenance: dict[str, Any] = field(default_factory=dict)  # where the model's code came from, for `environment`
 
     def run_forward(self, module: "torch.nn.Module", args: tuple, kwargs: dict) -> Any:
         if self.forward is not None:

@@ -9,6 +9,11 @@ so the catalog never imports torch or torchbenchmark; the child imports
 `Model(test=, device=, batch_size=)`, `get_module()`, its default batch sizes, and
 `NotImplementedError` for a test or device a model does not support (a `skipped` record).
 
+With the real package, the references' rules apply (data/torchbench_rules.json): PyTorch's
+torchbench.yaml skip lists and PyTorch/XLA's deny list (skipped records, with the reason),
+its per-model inference precision on GPUs and TPUs, and its batch-size overrides. A model
+whose own requirements are missing fails with the `pip install -r` line that installs them.
+
 Without it, the built-in models of `benchmark_models.torchbench.models` run, with
 torchbench's architectures and default batch sizes, so `--suite-name=torchbench` works on
 a fresh machine. `source` ("torchbenchmark" or "builtin") tells which ran.
@@ -22,9 +27,10 @@ import os
 import sys
 from pathlib import Path
 
-from benchmark_models.base import DataFileSuite, LoadRequest, ModelNotFound, ModelSkipped
+from benchmark_models.base import DataFileSuite, LoadRequest, ModelNotFound, ModelSkipped, read_data
 from benchmark_models.model import BenchmarkModel, map_tensors
 from benchmark_models.training import recipe_for
+from experiment_runner.core.matrix import SkipRule
 
 TORCHBENCH_DIR_ENV = "TORCHBENCH_DIR"
 # The reference runner's search (util.find_near_file): these names, here and in three parents.
@@ -64,19 +70,45 @@ def torchbenchmark_package_dir() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def checkout_commit(package: Path) -> str | None:
+    """The git commit of the checkout holding `package`, or None (not a git checkout)."""
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "-C", str(package.parent), "rev-parse", "--short=12", "HEAD"],
+                                check=False, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit or None
+
+
 def describe_source(package: Path | None) -> str:
     """What a run's torchbench models come from, for its first line: the checkout and commit."""
     if package is None:
         return ("the built-in torchbench models (no torchbenchmark found: set TORCHBENCH_DIR, or put a checkout "
                 "at ./torchbench or ../benchmark)")
-    import subprocess
+    return f"torchbenchmark at {checkout_commit(package) or 'an unknown commit'} ({package.parent})"
 
-    try:
-        commit = subprocess.run(["git", "-C", str(package.parent), "rev-parse", "--short=12", "HEAD"],
-                                capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    return f"torchbenchmark at {commit or 'an unknown commit'} ({package.parent})"
+
+def reference_rules() -> list[SkipRule]:
+    """PyTorch's torchbench.yaml skips and PyTorch/XLA's deny list, as skip rules."""
+    data = read_data("torchbench_rules.json")
+    skip = data["skip"]
+    rules = [SkipRule(model=m, reason=skip["all"]["reason"]) for m in skip["all"]["models"]]
+    for accelerator, entry in skip["accelerator"].items():
+        rules += [SkipRule(model=m, reason=entry["reason"], accelerator=accelerator) for m in entry["models"]]
+    for test, entry in skip["test"].items():
+        rules += [SkipRule(model=m, reason=entry["reason"], test=test) for m in entry["models"]]
+    rules += [SkipRule(model=m, reason=skip["multiprocess"]["reason"]) for m in skip["multiprocess"]["models"]]
+    return rules + [SkipRule(**entry) for entry in data["deny"]]
+
+
+def missing_requirement_hint(package: Path, model_name: str, exc: ImportError) -> str:
+    """The line that installs what a torchbench model needs, as its own install.py would."""
+    requirements = package / "models" / model_name / "requirements.txt"
+    how = (f"pip install -r {requirements}" if requirements.is_file()
+           else f"python install.py {model_name} (in {package.parent})")
+    return f"torchbenchmark model {model_name} needs a package that is not installed ({exc}); install it: {how}"
 
 
 def list_torchbenchmark_models(package: Path) -> list[str]:
@@ -110,6 +142,22 @@ class TorchBenchSuite(DataFileSuite):
             return list_torchbenchmark_models(self._package)
         return super().model_names()
 
+    def skip_rules(self) -> list[SkipRule]:
+        if self._package is not None:
+            return reference_rules()
+        return super().skip_rules()
+
+    def eval_precisions(self) -> dict[str, str]:
+        if self._package is None:
+            return {}
+        lists = read_data("torchbench_rules.json")["eval_precision"]
+        return {model: precision for precision in ("fp16", "amp") for model in lists[precision]}
+
+    def provenance(self) -> dict[str, str | None]:
+        if self._package is None:
+            return {}
+        return {"torchbenchmark_path": str(self._package.parent), "torchbenchmark_commit": checkout_commit(self._package)}
+
     def load(self, request: LoadRequest) -> BenchmarkModel:
         if self._package is not None:
             return self._load_torchbenchmark(request)
@@ -128,14 +176,21 @@ class TorchBenchSuite(DataFileSuite):
         torchbench models only know cpu and cuda."""
         if request.model_name not in list_torchbenchmark_models(self._package):
             raise ModelNotFound(request.model_name)
+        from benchmark_models.optional import require
+
         checkout = str(self._package.parent)
         if checkout not in sys.path:
             sys.path.insert(0, checkout)
-
-        module = importlib.import_module(f"torchbenchmark.models.{request.model_name}")
+        os.environ.setdefault("KALDI_ROOT", "/tmp")  # as the reference: silences a model's warnings
+        require("torchvision")  # many models import it; a torchvision built for another torch must still load
+        try:
+            module = importlib.import_module(f"torchbenchmark.models.{request.model_name}")
+        except ImportError as exc:
+            raise ImportError(missing_requirement_hint(self._package, request.model_name, exc)) from exc
         build_device = request.device if request.device.split(":")[0] in ("cpu", "cuda") else "cpu"
         try:
-            instance = module.Model(test=request.test, device=build_device, batch_size=request.batch_size,
+            instance = module.Model(test=request.test, device=build_device,
+                                    batch_size=self._torchbenchmark_batch_size(module.Model, request),
                                     extra_args=[])
         except NotImplementedError as exc:
             raise ModelSkipped(f"torchbenchmark: {request.model_name} does not implement "
@@ -146,4 +201,17 @@ class TorchBenchSuite(DataFileSuite):
             inputs = map_tensors(inputs, lambda t: t.to(request.device))
         args, kwargs = ((), dict(inputs)) if isinstance(inputs, dict) else (tuple(inputs), {})
         return BenchmarkModel(module=model, args=args, kwargs=kwargs, batch_size=int(instance.batch_size),
-                              source=self.source, recipe=recipe_for(self.name, request.model_name))
+                              source=self.source, recipe=recipe_for(self.name, request.model_name),
+                              provenance=self.provenance())
+
+    @staticmethod
+    def _torchbenchmark_batch_size(model_class: type, request: LoadRequest) -> int | None:
+        """As the references: no change for models that forbid it, else --batch-size, else
+        torchbench.yaml's size for the test, else the model's own default (None)."""
+        rules = read_data("torchbench_rules.json")
+        if (not getattr(model_class, "ALLOW_CUSTOMIZE_BSIZE", True)
+                or request.model_name in rules["dont_change_batch_size"]):
+            return None
+        if request.batch_size is not None:
+            return request.batch_size
+        return rules["batch_size"].get(request.test, {}).get(request.model_name)

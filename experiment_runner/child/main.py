@@ -78,6 +78,7 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
         t0 = time.perf_counter()
         model = harness.model = harness.load()
         result.update(source=model.source, batch_size=model.batch_size)
+        result["environment"].update(model.provenance)
         if config.test == "train":
             result.update(loss=model.recipe.loss if model.loss is None else "model_own",
                           optimizer=model.recipe.optimizer_spec)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from itertools import product
-from typing import Collection, Iterable, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
 ACCELERATORS: tuple[str, ...] = ("cpu", "cuda", "tpu")
 XLA_MODES: tuple[str | None, ...] = (None, "PJRT")
@@ -179,6 +179,8 @@ class MatrixChoices:
     # Suites whose models are always fp32 unless --precision says otherwise (the reference's dummy).
     default_precision: str | None = None
     compile_options: Sequence[str] | None = None
+    # model → inference precision on GPUs and TPUs without --precision (torchbench's fp16/AMP lists).
+    eval_precisions: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -356,6 +358,15 @@ def configurations(choices: MatrixChoices) -> list[ExperimentConfig]:
     return list(dict.fromkeys(configs))
 
 
+def model_precision(config: ExperimentConfig, model: str, choices: MatrixChoices) -> ExperimentConfig:
+    """A model's own inference precision where the suite lists one, as the references run it:
+    only on GPUs and TPUs (CPU keeps fp32) and only when --precision did not choose."""
+    override = choices.eval_precisions.get(model)
+    if override is None or choices.precisions or config.accelerator == "cpu" or config.test != "eval":
+        return config
+    return replace(config, precision=override)
+
+
 def expand(
     suite_name: str,
     models: Sequence[str],
@@ -369,6 +380,7 @@ def expand(
     configs = configurations(choices)
     for model in models:
         for config in configs:
+            config = model_precision(config, model, choices)
             reason = invalid_reason(config, caps)
             if reason is not None:
                 plan.dropped.append(Dropped(suite_name, model, config, reason))

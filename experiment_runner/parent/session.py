@@ -107,7 +107,7 @@ def build_plan(args: argparse.Namespace, suite: SuiteCatalog, models: list[str],
         precisions=args.precision, xla_flags=args.xla_flags, batch_size=args.batch_size,
         torch_xla2=args.torch_xla2, keep_model_data_on_cuda=args.keep_model_data_on_cuda,
         enable_functionalization=args.enable_functionalization, default_precision=suite.default_precision,
-        compile_options=args.compile_options,
+        compile_options=args.compile_options, eval_precisions=suite.eval_precisions,
     )
     return matrix.expand(args.suite_name, models, choices, caps, suite.skip_rules, args.no_skip)
 

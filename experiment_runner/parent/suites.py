@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from benchmark_models.registry import UnknownSuite, available_suites, get_suite, is_builtin
 from experiment_runner.core.matrix import SkipRule
@@ -30,6 +30,7 @@ class SuiteCatalog:
     source: str
     default_precision: str | None = None
     description: str = ""
+    eval_precisions: dict[str, str] = field(default_factory=dict)
 
 
 def suite_catalog(name: str) -> SuiteCatalog:
@@ -37,7 +38,7 @@ def suite_catalog(name: str) -> SuiteCatalog:
     if is_builtin(name):
         suite = get_suite(name)
         return SuiteCatalog(name, suite.model_names(), suite.skip_rules(), suite.source, suite.default_precision,
-                            suite.description)
+                            suite.description, suite.eval_precisions())
     if name not in available_suites():
         get_suite(name)  # raises UnknownSuite with the list of known suites
         raise UnknownSuite(name)
@@ -51,4 +52,5 @@ def suite_catalog(name: str) -> SuiteCatalog:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise CatalogError(f"cannot load plugin suite {name!r}: {tail}")
     data = json.loads(proc.stdout.strip().splitlines()[-1])
-    return SuiteCatalog(name, data["models"], [SkipRule(**r) for r in data["skip_rules"]], data["source"])
+    return SuiteCatalog(name, data["models"], [SkipRule(**r) for r in data["skip_rules"]], data["source"],
+                        eval_precisions=data["eval_precisions"])

@@ -160,19 +160,31 @@ def test_builtin_torchbench_nanogpt_runs_end_to_end(run_cli):
 
 
 def test_torchbench_checkout_is_listed_and_loaded_through_its_api(run_cli):
-    """Default batch sizes come from the model, NotImplementedError becomes `skipped`."""
+    """Default batch sizes come from the model, NotImplementedError becomes `skipped`; the
+    references' rules apply (torchbench.yaml's skips and batch sizes); a missing requirement says
+    how to install it; every record names the checkout."""
     run = run_cli("--suite-name=torchbench", "--accelerator=cpu", "--dynamo=None", "--repeat=1",
                   "--warmup-iterations=1", env={TORCHBENCH_DIR_ENV: str(FAKE_TORCHBENCH)})
     assert run.returncode == 0, run.stderr
     records = {(r["model"]["model_name"], r["experiment"]["test"]): r for r in run.records()}
-    assert set(records) == {(m, t) for m in ("eval_only", "tiny_mlp") for t in ("eval", "train")}
+    models = ("dlrm", "eval_only", "hf_Bert", "needs_extra", "tiny_mlp")
+    assert set(records) == {(m, t) for m in models for t in ("eval", "train")}
     assert {r["model"]["source"] for r in records.values()} == {"torchbenchmark"}
-    for key, batch_size in ((("tiny_mlp", "eval"), 3), (("tiny_mlp", "train"), 6), (("eval_only", "eval"), 2)):
+    for key, batch_size in ((("tiny_mlp", "eval"), 3), (("tiny_mlp", "train"), 6), (("eval_only", "eval"), 2),
+                            (("dlrm", "eval"), 8), (("dlrm", "train"), 1024)):
         assert records[key]["status"] == "ok", records[key]["error"]
         assert records[key]["experiment"]["batch_size"] == batch_size
+        assert records[key]["environment"]["torchbenchmark_path"] == str(FAKE_TORCHBENCH.resolve())
     skipped = records[("eval_only", "train")]
     assert skipped["status"] == "skipped"
     assert "DEFAULT_TRAIN_BSIZE is not implemented" in skipped["error"]["message"]
+    for test in ("eval", "train"):
+        assert records[("hf_Bert", test)]["status"] == "skipped"
+        assert "torchbench.yaml (skip.all)" in records[("hf_Bert", test)]["error"]["message"]
+        failed = records[("needs_extra", test)]
+        assert failed["status"] == "error"
+        requirements = FAKE_TORCHBENCH.resolve() / "torchbenchmark" / "models" / "needs_extra" / "requirements.txt"
+        assert f"pip install -r {requirements}" in failed["error"]["message"]
 
 
 @pytest.fixture
@@ -188,7 +200,8 @@ def forget_the_checkout(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_torchbench_checkout_honours_a_batch_size_override(monkeypatch, forget_the_checkout):
     monkeypatch.setenv(TORCHBENCH_DIR_ENV, str(FAKE_TORCHBENCH))
     suite = get_suite("torchbench")
-    assert suite.model_names() == ["eval_only", "tiny_mlp"] and suite.source == "torchbenchmark"
+    assert suite.model_names() == ["dlrm", "eval_only", "hf_Bert", "needs_extra", "tiny_mlp"]
+    assert suite.source == "torchbenchmark"
     model = suite.load(LoadRequest("tiny_mlp", "train", "cpu", "cpu", "fp32", batch_size=5))
     assert model.batch_size == 5 and model.args[0].shape == (5, 16)
     with pytest.raises(ModelSkipped, match="does not implement train"):

@@ -51,3 +51,48 @@ def test_the_run_names_its_source_first(run_cli, tmp_path: Path) -> None:
                     "--test=eval", "--repeat=1", "--log-level=warning", "--no-resume",
                     env={"TORCHBENCH_DIR": str(FAKE_CHECKOUT)})
     assert quiet.returncode == 0 and "torchbenchmark at" not in quiet.stderr
+
+
+def plan_for(argv: list[str], models: list[str], caps) -> dict[tuple, str | None]:
+    """(model, accelerator, xla, dynamo, test, precision) → skip reason, for a simulated host."""
+    from experiment_runner.cli import build_parser, validate
+    from experiment_runner.parent.session import build_plan
+    from experiment_runner.parent.suites import suite_catalog
+
+    args = build_parser().parse_args(["--suite-name=torchbench", *argv])
+    validate(args)
+    plan = build_plan(args, suite_catalog("torchbench"), models, caps)
+    return {(p.experiment.model_name, p.experiment.config.accelerator, p.experiment.config.xla,
+             p.experiment.config.dynamo, p.experiment.config.test, p.experiment.config.precision): p.skip_reason
+            for p in plan.planned}
+
+
+def test_the_references_rules_apply_to_a_checkout_and_only_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchbench.yaml's skips (everywhere, per device, per test), PyTorch/XLA's deny list, and the
+    fp16/AMP inference lists on GPUs, as data; the built-in set keeps its own rules."""
+    from experiment_runner.core.matrix import HostCapabilities
+
+    cuda = HostCapabilities(cuda=True, cuda_device_count=1, torch_xla=True,
+                            xla_accelerators=frozenset({"cpu", "cuda"}))
+    models = ["hf_Bert", "moco", "llama", "cm3leon_generate", "vision_maskrcnn", "tts_angular", "tiny_mlp"]
+    argv = ["--accelerator=cpu", "--accelerator=cuda", "--xla=None", "--xla=PJRT", "--dynamo=None"]
+    monkeypatch.setenv("TORCHBENCH_DIR", str(FAKE_CHECKOUT))
+    plan = plan_for(argv, models, cuda)
+    skipped = {key: reason for key, reason in plan.items() if reason}
+    assert {key[0] for key in skipped} == {"hf_Bert", "moco", "llama", "cm3leon_generate"}
+    assert all("skip.all" in reason for key, reason in skipped.items() if key[0] == "hf_Bert")
+    assert {key[1] for key in skipped if key[0] == "moco"} == {"cpu"}  # skip.device.cpu
+    assert {key[4] for key in skipped if key[0] == "llama"} == {"train"}  # skip.test.training
+    assert {(k[1], k[2], k[3]) for k in skipped if k[0] == "cm3leon_generate" and k[1] == "cuda" and k[4] == "eval"
+            } == {("cuda", "PJRT", None)}  # the deny list: its lazy tensor eval times out
+    precisions = {(k[0], k[1], k[4]): k[5] for k in plan}
+    assert precisions[("vision_maskrcnn", "cuda", "eval")] == "fp16"
+    assert precisions[("tts_angular", "cuda", "eval")] == "amp"
+    assert precisions[("tiny_mlp", "cuda", "eval")] == "bf16"
+    assert precisions[("vision_maskrcnn", "cpu", "eval")] == "fp32"
+    explicit = plan_for([*argv, "--precision=bf16"], ["vision_maskrcnn"], cuda)
+    assert {k[5] for k in explicit} == {"bf16"}
+
+    monkeypatch.delenv("TORCHBENCH_DIR")
+    builtin = plan_for(argv, ["llama"], cuda)
+    assert not any(builtin.values()), "torchbench.yaml's lists are not for the built-in models"
