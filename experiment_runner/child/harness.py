@@ -174,17 +174,21 @@ class Sample:
     elapsed: float
     first: Any
     last: Any
+    device_elapsed: float | None = None  # --pure-wall-time: the device's own clock, where it has one
 
 
-def run_sample(step: Callable[[], Any], device: DeviceRuntime, iterations: int) -> Sample:
+def run_sample(step: Callable[[], Any], device: DeviceRuntime, iterations: int,
+               device_clock: bool = False) -> Sample:
     """`iterations` iterations on the clock, the device synchronized before and after."""
     device.synchronize()
+    stop_device_clock = device.start_device_clock() if device_clock else None
     start = perf_counter()
     first = last = device.run_iteration(step)
     for _ in range(iterations - 1):
         last = device.run_iteration(step)
+    device_elapsed = stop_device_clock() if stop_device_clock is not None else None
     device.synchronize()
-    return Sample(perf_counter() - start, first, last)
+    return Sample(perf_counter() - start, first, last, device_elapsed)
 
 
 def calibrate_iterations(step: Callable[[], Any], device: DeviceRuntime, options: RunOptions,
@@ -210,7 +214,7 @@ def calibrate_iterations(step: Callable[[], Any], device: DeviceRuntime, options
 
 
 def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: RunOptions,
-                    on_repeat: Callable[[int], None] | None = None,
+                    on_repeat: Callable[[int, Any], None] | None = None,
                     training_state: TrainingState | None = None) -> dict[str, Any]:
     """Warm-up apart, then `repeat` timed runs (samples) of `iterations_per_run` iterations.
 
@@ -219,8 +223,10 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
     which count was used (`iterations_per_run`) and whether it was calibrated. The device
     is synchronized before the clock starts and before it stops; RNG state is reset before
     each run, outside the clock. Warm-up times are kept (they hold the compilation) but
-    never mixed into the timed samples. `on_repeat(i)` runs after timed run i, outside the
-    clock (per-repeat dumps). A training step's state is rewound before every timed run,
+    never mixed into the timed samples. `on_repeat(i, output)` runs after timed run i, outside the
+    clock, with what its last iteration returned (per-repeat dumps). With --pure-wall-time the
+    samples are the device's own clock where it has one (CUDA events), and `timing_clock` says
+    which clock every sample was read from. A training step's state is rewound before every timed run,
     outside the clock, so every run times the same workload; the loss of the first and of
     the last timed step are kept to show it. The host's load during the timed runs is
     recorded beside them (`host_load`, `noisy_host`: see core/cpus.py).
@@ -236,6 +242,7 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
     device.reset_peak_memory()
     load = HostLoadSample.start()
     metrics: dict[str, Any] = {"total_time": [], "per_iter_time": []}
+    clocks = set()
     first = last = None
     for index in range(options.repeat):
         if training_state is not None:
@@ -243,17 +250,20 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
             device.synchronize()  # XLA: run (and compile) the copies now, outside the repeat's metrics
         device.reset_rng(options.seed)
         device.begin_repeat()
-        sample = run_sample(step, device, iterations)
+        sample = run_sample(step, device, iterations, device_clock=options.pure_wall_time)
         first = sample.first if first is None else first
-        last, elapsed = sample.last, sample.elapsed
+        last = sample.last
+        elapsed = sample.elapsed if sample.device_elapsed is None else sample.device_elapsed
+        clocks.add("host" if sample.device_elapsed is None else "device")
         metrics["total_time"].append(elapsed)
         metrics["per_iter_time"].append(elapsed / iterations)
         for key, value in device.end_repeat().items():
             metrics.setdefault(key, []).append(value)
         if on_repeat is not None:
-            on_repeat(index)
+            on_repeat(index, sample.last)
     host_load = load.finish(options.noisy_host_share)
     metrics["warmup_time"] = warmup_time
+    metrics["timing_clock"] = "+".join(sorted(clocks)) or "host"
     metrics["host_load"] = host_load
     metrics["noisy_host"] = host_load["noisy_host"]
     metrics["iterations_per_run"] = iterations

@@ -185,6 +185,56 @@ def test_cuda_peak_memory_is_reset_after_warmup_and_read_over_timed_runs():
     assert runtime.profiler_activities() == [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
 
 
+class FakeEvent:
+    """A CUDA event on a fake device clock that runs 1 ms per event recorded."""
+
+    clock_ms = 0.0
+
+    def __init__(self, enable_timing=False):
+        assert enable_timing
+        self.at = None
+
+    def record(self):
+        FakeEvent.clock_ms += 1.0
+        self.at = FakeEvent.clock_ms
+
+    def synchronize(self):
+        assert self.at is not None
+
+    def elapsed_time(self, end):
+        return end.at - self.at
+
+
+def test_pure_wall_time_reads_cuda_events_and_says_so():
+    """--pure-wall-time: the samples are the events' elapsed time, not the host clock's; without
+    it, or on a device without its own clock, the host clock, and the record says which."""
+    fake = FakeCuda()
+    fake.Event = FakeEvent
+    runtime = CudaRuntime(config(accelerator="cuda"), cuda=fake)
+    step = lambda: sum(range(20000))  # noqa: E731 - host time far from the fake's 1 ms
+    options = RunOptions(repeat=3, warmup_iterations=1, iterations_per_run=4, pure_wall_time=True)
+    metrics = time_iterations(step, runtime, options)
+    assert metrics["total_time"] == [1e-3] * 3 and metrics["per_iter_time"] == [1e-3 / 4] * 3
+    assert metrics["timing_clock"] == "device"
+    host = time_iterations(step, runtime, replace(options, pure_wall_time=False))
+    assert host["timing_clock"] == "host" and host["total_time"] != [1e-3] * 3
+    cpu = time_iterations(step, DeviceRuntime(config()), options)
+    assert cpu["timing_clock"] == "host"
+
+
+def test_save_output_writes_each_repeats_output_on_the_cpu(tmp_path):
+    task = task_for(tmp_path, repeat=2, iterations_per_run=2, warmup_iterations=1, save_output=True)
+    device = DeviceRuntime(config())
+    instrumentation = Instrumentation(task, device)
+    outputs = iter(range(1, 100))
+    time_iterations(lambda: {"y": torch.full((2,), float(next(outputs)))}, device, task.options,
+                    on_repeat=instrumentation.after_repeat)
+    assert set(instrumentation.artifacts) == {"output_repeat_0", "output_repeat_1"}
+    saved = [torch.load(tmp_path / instrumentation.artifacts[f"output_repeat_{i}"]) for i in (0, 1)]
+    # warm-up 1, then each repeat's last iteration: 3 and 5
+    assert [s["y"].tolist() for s in saved] == [[3.0, 3.0], [5.0, 5.0]]
+
+
 def test_cuda_oom_classification():
     runtime = CudaRuntime(config(accelerator="cuda"), cuda=FakeCuda())
     assert runtime.is_oom(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 PiB"))

@@ -50,6 +50,12 @@ class DeviceRuntime:
     def synchronize(self) -> None:
         """Wait for queued device work, so the clock measures work done, not queued."""
 
+    def start_device_clock(self) -> Callable[[], float] | None:
+        """--pure-wall-time: start the device's own clock and return what stops it (seconds), or
+        None where the device has none (CPU; XLA, whose device-synchronized wall time is what the
+        reference's pure wall time measures there too)."""
+        return None
+
     def run_iteration(self, step: Callable[[], Any]) -> Any:
         """One iteration; lazy devices also cut and launch their graph here."""
         return step()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from experiment_runner.child.devices.cpu import DeviceRuntime
 from experiment_runner.core.matrix import ExperimentConfig
@@ -28,6 +28,18 @@ class CudaRuntime(DeviceRuntime):
 
     def synchronize(self) -> None:
         self.cuda.synchronize()
+
+    def start_device_clock(self) -> Callable[[], float]:
+        """CUDA events around the queued work: kernel time without the host's launch overhead."""
+        start, end = self.cuda.Event(enable_timing=True), self.cuda.Event(enable_timing=True)
+        start.record()
+
+        def stop() -> float:
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1000.0
+
+        return stop
 
     def reset_peak_memory(self) -> None:
         self.cuda.synchronize()

@@ -7,6 +7,7 @@ The dump variables themselves are set by the parent before launch
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -22,6 +23,9 @@ XLA_MATMUL_PRECISION: dict[str, str] = {"highest": "highest", "high": "high", "m
 
 # torch_xla's metric names (nanoseconds, sample count) → the reference's record keys.
 _COUNTED_METRICS = ("CompileTime", "ExecuteTime")
+
+# Where --profile-xla writes its XPlane trace, in the experiment's folder (the reference's name).
+PROFILE_DIRNAME = "xla-profile"
 
 # Substrings of errors that mean the device ran out of memory.
 _XLA_OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory")
@@ -61,6 +65,8 @@ class XlaRuntime(DeviceRuntime):
         self._iterations = 0
         self._repeat_index = -1
         self._metrics_files: dict[str, str] = {}
+        self._profile_server: Any = None  # kept alive: the server stops when it is collected
+        self._profile_trace: threading.Thread | None = None
 
     @property
     def build_device(self) -> str:
@@ -101,6 +107,28 @@ class XlaRuntime(DeviceRuntime):
         self._iterations = 0
         self._repeat_index += 1
         met.clear_all()
+        if self.options.profile_xla and self._repeat_index == 0:
+            self._start_profile_trace()
+
+    def _start_profile_trace(self) -> None:
+        """--profile-xla: an XPlane trace of the timed runs, from their start, for
+        --profile-xla-duration-ms, into xla-profile/ (TensorBoard reads it). The profiler server
+        listens on a free port, not the reference's fixed 9012, so parallel experiments never
+        trace each other; the capture runs beside the timed runs, as the reference's does."""
+        import socket
+
+        import torch_xla.debug.profiler as xp
+
+        with socket.socket() as probe:
+            probe.bind(("localhost", 0))
+            port = probe.getsockname()[1]
+        self._profile_server = xp.start_server(port)
+        logdir = self.artifacts_dir / PROFILE_DIRNAME
+        logdir.mkdir(parents=True, exist_ok=True)
+        self._profile_trace = threading.Thread(
+            target=xp.trace, args=(f"localhost:{port}", str(logdir)),
+            kwargs={"duration_ms": self.options.profile_xla_duration_ms}, daemon=True)
+        self._profile_trace.start()
 
     def end_repeat(self) -> dict[str, float]:
         import torch_xla.debug.metrics as met
@@ -168,6 +196,12 @@ class XlaRuntime(DeviceRuntime):
         if self.artifacts_dir is None:
             return {}
         found = dict(self._metrics_files)
+        if self._profile_trace is not None:
+            # The capture lasts its duration whatever the runs did; wait for it to be written.
+            self._profile_trace.join(timeout=self.options.profile_xla_duration_ms / 1000 + 60)
+            profile = self.artifacts_dir / PROFILE_DIRNAME
+            if any(p.is_file() for p in profile.rglob("*")):
+                found["xla_profile"] = PROFILE_DIRNAME
         hlo = self.artifacts_dir / HLO_DIRNAME
         if self.options.dump_hlo and hlo.is_dir() and any(hlo.iterdir()):
             found["hlo"] = HLO_DIRNAME

@@ -32,7 +32,7 @@ def write_json(path: Path, data: Any) -> None:
 class Instrumentation:
     """The optional measurements of one experiment, driven by the worker around its timing loop.
 
-    `after_repeat(i)` runs after each timed repeat, outside the clock; `finish(...)` runs once
+    `after_repeat(i, output)` runs after each timed repeat, outside the clock; `finish(...)` runs once
     after the timed runs and adds its metrics. `artifacts` maps names to paths relative to
     the experiment's artifacts folder.
     """
@@ -54,9 +54,12 @@ class Instrumentation:
     def add_artifact(self, name: str, path: Path) -> None:
         self.artifacts[name] = str(path.relative_to(self.artifacts_dir))
 
-    def after_repeat(self, index: int) -> None:
-        """--dump-dynamo-counters: repeat_<i>/dynamo_counters.json, cumulative and new in this repeat
+    def after_repeat(self, index: int, output: Any = None) -> None:
+        """--save-output: repeat_<i>/output.pt, what the repeat's last iteration returned, on the CPU.
+        --dump-dynamo-counters: repeat_<i>/dynamo_counters.json, cumulative and new in this repeat
         (anything new after warm-up means recompilation inside the timed runs)."""
+        if self.task.options.save_output and output is not None:
+            self._guarded("save_output", lambda: self._save_output(index, output))
         if not self.task.options.dump_dynamo_counters:
             return
         counters = dynamo_counters()
@@ -65,6 +68,16 @@ class Instrumentation:
                           "changed_in_this_repeat": counters_delta(self._last_counters, counters)})
         self._last_counters = counters
         self.add_artifact(f"dynamo_counters_repeat_{index}", path)
+
+    def _save_output(self, index: int, output: Any) -> None:
+        import torch
+
+        from benchmark_models.model import map_tensors
+
+        path = self.artifacts_dir / f"repeat_{index}" / "output.pt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(map_tensors(output, lambda t: t.detach().to("cpu")), path)
+        self.add_artifact(f"output_repeat_{index}", path)
 
     def finish(self, step: Callable[[], Any], metrics: dict[str, Any]) -> None:
         """Add compile time, dynamo accounting, profiler figures and the cache bench to metrics."""
