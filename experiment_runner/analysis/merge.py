@@ -65,8 +65,12 @@ def read_source(path: Path) -> Source:
 
 
 def _rank(record: dict) -> tuple[bool, float]:
-    timestamp = record.get("timestamp")
-    return record.get("status") in FINAL_STATUSES, timestamp if isinstance(timestamp, (int, float)) else 0.0
+    """A final status first, then the later attempt: `timings.finished_at` (the run's `timestamp`
+    is the same in every record of a run, so it cannot tell two attempts apart)."""
+    finished = (record.get("timings") or {}).get("finished_at")
+    if not isinstance(finished, (int, float)):
+        finished = record.get("timestamp")
+    return record.get("status") in FINAL_STATUSES, finished if isinstance(finished, (int, float)) else 0.0
 
 
 def merge(sources: Sequence[Source], run_id: str | None) -> tuple[list[dict], list[str]]:

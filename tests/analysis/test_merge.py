@@ -60,6 +60,18 @@ def test_conflicts_are_reported_and_a_final_record_wins(tmp_path: Path, capsys) 
     assert err.count("conflict:") == 2 and "2 conflict(s)" in out
 
 
+def test_between_attempts_of_one_run_the_later_finished_wins(tmp_path: Path, capsys) -> None:
+    """Records of one run share its `timestamp`; `timings.finished_at` says which attempt came last."""
+    late, early = record("m1", "error"), record("m1", "ok")
+    late["timings"]["finished_at"], early["timings"]["finished_at"] = 200.0, 100.0
+    a = write(tmp_path / "a.jsonl", [late])
+    b = write(tmp_path / "b.jsonl", [early])
+    for order in ((a, b), (b, a)):
+        code, _, _ = merge(capsys, *map(str, order), "-o", str(tmp_path / "all.jsonl"))
+        assert code == 0
+        assert [r["status"] for r in read(tmp_path / "all.jsonl")] == ["error"]
+
+
 def test_unreadable_input_is_exit_3_and_writes_nothing(tmp_path: Path, capsys) -> None:
     a = write(tmp_path / "a.jsonl", [record("m1")])
     out_path = tmp_path / "all.jsonl"
