@@ -331,13 +331,16 @@ class DLRMConfig:
     lookups_per_sample: int = 100
 
 
-def mlp(sizes: tuple[int, ...]) -> nn.Sequential:
+def mlp(sizes: tuple[int, ...], sigmoid_last: bool = False) -> nn.Sequential:
+    """Linear layers each followed by ReLU; DLRM's top MLP ends in a sigmoid instead (a click
+    probability), without which a dead final ReLU makes the output, and every gradient, zero."""
     layers: list[nn.Module] = []
-    for fan_in, fan_out in zip(sizes, sizes[1:]):
+    for index, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:])):
         linear = nn.Linear(fan_in, fan_out)
         nn.init.normal_(linear.weight, 0.0, math.sqrt(2.0 / (fan_in + fan_out)))
         nn.init.normal_(linear.bias, 0.0, math.sqrt(1.0 / fan_out))
-        layers += [linear, nn.ReLU()]
+        last = index == len(sizes) - 2
+        layers += [linear, nn.Sigmoid() if sigmoid_last and last else nn.ReLU()]
     return nn.Sequential(*layers)
 
 
@@ -357,7 +360,7 @@ class DLRM(nn.Module):
             nn.init.uniform_(bag.weight, -bound, bound)
         features = cfg.num_tables + 1
         interactions = features * (features - 1) // 2 + cfg.bottom_mlp[-1]
-        self.top = mlp((interactions, *cfg.top_mlp))
+        self.top = mlp((interactions, *cfg.top_mlp), sigmoid_last=True)
         rows, cols = torch.tril_indices(features, features, offset=-1)
         self.register_buffer("pair_rows", rows, persistent=False)
         self.register_buffer("pair_cols", cols, persistent=False)
