@@ -188,6 +188,26 @@ def test_dumps_are_non_empty_files_where_the_record_says(dummy_run) -> None:
 
 
 @pytest.mark.xla
+def test_profile_xla_writes_an_xplane_trace_and_save_output_each_repeats_output(tmp_path, cli_cache) -> None:
+    """--profile-xla: the XPlane trace of the timed runs lands in xla-profile/ (the child waits for
+    it); --save-output: each timed repeat's output, on the CPU, as the reference saves it."""
+    run = invoke_cli(["--suite-name=dummy", "--accelerator=cpu", "--xla=PJRT", "--dynamo=None", "--test=eval",
+                      "--repeat=2", "--profile-xla", "--profile-xla-duration-ms=1000", "--save-output"],
+                     tmp_path / "out", cli_cache, env={"PJRT_DEVICE": "CPU"}, timeout=600)
+    import torch
+
+    assert run.returncode == 0, run.stderr
+    (record,) = run.records()
+    assert record["status"] == "ok", record["error"]
+    artifacts = record["artifacts"]
+    traces = list((run.output_dir / artifacts["xla_profile"]).rglob("*.xplane.pb"))
+    assert traces and all(t.stat().st_size > 0 for t in traces)
+    for i in range(2):
+        output = torch.load(run.output_dir / artifacts[f"output_repeat_{i}"])
+        assert output.device.type == "cpu" and torch.isfinite(output).all()
+
+
+@pytest.mark.xla
 def test_builtin_torchbench_llama_passes_on_lazy_and_openxla(tmp_path, cli_cache) -> None:
     run = invoke_cli(["--suite-name=torchbench", "--accelerator=cpu", "--filter=llama", "--xla=PJRT",
                       "--test=eval", "--batch-size=1", "--repeat=1", "--verify"],
