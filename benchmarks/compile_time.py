@@ -11,11 +11,18 @@ through the CLI, varying what could make the difference:
 - TORCHINDUCTOR_COMPILE_THREADS: inductor's default (min(32, CPUs): a pool of compile worker
   processes, each importing torch) or 1 (compile in the experiment's own process).
 
+With `--reference PATH` (PyTorch/XLA's benchmarks/ folder; run this script in the XLA
+environment, whose torch the reference needs) the reference runner itself is a variant: its
+first timed repeat of `--repeat=1 --iterations-per-run=1` holds the compile and one iteration,
+which is what our `first_iter_time_s` holds, and both see a fresh cache folder.
+
 Every variant runs in fresh processes with a fresh inductor cache folder, alternating round
 after round; the load average is printed beside each figure (timings on a busy host are noise:
 compare the variants measured in the same round, and re-take the figures on a quiet host).
 
     python benchmarks/compile_time.py [--rounds 3] [--test eval]
+    PJRT_DEVICE=CPU .venv-xla/bin/python benchmarks/compile_time.py --reference /tmp/ref/benchmarks \
+        --variant reference --variant "runner forkserver step" --variant bare
 """
 
 from __future__ import annotations
@@ -90,7 +97,22 @@ def runner(test: str, workdir: Path, threads: str | None, launcher: str, scope: 
             "inductor_compile_time_s": dynamo.get("inductor_compile_time_s")}
 
 
+def reference(test: str, workdir: Path, script: Path) -> dict[str, Any]:
+    out = Path(tempfile.mkdtemp(dir=workdir))
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(out / "inductor"), XDG_CACHE_HOME=str(out / "xdg"))
+    env.pop("TORCHINDUCTOR_COMPILE_THREADS", None)
+    proc = subprocess.run(
+        [sys.executable, str(script), "--suite-name=dummy", "--accelerator=cpu", "--xla=None", "--dynamo=inductor",
+         f"--test={test}", "--repeat=1", "--iterations-per-run=1", f"--output-dirname={out}"],
+        check=False, capture_output=True, text=True, env=env, timeout=1800)
+    if proc.returncode != 0:
+        raise SystemExit(f"reference runner failed: {proc.stderr[-2000:]}")
+    record = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
+    return {"first_iter_time_s": record["metrics"]["total_time"][0]}
+
+
 VARIANTS: dict[str, dict[str, Any]] = {
+    "reference": {"reference": True},
     "bare": {},
     "bare threads=1": {"threads": "1"},
     "runner forkserver step": {"launcher": "forkserver", "scope": "step"},
@@ -104,9 +126,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--test", choices=("eval", "train"), default="eval")
-    parser.add_argument("--variant", action="append", choices=sorted(VARIANTS), help="default: every variant")
+    parser.add_argument("--variant", action="append", choices=sorted(VARIANTS),
+                        help="default: every variant (the reference only with --reference)")
+    parser.add_argument("--reference", type=Path, help="PyTorch/XLA's benchmarks/ folder")
     args = parser.parse_args(argv)
-    variants = args.variant or list(VARIANTS)
+    variants = args.variant or [v for v in VARIANTS if v != "reference" or args.reference]
+    if "reference" in variants and (args.reference is None or not (args.reference / "experiment_runner.py").is_file()):
+        parser.error("the reference variant needs --reference PATH holding experiment_runner.py")
     firsts: dict[str, list[float]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory() as tmp:
         for round_index in range(args.rounds):
@@ -114,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
             for name in order:
                 spec = VARIANTS[name]
                 before = load_average()
-                if "launcher" in spec:
+                if "reference" in spec:
+                    figures = reference(args.test, Path(tmp), args.reference / "experiment_runner.py")
+                elif "launcher" in spec:
                     figures = runner(args.test, Path(tmp), spec.get("threads"), spec["launcher"], spec["scope"])
                 else:
                     figures = bare(args.test, Path(tmp), spec.get("threads"))

@@ -47,11 +47,14 @@ def train_one(suite: str, model: str, steps: int) -> dict[str, Any]:
     start = [p.detach().clone() for p in loaded.module.parameters()]
     step = harness.make_step(loaded)
     losses: dict[int, float] = {}
+    first_nonfinite = None
     started = time.perf_counter()
     for index in range(1, steps + 1):
-        loss = step()
+        value = float(step().detach().float())
+        if first_nonfinite is None and not math.isfinite(value):
+            first_nonfinite = index
         if index in (1, 10, steps):
-            losses[index] = float(loss.detach().float())
+            losses[index] = value
     seconds = time.perf_counter() - started
     end = [p.detach() for p in loaded.module.parameters()]
     finite = all(bool(torch.isfinite(p).all()) for p in end)
@@ -64,7 +67,7 @@ def train_one(suite: str, model: str, steps: int) -> dict[str, Any]:
         "suite": suite, "model": model, "batch_size": loaded.batch_size, "steps": steps,
         "loss": loaded.recipe.loss if loaded.loss is None else "model_own",
         "optimizer": loaded.recipe.optimizer_spec,
-        "loss_at": {str(k): v for k, v in losses.items()},
+        "loss_at": {str(k): v for k, v in losses.items()}, "first_nonfinite_step": first_nonfinite,
         "finite": finite and all(math.isfinite(v) for v in losses.values()),
         "norm_growth": growth, "max_tensor_growth": max(ratios, default=None),
         "diverged": not finite or not all(math.isfinite(v) for v in losses.values()) or growth > GROWTH_LIMIT,
@@ -99,17 +102,17 @@ def _g(value: float | None) -> str:
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = ["| suite | model | bs | loss | optimizer | loss@1 | loss@10 | loss@N | finite | norm growth | "
-             "max tensor growth | diverged |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "max tensor growth | diverged | first non-finite loss |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['suite']} | {r['model']} | | | | | | | | | | error: {r['error']} |")
+            lines.append(f"| {r['suite']} | {r['model']} | | | | | | | | | | error: {r['error']} | |")
             continue
         at = r["loss_at"]
         lines.append(f"| {r['suite']} | {r['model']} | {r['batch_size']} | {r['loss']} | {r['optimizer']} | "
                      f"{_g(at.get('1'))} | {_g(at.get('10'))} | {_g(at.get(str(r['steps'])))} | "
                      f"{'yes' if r['finite'] else 'NO'} | {_g(r['norm_growth'])} | {_g(r['max_tensor_growth'])} | "
-                     f"{'YES' if r['diverged'] else 'no'} |")
+                     f"{'YES' if r['diverged'] else 'no'} | {r['first_nonfinite_step'] or ''} |")
     return "\n".join(lines)
 
 
