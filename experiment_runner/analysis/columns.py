@@ -29,7 +29,7 @@ from experiment_runner.errors import EXIT_RESULTS_IO, ReportError
 if TYPE_CHECKING:
     import pyarrow
 
-_STRUCT_FIGURES = ("warmup_time DOUBLE[], compile_time_s DOUBLE, timed_peak_rss_bytes BIGINT, peak_rss_bytes BIGINT, "
+_STRUCT_FIGURES = ("warmup_time DOUBLE[], compile_time_s DOUBLE, timed_peak_rss_bytes BIGINT, "
                    "peak_allocated_bytes BIGINT")
 _COLUMNS = {
     "run_id": "VARCHAR", "experiment_id": "VARCHAR", "timestamp": "DOUBLE", "status": "VARCHAR",
@@ -57,8 +57,7 @@ WITH raw AS (
          coalesce(measurements.compile_time_s, metrics.compile_time_s) AS recorded_compile,
          coalesce(measurements.warmup_time, metrics.warmup_time)[1] AS warmup_first,
          coalesce(measurements.peak_allocated_bytes, metrics.peak_allocated_bytes) AS peak_allocated,
-         coalesce(measurements.timed_peak_rss_bytes, metrics.timed_peak_rss_bytes,
-                  measurements.peak_rss_bytes, metrics.peak_rss_bytes) AS peak_rss
+         coalesce(measurements.timed_peak_rss_bytes, metrics.timed_peak_rss_bytes) AS peak_rss
   FROM read_json($files, format='newline_delimited', columns=$columns, filename=true)
 ), timed AS (
   SELECT *, CASE WHEN first_is_warmup THEN all_samples[2:] ELSE all_samples END AS samples,
@@ -76,7 +75,8 @@ SELECT filename, run_id, experiment_id, timestamp,
        CASE WHEN recorded_compile IS NOT NULL AND isfinite(recorded_compile) THEN recorded_compile
             WHEN first_warmup IS NOT NULL AND median IS NOT NULL THEN greatest(first_warmup - median, 0.0)
        END AS compile_time_s,
-       -- the timed runs' peak where recorded (older records: the lifetime peak)
+       -- the timed runs' peak only, as `report` compares it: a lifetime peak (older records) holds the
+       -- interpreter and compilation, and a series mixing the two would change at an upgrade
        coalesce(peak_allocated, peak_rss)::DOUBLE AS peak_memory_bytes
 FROM med
 """
@@ -172,8 +172,7 @@ def _python(path: Path) -> "pyarrow.Table":
     for name in STRING_FIELDS + ("timestamp", "compile_time_s", "batch_size"):
         data[name] = [getattr(row, name) for row in rows]
     data["median"] = [row.median_per_iter_time_s for row in rows]
-    data["peak_memory_bytes"] = [row.peak_allocated_bytes or row.timed_peak_rss_bytes or row.peak_rss_bytes
-                                 for row in rows]
+    data["peak_memory_bytes"] = [row.peak_allocated_bytes or row.timed_peak_rss_bytes for row in rows]
     return pa.Table.from_pydict(data, schema=_schema())
 
 
