@@ -4,8 +4,8 @@ Three measures, each against a real Ray cluster started on this machine
 (tests/support/ray_cluster.py) and real `python -m experiment_runner` runs:
 
 1. overhead: 40 quick experiments (the `sleepy` plugin suite's quick_NN, eval and train of
-   20 models) on the local executor (subprocess launcher, serial) and on a one-node,
-   one-slot cluster (also serial, the same launcher on the node), alternated --runs times.
+   20 models) on the local executor (serial) and on a one-node, one-slot cluster (also
+   serial), both with --launcher (default the fork server), alternated --runs times.
    Overhead per experiment = (command wall - sum of timings.work_s) / experiments, and CPU
    seconds per experiment of every process involved (driver, experiments, and on Ray the
    cluster's own processes), which a loaded machine changes far less than wall time; the
@@ -91,16 +91,16 @@ def run(matrix: list[str], folder: Path, extra: list[str], address: str | None =
     return wall, records
 
 
-def overhead(folder: Path, runs: int) -> None:
+def overhead(folder: Path, runs: int, launcher: str) -> None:
     """Wall overhead per experiment, and CPU seconds per experiment (which load barely changes):
     the driver and its children locally; the driver plus every process of the cluster on Ray."""
     wall: dict[str, list[float]] = {"local": [], "ray": []}
     cpu: dict[str, list[float]] = {"local": [], "ray": []}
     with LocalRayCluster(nodes=1, slots=1, env=SUITE_ENV) as cluster:
-        run(QUICK[:1] + ["--filter=^quick_00$"] + QUICK[2:], folder, ["--launcher=subprocess"])  # fills caches
+        run(QUICK[:1] + ["--filter=^quick_00$"] + QUICK[2:], folder, [f"--launcher={launcher}"])  # fills caches
         for _ in range(runs):
-            for name, extra, address in (("local", ["--launcher=subprocess"], None),
-                                         ("ray", ["--executor=ray"], cluster.address)):
+            for name, extra, address in (("local", [f"--launcher={launcher}"], None),
+                                         ("ray", ["--executor=ray", f"--launcher={launcher}"], cluster.address)):
                 before = children_cpu() + (cluster_cpu(cluster) if address else 0.0)
                 seconds, records = run(QUICK, folder, extra, address)
                 used = children_cpu() + (cluster_cpu(cluster) if address else 0.0) - before
@@ -109,7 +109,7 @@ def overhead(folder: Path, runs: int) -> None:
                 cpu[name].append(used / len(records))
     for label, figures in (("wall overhead", wall), ("CPU", cpu)):
         local, ray = statistics.median(figures["local"]), statistics.median(figures["ray"])
-        print(f"{label} per experiment, 40 quick experiments, median of {runs} alternated run(s): "
+        print(f"{label} per experiment, 40 quick experiments, --launcher={launcher}, median of {runs} alternated run(s): "
               f"local {local:.3f} s, ray {ray:.3f} s, ray - local {ray - local:+.3f} s "
               f"(runs: local {', '.join(f'{v:.3f}' for v in figures['local'])}; "
               f"ray {', '.join(f'{v:.3f}' for v in figures['ray'])})", flush=True)
@@ -151,13 +151,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("overhead", "scaling", "shards"))
     parser.add_argument("--runs", type=int, default=2, help="alternated runs per executor for the overhead")
+    parser.add_argument("--launcher", choices=("forkserver", "subprocess"), default="forkserver",
+                        help="the launcher both executors use for the overhead (scaling: the default)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ray-overhead-") as tmp:
         folder = Path(tmp)
         if args.only in (None, "shards"):
             shards(folder)
         if args.only in (None, "overhead"):
-            overhead(folder, args.runs)
+            overhead(folder, args.runs, args.launcher)
         if args.only in (None, "scaling"):
             scaling(folder)
 

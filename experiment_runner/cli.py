@@ -250,7 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--launcher", choices=("forkserver", "subprocess"), default="forkserver",
                    help="forkserver: fork each experiment's fresh process from a server that has torch "
                         "imported (fast start, no device initialized before the fork); subprocess: start "
-                        "a new interpreter per experiment. XLA experiments always use subprocess")
+                        "a new interpreter per experiment (XLA experiments get a server of their own; "
+                        "PT_XLA_DEBUG ones start fresh). On Ray, each node's worker starts its experiments "
+                        "the same way")
 
     g = p.add_argument_group("many hosts (see 'Many hosts' in the README)")
     g.add_argument("--executor", choices=("local", "ray"), default="local",

@@ -120,9 +120,9 @@ def run(args: argparse.Namespace, options: RunOptions) -> int:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         if args.executor == "local" and args.launcher == "forkserver" and not args.dry_run:
-            # Their imports overlap with ours: probing, planning, resuming. The XLA server is
-            # started too where the matrix may hold XLA experiments (the default does).
-            prestart(xla=(args.xla is None or "PJRT" in args.xla) and torch_xla_importable())
+            # Its imports overlap with ours: probing, planning, resuming. The XLA server starts
+            # once the plan is known to hold XLA experiments (below).
+            prestart(torch=args.xla is None or None in args.xla)
         try:
             suite = suite_catalog(args.suite_name)
         except UnknownSuite as exc:
@@ -178,6 +178,10 @@ def run(args: argparse.Namespace, options: RunOptions) -> int:
               f"{'a record' if args.processes == 1 else 'their records'} in run {run_id} of {results_path} "
               "(--no-resume runs them again as a new run)")
         return EXIT_OK
+    if (args.executor == "local" and args.launcher == "forkserver"
+            and any(p.experiment.config.xla is not None and p.skip_reason is None for p in todo)
+            and torch_xla_importable()):
+        prestart(torch=False, xla=True)
     # Said once the run really starts, so that bad input before it stays one line.
     about = f"{args.suite_name}: {suite.description or suite.source + ' models'}"
     return execute(args, options, plan, results_path, run_id, done, suite.source,

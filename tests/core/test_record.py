@@ -88,3 +88,20 @@ def test_fork_server_death_says_so() -> None:
     status, error = classify_death(gone, None)
     assert status == "crashed" and error["type"] == "LauncherDied"
     assert "fork server was killed by SIGKILL" in error["message"]
+
+
+def test_a_crash_stack_in_the_log_tail_keeps_its_innermost_frame(tmp_path) -> None:
+    """faulthandler prints the innermost frame first: a plain tail would keep only the outermost
+    ones (a forked child's stack is deeper), so the whole dump is kept."""
+    from experiment_runner.core.logs import LOG_TAIL_LINES, read_log_tail
+
+    frames = [f'  File "/srv/runner/frame_{i}.py", line {i} in f{i}' for i in range(25)]
+    log = tmp_path / "child.log"
+    log.write_text("\n".join(["noise"] * 100 + ["Fatal Python error: Segmentation fault", "",
+                                                  "Current thread 0x1 (most recent call first):",
+                                                  '  File "/srv/models/faulty.py", line 7 in forward',
+                                                  *frames, "", "Extension modules: torch._C"]) + "\n")
+    tail = read_log_tail(log)
+    assert tail.startswith("Fatal Python error") and "faulty.py" in tail and tail.endswith("torch._C")
+    log.write_text("\n".join(f"line {i}" for i in range(100)) + "\n")
+    assert read_log_tail(log).splitlines() == [f"line {i}" for i in range(100 - LOG_TAIL_LINES, 100)]

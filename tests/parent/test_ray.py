@@ -93,7 +93,7 @@ def test_every_experiment_once_with_its_node(two_nodes, tmp_path: Path, cli_cach
     assert statuses.pop("segfault") == "crashed" and set(statuses.values()) == {"ok"}
     for record in records:
         placement = record["placement"]
-        assert placement["executor"] == "ray" and placement["launcher"] == "subprocess"
+        assert placement["executor"] == "ray" and placement["launcher"] == "forkserver"
         assert placement["host"] and len(placement["node_id"]) == 56
         assert record["environment"]["torch"] and record["environment"]["hostname"] == placement["host"]
         log = tmp_path / "out" / record["artifacts"]["log"]

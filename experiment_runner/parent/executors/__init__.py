@@ -23,8 +23,8 @@ class ExecutorOptions:
 
     name: str = "local"
     timeout_s: float | None = None
+    launcher: str = "forkserver"  # on Ray, each node's worker starts experiments with it
     # local
-    launcher: str = "forkserver"
     print_subprocess: bool = False
     server_log: Path | None = None
     max_parallel: int = 1
@@ -40,7 +40,8 @@ def create(options: ExecutorOptions) -> Executor:
     if options.name == "ray":
         from experiment_runner.parent.executors.ray import RayConfig, RayExecutor
 
-        return RayExecutor(RayConfig(options.ray_address, options.allow_mixed_versions, options.timeout_s))
+        return RayExecutor(RayConfig(options.ray_address, options.allow_mixed_versions, options.timeout_s,
+                                     options.launcher))
     from experiment_runner.parent.executors.local import LocalExecutor, Parallelism
     from experiment_runner.parent.launch.forkserver import ForkServerLauncher
     from experiment_runner.parent.launch.subprocess import SubprocessLauncher

@@ -1,8 +1,9 @@
 """The Ray executor: each experiment is one Ray task on a cluster node.
 
 The task starts the experiment in its own child process on the node through the same
-`SubprocessLauncher` as a local run, so isolation, the timeout, crash classification and
-the record are what they are locally. It streams two items back: where it started (node,
+launcher as a local run (`--launcher`: the fork server by default, one per Ray worker
+process, kept for the worker's later tasks and gone with it; or a plain subprocess), so
+isolation, the timeout, crash classification and the record are what they are locally. It streams two items back: where it started (node,
 host, GPU, the node's environment), then the child's outcome with its log and small
 artifacts. The driver rebuilds the artifact folder here and builds the record with
 `core.record.build_record`; the runner stays the only writer of the results file.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import socket
 import tempfile
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ from experiment_runner.core.record import ChildOutcome
 from experiment_runner.errors import UsageError
 from experiment_runner.parent.executors.base import Job, forwarded_environment
 from experiment_runner.parent.launch.env import scratch_cleanup
+from experiment_runner.parent.launch.forkserver import ForkServerLauncher
 from experiment_runner.parent.launch.subprocess import SubprocessLauncher
 
 SLOT = "experiment_slot"
@@ -47,6 +50,7 @@ class RayConfig:
     address: str | None
     allow_mixed_versions: bool = False
     timeout_s: float | None = None
+    launcher: str = "forkserver"
 
 
 def import_ray() -> Any:
@@ -104,7 +108,26 @@ def collect_files(folder: Path) -> tuple[dict[str, bytes], list[str]]:
     return files, left
 
 
-def run_on_node(task: dict[str, Any], extra_env: dict[str, str], timeout_s: float | None) -> Iterator[Any]:
+# The launcher of this Ray worker process, by name: a fork server started by the worker's first
+# experiment serves its later ones (imports paid once per worker, not once per experiment).
+_node_launchers: dict[str, SubprocessLauncher] = {}
+
+
+def node_launcher(name: str, timeout_s: float | None, run_env: dict[str, str]) -> SubprocessLauncher:
+    """This worker's launcher. The run's own variables go into the worker's environment first, so
+    a fork server it starts carries them from its start, as a local run's server does (a forked
+    child's /proc environ is its server's: that is how the run's processes are found)."""
+    os.environ.update(run_env)  # this worker serves this run's job only
+    launcher = _node_launchers.get(name)
+    if launcher is None:
+        launcher = ForkServerLauncher(timeout_s=timeout_s) if name == "forkserver" else SubprocessLauncher(timeout_s)
+        _node_launchers[name] = launcher
+    launcher.timeout_s = timeout_s
+    return launcher
+
+
+def run_on_node(task: dict[str, Any], extra_env: dict[str, str], timeout_s: float | None,
+                launcher: str = "forkserver") -> Iterator[Any]:
     """The Ray task body: say where it runs, then run the experiment in a child process there.
 
     Cancelling the task raises KeyboardInterrupt here, and the launcher kills the child's
@@ -119,7 +142,7 @@ def run_on_node(task: dict[str, Any], extra_env: dict[str, str], timeout_s: floa
         if where["cuda_visible_devices"] is not None:
             env["CUDA_VISIBLE_DEVICES"] = where["cuda_visible_devices"]
         log = Path(folder) / "child.log"
-        outcome = SubprocessLauncher(timeout_s=timeout_s).launch(local, log, env)
+        outcome = node_launcher(launcher, timeout_s, extra_env).launch(local, log, env)
         scratch_cleanup(Path(folder))
         files, left = collect_files(Path(folder))
         yield {"outcome": dataclasses.asdict(outcome), "files": files, "left_on_node": left}
@@ -218,7 +241,8 @@ class RayExecutor:
                 yield planned, job.skipped(planned)
                 continue
             task = Task(planned.experiment, job.ctx.options, "").to_dict()
-            generator = body.options(**resources_for(planned)).remote(task, extra_env, self.config.timeout_s)
+            generator = body.options(**resources_for(planned)).remote(task, extra_env, self.config.timeout_s,
+                                                                      self.config.launcher)
             in_flight[generator] = _InFlight(planned)
         cancelled = False
         try:

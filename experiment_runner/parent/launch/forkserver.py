@@ -220,10 +220,10 @@ def default_kind(xla: bool) -> ServerKind:
     return ServerKind(xla, import_time_settings(env, xla))
 
 
-def prestart(xla: bool = False) -> None:
-    """Start the default server (and the XLA one) now, so that their imports overlap with
-    the parent's own start-up; a kind no experiment asks for is stopped unused at the end."""
-    for kind in [default_kind(False)] + ([default_kind(True)] if xla else []):
+def prestart(torch: bool = True, xla: bool = False) -> None:
+    """Start the default server and/or the XLA one now, so that their imports overlap with the
+    parent's own start-up; a kind no experiment asks for is stopped unused at the end."""
+    for kind in [default_kind(False)] * torch + [default_kind(True)] * xla:
         if kind not in _prestarted:
             try:
                 _prestarted[kind] = Server(kind)
@@ -250,6 +250,7 @@ class ForkServerLauncher(SubprocessLauncher):
         self._warn = warn or (lambda line: print(f"experiment_runner: warning: {line}", file=sys.stderr, flush=True))
         self._servers_lock = threading.Lock()
         self._servers: dict[ServerKind, Server] = dict(_prestarted)
+        self._prestarted = list(_prestarted.values())
         self._deaths = 0
         _prestarted.clear()
 
@@ -280,6 +281,10 @@ class ForkServerLauncher(SubprocessLauncher):
         return dict(self._servers)
 
     def launch(self, task: Task, log_path: Path, extra_env: dict[str, str] | None = None) -> ChildOutcome:
+        # No experiment runs while a prestarted server is still importing: on a small host those
+        # imports would take CPU from its timings and its compilation.
+        for server in self._prestarted:
+            server.ready.wait(SERVER_START_TIMEOUT_S)
         task_path, env = self.prepare(task, extra_env)
         if task.experiment.config.xla is not None and any(env.get(name, "0") != "0" for name in FRESH_ONLY):
             return super().launch(task, log_path, extra_env)
