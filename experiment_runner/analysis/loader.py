@@ -91,6 +91,8 @@ class Row:
     timed_peak_rss_bytes: int | None
     per_iter_time: tuple[float, ...]
     process_medians: tuple[float, ...]
+    # other processes used more than the set share of the CPUs during some of its timed runs
+    noisy_host: bool = False
 
     @property
     def configuration(self) -> str:
@@ -251,6 +253,7 @@ def flatten(record: dict[str, Any], file_name: str) -> Row:
         timed_peak_rss_bytes=_int(figures.get("timed_peak_rss_bytes")),
         per_iter_time=samples,
         process_medians=() if median is None else (median,),
+        noisy_host=figures.get("noisy_host") is True,
     )
 
 
@@ -278,7 +281,7 @@ def combine(processes: Sequence[Row]) -> Row:
         n_samples=len(pooled), median_per_iter_time_s=median, min_per_iter_time_s=stats.get("min"),
         q1_per_iter_time_s=stats.get("q1"), q3_per_iter_time_s=stats.get("q3"),
         relative_iqr=stats.get("relative_iqr"), unstable=stats.get("unstable"),
-        per_iter_time=pooled, process_medians=medians)
+        per_iter_time=pooled, process_medians=medians, noisy_host=any(r.noisy_host for r in processes))
 
 
 def iter_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | None = None) -> Iterator[Row]:

@@ -70,8 +70,10 @@ discovery rate at alpha). A change beyond +threshold with q < alpha is a regress
 beyond -threshold with q < alpha an improvement; a change beyond the threshold without
 significance is shown as not significant. With few samples of one process significance is
 unreachable (10 vs 10 reach p ~ 1.1e-5; 3 vs 3 only 0.1) and the output says so.
-Experiments only on one side, and experiments that were ok in A but fail in B (new
-failures) or the reverse, are listed.
+A change beyond the threshold where either side's records say `noisy_host` (other processes used
+more than --noisy-host-share of the CPUs during its timed runs) is shown as "noisy host (not
+judged)", never as a regression: a neighbour's load moves a whole run. Experiments only on one
+side, and experiments that were ok in A but fail in B (new failures) or the reverse, are listed.
 
 Exit status: 0 no significant regression; 1 a significant regression or a new failure;
 2 bad flags, no such run or scipy missing; 3 a file cannot be read."""
@@ -106,6 +108,10 @@ class ExperimentChange:
 
 
 PROCESS_TEST, SAMPLE_TEST = "welch-processes", "mann-whitney-samples"
+# A change beyond the threshold where either side's timed runs shared the host with busy
+# neighbours (the record's noisy_host): a neighbour's load moves every process of a run alike,
+# which no test within the run can tell from a change, so it is shown and never called.
+NOISY_HOST = "noisy host (not judged)"
 
 
 def min_two_sided_p(n_a: int, n_b: int) -> float:
@@ -225,6 +231,8 @@ def judge(a: Row, b: Row, test: str | None, p: float | None, q: float | None, fl
     change = b.median_per_iter_time_s / a.median_per_iter_time_s - 1.0
     if abs(change) <= threshold:
         verdict = "within threshold"
+    elif a.noisy_host or b.noisy_host:
+        verdict = NOISY_HOST
     elif floor is not None and abs(change) <= floor:
         verdict = "within noise floor"
     elif q < alpha:
@@ -312,7 +320,7 @@ def compare(args: argparse.Namespace) -> Outcome:
 
 
 SHOWN_BY_DEFAULT = ("regression", "new failure", "improvement", "fixed", "not significant",
-                    "not significant (too few samples)", "within noise floor")
+                    "not significant (too few samples)", "within noise floor", NOISY_HOST)
 
 
 def _pct(change: float | None) -> str:

@@ -147,6 +147,23 @@ def test_a_ten_percent_slowdown_is_flagged(tmp_path: Path, capsys: pytest.Captur
     assert not FLAGGED & {v for m, v in found.items() if m != "resnet50"}
 
 
+def test_a_change_on_a_noisy_host_is_shown_and_never_called(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """The same 10% slowdown, but B's records say busy neighbours shared the host during its timed
+    runs (one process's noisy_host is enough): a neighbour moves the whole run, so no verdict."""
+    a, b = two_runs(tmp_path, seed=1, shifts={"resnet50": 0.10})
+    records = [json.loads(line) for line in b.read_text().splitlines()]
+    for r in records:
+        if r["model"]["model_name"] == "resnet50" and r["process"]["index"] == 3:
+            r["measurements"] = {"noisy_host": True}
+    write(b, records)
+    code, out, _ = compare(capsys, a, b)
+    assert code == 0, out
+    assert "noisy host (not judged)" in next(line for line in out.splitlines() if line.startswith("resnet50"))
+    _, found = verdicts(capsys, a, b)
+    assert found["resnet50"] == "noisy host (not judged)"
+
+
 def test_one_process_says_the_noise_is_unknown_and_applies_its_floor(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     stepped = {MANY[0]: 0.30, MANY[1]: 0.06}
