@@ -85,8 +85,14 @@ def run_all(suites: list[str], steps: int, timeout_s: float) -> list[dict[str, A
     rows = []
     for suite in suites:
         for model in models_of(suite):
-            proc = subprocess.run([sys.executable, __file__, "--one", suite, model, "--steps", str(steps)],
-                                  capture_output=True, text=True, timeout=timeout_s)
+            try:
+                proc = subprocess.run([sys.executable, __file__, "--one", suite, model, "--steps", str(steps)],
+                                      check=False, capture_output=True, text=True, timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                rows.append({"suite": suite, "model": model, "error": f"no result within --timeout={timeout_s:g}s",
+                             "diverged": None})
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+                continue
             if proc.returncode != 0:
                 tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
                 rows.append({"suite": suite, "model": model, "error": tail[:200], "diverged": None})
