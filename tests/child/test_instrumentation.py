@@ -468,7 +468,10 @@ def test_cli_profile_cuda_cpu(inductor_record):
     record = inductor_record[1]
     m = record["metrics"]
     assert len(m["total_cpu_time_s"]) == len(m["per_iter_cpu_time_s"]) == 2
-    assert all(0 < t < 10 * max(m["total_time"]) + 1 for t in m["total_cpu_time_s"])
+    # Profiled CPU time is positive and physically possible: at most the child's wall time on every
+    # CPU (a bound in wall-clock terms would fail on a loaded host, where the profiler's per-op
+    # overhead over hundreds of calibrated iterations stretches the profiled runs).
+    assert all(0 < t <= record["timings"]["child_s"] * (os.cpu_count() or 1) for t in m["total_cpu_time_s"])
     # The profiled runs have the timed runs' shape: the calibrated count of iterations each.
     n = record["iterations_per_run"]
     assert record["iterations_per_run_calibrated"] and n >= 1
