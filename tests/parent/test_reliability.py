@@ -72,6 +72,8 @@ def test_resume_after_sigkill_never_records_the_killed_attempts_result(launcher:
     proc.kill()
     proc.communicate()
     assert_no_process_left(marker)
+    results = out / "results.jsonl"
+    assert not results.exists() or not read_records(results), "the first attempt must still be hanging when killed"
 
     resumed = run_cli(*args, "--resume", output_dir=out, env=env)
     assert resumed.returncode == 0, resumed.stderr

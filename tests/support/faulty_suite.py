@@ -65,12 +65,18 @@ def _raise(_: Any) -> Any:
 
 
 def _attempt(name: str) -> int:
-    """1 on a model's first attempt in this test, 2 on its second, ..."""
+    """1 in a model's first child process in this test, 2 in its second, ...
+
+    Counted per process, not per load: the verifier loads the model again in the same child.
+    """
     path = os.path.join(os.environ[STATE_DIR_ENV], f"{name}.attempts")
     with open(path, "a+") as handle:
-        handle.write("x")
         handle.seek(0)
-        return len(handle.read())
+        pids = handle.read().split()
+        if str(os.getpid()) not in pids:
+            handle.write(f"{os.getpid()}\n")
+            pids.append(str(os.getpid()))
+        return pids.index(str(os.getpid())) + 1
 
 
 def _in_fp64(fault: Callable[[Any], Any]) -> Callable[[Any], Any]:
