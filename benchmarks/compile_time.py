@@ -19,6 +19,9 @@ which is what our `first_iter_time_s` holds, and both see a fresh cache folder.
 Every variant runs in fresh processes with a fresh inductor cache folder, alternating round
 after round; the load average is printed beside each figure (timings on a busy host are noise:
 compare the variants measured in the same round, and re-take the figures on a quiet host).
+Inductor's precompiled C++ headers are machine-wide for every variant, as torch keeps them
+(experiment_runner/core/compiler_caches.py); the runner's rows say whether they were built
+(`precompiled_headers_built`), in which case that compile paid about 4.5 s more on 2 cores.
 
     python benchmarks/compile_time.py [--rounds 3] [--test eval]
     PJRT_DEVICE=CPU .venv-xla/bin/python benchmarks/compile_time.py --reference /tmp/ref/benchmarks \
@@ -94,7 +97,8 @@ def runner(test: str, workdir: Path, threads: str | None, launcher: str, scope: 
     dynamo = figures.get("dynamo_compile") or {}
     return {"first_iter_time_s": figures["first_iter_time_s"], "import_s": record["timings"].get("import_s"),
             "dynamo_entire_frame_compile_time_s": dynamo.get("entire_frame_compile_time_s"),
-            "inductor_compile_time_s": dynamo.get("inductor_compile_time_s")}
+            "inductor_compile_time_s": dynamo.get("inductor_compile_time_s"),
+            "precompiled_headers_built": dynamo.get("precompiled_headers_built")}
 
 
 def reference(test: str, workdir: Path, script: Path) -> dict[str, Any]:

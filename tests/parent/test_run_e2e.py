@@ -8,12 +8,15 @@ import sys
 
 import pytest
 
+from experiment_runner.core.compiler_caches import PRECOMPILED_HEADERS, inductor_tmp_folder
 from experiment_runner.core.results import iter_records
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    return dict(os.environ, XDG_CACHE_HOME=str(tmp_path_factory.mktemp("cache")))
+    """A cache folder and a machine TMPDIR of the module's own (inductor's shared headers go there)."""
+    return dict(os.environ, XDG_CACHE_HOME=str(tmp_path_factory.mktemp("cache")),
+                TMPDIR=str(tmp_path_factory.mktemp("machine-tmp")))
 
 
 def cli(env, *args):
@@ -56,6 +59,19 @@ def test_inductor_warm_up_holds_the_compilation(full_run):
     for r in iter_records(out / "results.jsonl"):
         if r["experiment"]["dynamo"] == "inductor":
             assert r["measurements"]["warmup_time"][0] > 10 * r["stats"]["per_iter_time"]["median"]
+
+
+def test_inductor_precompiled_headers_are_built_once_for_the_machine_and_said_in_the_record(env, full_run):
+    """Inductor's precompiled headers depend on torch and the compiler, not the model: they go
+    to the machine's TMPDIR (where torch and the reference runner keep them), survive the
+    experiment's scratch folder, and each is counted in the record of the experiment that built it."""
+    out, _ = full_run
+    shared = inductor_tmp_folder(env["TMPDIR"]) / PRECOMPILED_HEADERS
+    headers = sorted(shared.glob("*.gch"))
+    assert headers, f"no precompiled header in {shared}"
+    built = [r["measurements"]["dynamo_compile"]["precompiled_headers_built"]
+             for r in iter_records(out / "results.jsonl") if r["experiment"]["dynamo"] == "inductor"]
+    assert built[0] >= 1 and sum(built) == len(headers)
 
 
 def test_summary_table_names_the_results_file(full_run):

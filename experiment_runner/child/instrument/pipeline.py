@@ -8,6 +8,7 @@ optional measurement is reported in `instrumentation_errors` and never discards 
 from __future__ import annotations
 
 import json
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -20,6 +21,7 @@ from experiment_runner.child.instrument.dynamo import (
     dynamo_counters,
     summarize_graph_breaks,
 )
+from experiment_runner.core.compiler_caches import precompiled_headers
 from experiment_runner.core.protocol import Task
 
 
@@ -42,6 +44,9 @@ class Instrumentation:
     artifacts: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     _last_counters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Built before the first compile: headers that appear later were built in this
+    # experiment's compile time (or a parallel experiment's it waited for).
+    _headers_before: set[str] = field(default_factory=lambda: precompiled_headers(tempfile.gettempdir()))
 
     @property
     def artifacts_dir(self) -> Path:
@@ -103,7 +108,8 @@ class Instrumentation:
         if self.uses_dynamo:
             summary = dynamo_compile_summary()
             if summary is not None:
-                metrics["dynamo_compile"] = summary
+                built = precompiled_headers(tempfile.gettempdir()) - self._headers_before
+                metrics["dynamo_compile"] = {**summary, "precompiled_headers_built": len(built)}
         if self.uses_dynamo or self.task.options.collect_dynamo_counters:
             counters = dynamo_counters()
             if self.uses_dynamo:

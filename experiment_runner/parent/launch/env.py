@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
+from experiment_runner.core.compiler_caches import share_precompiled_headers
 from experiment_runner.core.environment import PJRT_DEVICE
 from experiment_runner.core.processes import ATTEMPT_TOKEN_ENV, RUN_TOKEN_ENV
 from experiment_runner.core.protocol import Task
@@ -22,7 +24,8 @@ def child_environment(task: Task, base: dict[str, str] | None = None,
     """The experiment's environment: inherited XLA settings cleaned, then set per experiment.
 
     Compiler caches and temporary files go to the experiment's own scratch folder, so
-    every experiment compiles cold and leaves nothing behind in the user's home. The run's
+    every experiment compiles cold and leaves nothing behind in the user's home (except
+    inductor's precompiled headers, shared machine-wide: core/compiler_caches.py). The run's
     and the attempt's tokens let the runner and its reaper find every process the
     experiment started (core.processes).
     """
@@ -30,7 +33,7 @@ def child_environment(task: Task, base: dict[str, str] | None = None,
     for name in INHERITED_XLA_VARS:
         env.pop(name, None)
     config = task.experiment.config
-    scratch = Path(task.artifacts_dir) / "scratch"
+    scratch = scratch_folder(task.artifacts_dir)
     env.update({
         "PYTHONUNBUFFERED": "1",
         "PYTHONFAULTHANDLER": "1",  # a segfault leaves the Python stack in the log
@@ -51,6 +54,18 @@ def child_environment(task: Task, base: dict[str, str] | None = None,
     return env
 
 
+def scratch_folder(artifacts_dir: str | Path) -> Path:
+    return Path(artifacts_dir) / "scratch"
+
+
+def make_scratch(artifacts_dir: str | Path) -> None:
+    """The experiment's TMPDIR, its precompiled-header folder linked to the machine's."""
+    tmp = scratch_folder(artifacts_dir) / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    share_precompiled_headers(tmp, tempfile.gettempdir())
+
+
 def scratch_cleanup(artifacts_dir: Path) -> None:
-    """Compiler caches are large and per experiment: drop them once the record is written."""
-    shutil.rmtree(Path(artifacts_dir) / "scratch", ignore_errors=True)
+    """Compiler caches are large and per experiment: drop them once the record is written
+    (the link to the shared headers goes, the headers stay)."""
+    shutil.rmtree(scratch_folder(artifacts_dir), ignore_errors=True)

@@ -23,7 +23,7 @@ from experiment_runner.core.logs import read_log_tail
 from experiment_runner.core.processes import kill_experiment, oom_kill_count
 from experiment_runner.core.protocol import Task, read_attempt_result
 from experiment_runner.core.record import ChildOutcome
-from experiment_runner.parent.launch.env import child_environment
+from experiment_runner.parent.launch.env import child_environment, make_scratch
 
 # SIGTERM first so a child can flush; SIGKILL after this grace period.
 KILL_GRACE_S = 2.0
@@ -139,7 +139,7 @@ class SubprocessLauncher:
         task.clear_results()
         task_path = task.write()
         env = child_environment(task, extra={**self.extra_env, **(extra_env or {})})
-        (Path(task.artifacts_dir) / "scratch" / "tmp").mkdir(parents=True, exist_ok=True)
+        make_scratch(task.artifacts_dir)
         return task_path, env
 
     def follow(self, log_path: Path) -> LogFollower | None:
