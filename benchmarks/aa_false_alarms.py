@@ -14,8 +14,10 @@ folder, and compares each pair two ways:
     false alarms per 100 experiment comparisons = 100 x (regressions + improvements) / comparisons
 
 with a one-sided 95% upper bound (Clopper-Pearson), how many changes beyond the threshold
-the noise floor or the test held back, and how much an experiment's median varies between
-its processes (the noise `--processes` samples and one process cannot see).
+the noise floor or the test held back, how many were not judged because a record said
+`noisy_host` (and how many of those the floor and the test would have flagged), and how much
+an experiment's median varies between its processes (the noise `--processes` samples and
+one process cannot see).
 
     python benchmarks/aa_false_alarms.py --pairs 3 --processes 5
 """
@@ -35,11 +37,14 @@ from collections import Counter
 from pathlib import Path
 
 from experiment_runner.analysis.loader import load_rows
+from experiment_runner.analysis.regress import NOISY_HOST
 
 HERE = Path(__file__).resolve().parent
 MATRIX = [("--suite-name=dummy",), ("--suite-name=aa",)]
 COMMON = ["--accelerator=cpu", "--dynamo=None", "--warmup-iterations=2", "--no-progress-bar"]
 FLAGGED = ("regression", "improvement")
+# Counts kept beside the verdicts (not verdicts themselves).
+TALLIES = ("beyond threshold", "old rule", "noisy, else flagged")
 
 
 def run_matrix(out: Path, args: argparse.Namespace, env: dict[str, str]) -> None:
@@ -92,6 +97,9 @@ def tally_into(counter: Counter, document: dict) -> int:
         beyond = c["change"] is not None and abs(c["change"]) > document["threshold"]
         counter["beyond threshold"] += beyond
         counter["old rule"] += beyond and c["p_value"] is not None and c["p_value"] < document["alpha"]
+        if c["verdict"] == NOISY_HOST:  # what the floor and the test would have said without that rule
+            counter["noisy, else flagged"] += ((c["noise_floor"] is None or abs(c["change"]) > c["noise_floor"])
+                                               and c["q_value"] is not None and c["q_value"] < document["alpha"])
     return sum(c["verdict"] in FLAGGED for c in document["comparisons"])
 
 
@@ -127,13 +135,14 @@ def main() -> None:
     print(f"\nA/A false alarms over {args.pairs} pair(s) of identical runs ({', '.join(args.test)}; repeat "
           f"{args.repeat} x {args.iterations_per_run} iterations), threshold 5%, alpha 0.01 (Benjamini-Hochberg)")
     for mode, t in modes.items():
-        compared = sum(v for k, v in t.items() if k not in ("beyond threshold", "old rule"))
+        compared = sum(v for k, v in t.items() if k not in TALLIES)
         alarms = sum(t[v] for v in FLAGGED)
         print(f"  {mode:<14} {compared:4d} comparisons: {alarms} false alarm(s) = {100 * alarms / compared:.2f} per "
               f"100 (95% upper bound {100 * upper_bound(alarms, compared):.1f}); {t['beyond threshold']} beyond the "
               f"threshold, held back by the noise floor {t['within noise floor']}, by the test "
-              f"{t['not significant'] + t['not significant (too few samples)']}; the old rule (raw p < 0.01 beyond "
-              f"the threshold) would have flagged {t['old rule']}")
+              f"{t['not significant'] + t['not significant (too few samples)']}, not judged (noisy host) "
+              f"{t[NOISY_HOST]}, of which the floor and the test would have flagged {t['noisy, else flagged']}; "
+              f"the old rule (raw p < 0.01 beyond the threshold) would have flagged {t['old rule']}")
     print(f"  process-to-process spread of an experiment's median (sd of log per-process medians): median "
           f"{statistics.median(spreads):.1%}, max {max(spreads):.1%} over {len(spreads)} experiment runs")
 

@@ -78,7 +78,8 @@ class HostLoadSample:
     `others_cpu_share`: CPU time every other process used during the stretch, as a share
     of all the host's CPUs over that wall time (0: idle neighbours; 1: every CPU busy with
     someone else's work). Sampled from /proc/stat and our own rusage, so it needs no
-    privileges and sees every process, including other users'.
+    privileges and sees every process, including other users'; known within
+    `others_cpu_resolution_s`, which `judge_noisy` allows for.
     """
 
     wall_start: float
@@ -104,9 +105,30 @@ class HostLoadSample:
         }
         if self.busy_start is None or busy_end is None or wall <= 0:
             return figures
-        busy_s = (busy_end - self.busy_start) / os.sysconf("SC_CLK_TCK")
+        ticks_per_s = os.sysconf("SC_CLK_TCK")
+        busy_s = (busy_end - self.busy_start) / ticks_per_s
         # /proc/stat and rusage tick at different granularities: clamp into what is possible.
         others = min(max(0.0, busy_s - own), wall * host_cpus)
-        share = others / (wall * host_cpus)
-        figures.update(others_cpu_s=others, others_cpu_share=share, noisy_host=share > noisy_share)
+        resolution = 2 * host_cpus / ticks_per_s
+        figures.update(others_cpu_s=others, others_cpu_share=others / (wall * host_cpus),
+                       others_cpu_resolution_s=resolution,
+                       noisy_host=judge_noisy(others, wall, host_cpus, noisy_share, resolution))
         return figures
+
+
+def judge_noisy(others_s: float, wall_s: float, host_cpus: int, noisy_share: float,
+                resolution_s: float) -> bool | None:
+    """Whether others used more than `noisy_share` of the host for sure, or None when the
+    stretch is too short to tell.
+
+    /proc/stat counts CPU time in clock ticks (10 ms each, per CPU), sampled at every tick,
+    so over a stretch of a few ticks a neighbour's one tick reads as a 25% share: timed runs of
+    20 ms were flagged noisy on a quiet host (the A/A runs of benchmarks/aa_false_alarms.py).
+    Others' time is known within `resolution_s` (two ticks per CPU, one at each end), so a host
+    is noisy when others' time minus that is still above the share, and cannot be judged when
+    even every CPU busy with others would not show above it.
+    """
+    capacity = wall_s * host_cpus
+    if capacity * (1.0 - noisy_share) <= resolution_s:
+        return None
+    return others_s - resolution_s > noisy_share * capacity

@@ -145,7 +145,7 @@ def test_calibrated_samples_threads_run_cpu_and_a_noisy_neighbour_are_recorded(e
     run: the record says which count, threads and cores it used, and that the host was noisy."""
     neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        proc = cli(env, "--suite-name=dummy", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=3",
+        proc = cli(env, "--suite-name=dummy", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=10",
                    "--threads=1", "--cpu-launcher=run_cpu", "--noisy-host-share=0.05", f"--output-dirname={tmp_path}")
     finally:
         neighbour.kill()
