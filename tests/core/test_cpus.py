@@ -20,9 +20,10 @@ def test_default_threads_are_the_physical_cores_of_the_affinity_mask():
 def test_a_busy_neighbour_shows_as_other_processes_cpu_time():
     quiet = HostLoadSample.start()
     time.sleep(0.3)
-    asleep = quiet.finish(noisy_share=0.9)
+    asleep = quiet.finish(noisy_share=1.0)
     assert asleep["own_cpu_s"] < 0.1, "sleeping costs us no CPU"
-    assert 0 <= asleep["others_cpu_share"] <= 1 and asleep["noisy_host"] is False, "a share above 1 is impossible"
+    assert 0 <= asleep["others_cpu_share"] <= 1, "a share above 1 is impossible"
+    assert asleep["noisy_host"] is None, "nor can a share above 1 ever be shown: not judged"
     assert asleep["others_cpu_resolution_s"] == 2 * asleep["host_cpus"] / os.sysconf("SC_CLK_TCK")
 
     sample = HostLoadSample.start()
