@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 
@@ -155,7 +156,10 @@ def test_calibrated_samples_threads_run_cpu_and_a_noisy_neighbour_are_recorded(e
     assert record["status"] == "ok", record["error"]
     metrics = record["metrics"]
     assert record["iterations_per_run_calibrated"] is True and record["iterations_per_run"] >= 1
-    assert all(t >= 0.02 for t in metrics["total_time"]), "every sample lasts --min-sample-time"
+    # The count comes from a trial that lasted --min-sample-time with 20% headroom; beside a
+    # spinning neighbour a later sample can be faster than the trial (tests/child/test_worker.py
+    # checks the count itself on a fake clock).
+    assert statistics.median(metrics["total_time"]) >= 0.02, "samples last --min-sample-time"
     assert all(t == pytest.approx(p * record["iterations_per_run"])
                for t, p in zip(metrics["total_time"], metrics["per_iter_time"]))
     cpu = record["environment"]["cpu"]
