@@ -135,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "when installed); the child re-executes itself under it")
     g.add_argument("--noisy-host-share", type=float, default=DEFAULT_NOISY_HOST_SHARE, metavar="SHARE",
                    help="flag a record noisy_host when other processes used more than this share of the "
-                        "host's CPUs during its timed runs (metrics host_load says how much)")
+                        "host's CPUs during its timed runs, beyond what /proc/stat resolves (null: too short "
+                        "to tell; metrics host_load says how much, and others_cpu_resolution_s)")
     g.add_argument("--processes", type=int, default=1, metavar="N",
                    help="measure each experiment in N fresh processes, interleaved pyperf-style (round 1 runs "
                         "every experiment once, round 2 again, ...); one record per process, with "
@@ -191,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
         "instrumentation",
         "Every record's measurements carry first_iter_time_s, steady_iter_time_s and compile_time_s; "
         f"{COMPILE_TIME_DOC} Dynamo experiments also get dynamo_compile (dynamo's own compile-time "
-        "accounting) and graph_breaks (counts by reason). Peak memory is in bytes: timed_peak_rss_bytes "
+        "accounting, and precompiled_headers_built: inductor's machine-wide C++ headers built during this "
+        "compile) and graph_breaks (counts by reason). Peak memory is in bytes: timed_peak_rss_bytes "
         "(timed runs), lifetime_peak_rss_bytes (the child's whole life, read at its end), on CUDA "
         "peak_allocated_bytes and "
         "peak_reserved_bytes (timed runs). The flags below measure outside the timed runs.")
