@@ -121,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="iterations inside one timed run (sample); default: calibrated after warm-up so "
                         "that one sample lasts --min-sample-time (the record keeps the chosen count)")
     g.add_argument("--min-sample-time", type=float, default=DEFAULT_MIN_SAMPLE_TIME_S, metavar="SECONDS",
-                   help="shortest timed run when --iterations-per-run is calibrated")
+                   help="shortest timed run when --iterations-per-run is calibrated (the trials are kept "
+                        "in measurements.calibration)")
     g.add_argument("--compile-scope", choices=COMPILE_SCOPES, default="step",
                    help="what torch.compile wraps: step = the whole iteration (train: zero_grad, forward, "
                         "loss, backward, optimizer step), as PyTorch's and PyTorch/XLA's harnesses do; "

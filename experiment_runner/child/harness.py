@@ -192,25 +192,28 @@ def run_sample(step: Callable[[], Any], device: DeviceRuntime, iterations: int,
 
 
 def calibrate_iterations(step: Callable[[], Any], device: DeviceRuntime, options: RunOptions,
-                         training_state: TrainingState | None = None) -> int:
-    """Iterations per sample so that one sample lasts at least `min_sample_time`.
+                         training_state: TrainingState | None = None) -> list[dict[str, float]]:
+    """Trials that find the iterations per sample for one sample to last `min_sample_time`.
 
     Like pyperf and Timer.blocked_autorange: untimed trial samples, growing the count
     (at least doubling, else scaled to the target with 20% headroom) until one trial is
-    long enough; that count is then used for every timed sample. Trials start from the
-    state the timed runs start from (training state rewound, RNG reset).
+    long enough; the last trial's count is then used for every timed sample. Trials start
+    from the state the timed runs start from (training state rewound, RNG reset). Every
+    trial is returned (`iterations`, `elapsed_s`) for the record: timed samples much
+    shorter than the last trial mean the host changed between calibration and timing.
     """
+    trials: list[dict[str, float]] = []
     iterations = 1
-    while iterations < MAX_CALIBRATED_ITERATIONS:
+    while True:
         if training_state is not None:
             training_state.rewind()
         device.reset_rng(options.seed)
         elapsed = run_sample(step, device, iterations).elapsed
-        if elapsed >= options.min_sample_time:
-            break
+        trials.append({"iterations": iterations, "elapsed_s": elapsed})
+        if elapsed >= options.min_sample_time or iterations >= MAX_CALIBRATED_ITERATIONS:
+            return trials
         scaled = options.min_sample_time / max(elapsed, 1e-9) * iterations * 1.2
         iterations = min(MAX_CALIBRATED_ITERATIONS, max(2 * iterations, int(scaled) + 1))
-    return iterations
 
 
 def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: RunOptions,
@@ -220,7 +223,8 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
 
     Without an explicit `iterations_per_run` the count is calibrated after warm-up (so
     compilation never enters it) to make a sample last `min_sample_time`; the metrics say
-    which count was used (`iterations_per_run`) and whether it was calibrated. The device
+    which count was used (`iterations_per_run`), whether it was calibrated, and the trials
+    that chose it (`calibration`). The device
     is synchronized before the clock starts and before it stops; RNG state is reset before
     each run, outside the clock. Warm-up times are kept (they hold the compilation) but
     never mixed into the timed samples. `on_repeat(i, output)` runs after timed run i, outside the
@@ -237,8 +241,8 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
         warmup_time.append(run_sample(step, device, 1).elapsed)
 
     calibrated = options.iterations_per_run is None
-    iterations = (calibrate_iterations(step, device, options, training_state) if calibrated
-                  else options.iterations_per_run)
+    calibration = calibrate_iterations(step, device, options, training_state) if calibrated else []
+    iterations = calibration[-1]["iterations"] if calibrated else options.iterations_per_run
     device.reset_peak_memory()
     load = HostLoadSample.start()
     metrics: dict[str, Any] = {"total_time": [], "per_iter_time": []}
@@ -268,6 +272,8 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
     metrics["noisy_host"] = host_load["noisy_host"]
     metrics["iterations_per_run"] = iterations
     metrics["iterations_per_run_calibrated"] = calibrated
+    if calibrated:
+        metrics["calibration"] = calibration
     metrics.update(device.peak_memory())
     if training_state is not None and last is not None:
         metrics["loss_first_timed_step"] = _loss_value(first)

@@ -86,11 +86,14 @@ def test_calibrated_samples_last_the_minimum_and_record_the_count(tmp_path, monk
     h = harness(tmp_path, repeat=3, warmup_iterations=1, min_sample_time=0.02)
     metrics = time_iterations(step, h.device, h.options)
     assert (metrics["iterations_per_run"], metrics["iterations_per_run_calibrated"]) == (13, True)
+    assert metrics["calibration"] == [{"iterations": 1, "elapsed_s": pytest.approx(0.002)},
+                                      {"iterations": 13, "elapsed_s": pytest.approx(0.026)}]
     assert metrics["total_time"] == pytest.approx([0.026] * 3)
     assert metrics["per_iter_time"] == pytest.approx([0.002] * 3), "per_iter_time stays per iteration"
     assert metrics["warmup_time"] == pytest.approx([0.002]), "warm-up is one iteration, calibration apart"
     explicit = time_iterations(step, h.device, RunOptions(repeat=2, iterations_per_run=7, warmup_iterations=0))
     assert (explicit["iterations_per_run"], explicit["iterations_per_run_calibrated"]) == (7, False)
+    assert "calibration" not in explicit, "no trials ran"
     assert explicit["total_time"] == pytest.approx([0.014] * 2)
 
 

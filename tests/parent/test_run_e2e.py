@@ -3,7 +3,6 @@
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 
@@ -156,10 +155,12 @@ def test_calibrated_samples_threads_run_cpu_and_a_noisy_neighbour_are_recorded(e
     assert record["status"] == "ok", record["error"]
     metrics = record["metrics"]
     assert record["iterations_per_run_calibrated"] is True and record["iterations_per_run"] >= 1
-    # The count comes from a trial that lasted --min-sample-time with 20% headroom; beside a
-    # spinning neighbour a later sample can be faster than the trial (tests/child/test_worker.py
-    # checks the count itself on a fake clock).
-    assert statistics.median(metrics["total_time"]) >= 0.02, "samples last --min-sample-time"
+    # The count is the one whose trial lasted --min-sample-time. The timed samples themselves are
+    # not asserted: beside the spinning neighbour the scheduler can make them faster or slower
+    # than the trial (the count is checked against a fake clock in tests/child/test_worker.py).
+    trials = record["measurements"]["calibration"]
+    assert trials[-1]["iterations"] == record["iterations_per_run"] and trials[-1]["elapsed_s"] >= 0.02, trials
+    assert all(t["elapsed_s"] < 0.02 for t in trials[:-1]), "calibration stops at the first long-enough trial"
     assert all(t == pytest.approx(p * record["iterations_per_run"])
                for t, p in zip(metrics["total_time"], metrics["per_iter_time"]))
     cpu = record["environment"]["cpu"]
