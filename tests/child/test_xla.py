@@ -228,12 +228,16 @@ def _probes(folder: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in folder.glob("*.json")}
 
 
-def _shape(value: object) -> object:
-    """The keys of a record, recursively, with list lengths: what a reader can rely on."""
+def _shape(value: object, key: str = "") -> object:
+    """The keys of a record, recursively, with list lengths: what a reader can rely on.
+    `noisy_host` is a judgement of the timed runs: true, false, or null when they were too short
+    to tell (core/cpus.py), whichever launcher ran them."""
     if isinstance(value, dict):
-        return {k: _shape(v) for k, v in value.items()}
+        return {k: _shape(v, k) for k, v in value.items()}
     if isinstance(value, list):
         return ("list", len(value))
+    if key == "noisy_host" and (value is None or isinstance(value, bool)):
+        return "bool | None"
     return type(value).__name__
 
 
