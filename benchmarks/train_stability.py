@@ -15,7 +15,11 @@ Per model: seconds per step, the steps N that ran (fewer than --steps only under
 loss at step 1, 10 and N; whether any parameter became non-finite; how
 much the parameters grew (norm of all parameters at step N over step 0, and the largest
 per-tensor ratio among tensors that did not start at zero). `diverged` is any non-finite
-value or a growth above 100x.
+value or a growth above 100x. `first subnormal` is the first step after which a parameter,
+gradient or optimizer-state value is subnormal (nonzero, below float's smallest normal): the
+values --flush-denormal would flush. A timed run covers the steps from the rewound state up to
+warm-up plus one sample's iterations, so a model whose first subnormal comes later than that
+times no subnormal arithmetic, whatever the denormal mode.
 """
 
 from __future__ import annotations
@@ -31,6 +35,18 @@ from typing import Any
 
 SUITES = ("dummy", "torchbench", "huggingface", "timm")
 GROWTH_LIMIT = 100.0
+
+
+def subnormal_count(tensors: list[Any]) -> int:
+    """Nonzero floating-point values below their dtype's smallest normal number."""
+    import torch
+
+    count = 0
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            values = t.coalesce().values() if t.is_sparse else t  # dlrm's embeddings have sparse gradients
+            count += int(((values != 0) & (values.abs() < torch.finfo(t.dtype).tiny)).sum())
+    return count
 
 
 def train_one(suite: str, model: str, steps: int, budget_s: float | None = None) -> dict[str, Any]:
@@ -50,7 +66,8 @@ def train_one(suite: str, model: str, steps: int, budget_s: float | None = None)
     start = [p.detach().clone() for p in loaded.module.parameters()]
     step = harness.make_step(loaded)
     losses: dict[int, float] = {}
-    first_nonfinite = None
+    first_nonfinite = first_subnormal = None
+    optimizer = loaded.training_state.optimizer
     started = time.perf_counter()
     done = 0
     for index in range(1, steps + 1):
@@ -58,6 +75,11 @@ def train_one(suite: str, model: str, steps: int, budget_s: float | None = None)
         done = index
         if first_nonfinite is None and not math.isfinite(value):
             first_nonfinite = index
+        if first_subnormal is None:
+            params = list(loaded.module.parameters())
+            state = [v for per_param in optimizer.state.values() for v in per_param.values()]
+            if subnormal_count(params + [p.grad for p in params] + state):
+                first_subnormal = index
         if index in (1, 10):
             losses[index] = value
         if budget_s is not None and time.perf_counter() - started > budget_s:
@@ -76,6 +98,7 @@ def train_one(suite: str, model: str, steps: int, budget_s: float | None = None)
         "loss": loaded.recipe.loss if loaded.loss is None else "model_own",
         "optimizer": loaded.recipe.optimizer_spec,
         "loss_at": {str(k): v for k, v in losses.items()}, "first_nonfinite_step": first_nonfinite,
+        "first_subnormal_step": first_subnormal,
         "finite": finite and all(math.isfinite(v) for v in losses.values()),
         "norm_growth": growth, "max_tensor_growth": max(ratios, default=None),
         "diverged": not finite or not all(math.isfinite(v) for v in losses.values()) or growth > GROWTH_LIMIT,
@@ -117,17 +140,18 @@ def _g(value: float | None) -> str:
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = ["| suite | model | bs | loss | optimizer | s/step | N | loss@1 | loss@10 | loss@N | finite | norm growth | "
-             "max tensor growth | diverged | first non-finite loss |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "max tensor growth | diverged | first non-finite loss | first subnormal |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['suite']} | {r['model']} | | | | | | | | | | | | error: {r['error']} | |")
+            lines.append(f"| {r['suite']} | {r['model']} | | | | | | | | | | | | error: {r['error']} | | |")
             continue
         at = r["loss_at"]
         lines.append(f"| {r['suite']} | {r['model']} | {r['batch_size']} | {r['loss']} | {r['optimizer']} | "
                      f"{_g(r['seconds_per_step'])} | {r['steps']} | {_g(at.get('1'))} | {_g(at.get('10'))} | {_g(at.get(str(r['steps'])))} | "
                      f"{'yes' if r['finite'] else 'NO'} | {_g(r['norm_growth'])} | {_g(r['max_tensor_growth'])} | "
-                     f"{'YES' if r['diverged'] else 'no'} | {r['first_nonfinite_step'] or ''} |")
+                     f"{'YES' if r['diverged'] else 'no'} | {r['first_nonfinite_step'] or ''} | "
+                     f"{r['first_subnormal_step'] or ('none' if 'first_subnormal_step' in r else '')} |")
     return "\n".join(lines)
 
 
