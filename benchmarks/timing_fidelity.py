@@ -7,6 +7,7 @@ region, threads) with Timer. The two alternate, round after round, so a neighbou
 both alike; each line reports the host's load average and the record's own `host_load`.
 
     python benchmarks/timing_fidelity.py [--rounds 3] [--case dummy --case llama-eval-eager ...]
+        [--min-sample-time S]
 
 Every measurement is a fresh process, and a process's median moves between processes (memory
 layout, thread placement; several percent for a 50-µs model), so one round's ratio mixes that noise
@@ -31,6 +32,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from experiment_runner.core.options import DEFAULT_MIN_SAMPLE_TIME_S, RunOptions
+
 # name → (suite, model, dynamo, test, batch size, --repeat)
 CASES: dict[str, tuple[str, str, str | None, str, int | None, int]] = {
     "dummy": ("dummy", "dummy", None, "eval", None, 10),
@@ -45,12 +48,13 @@ def load_average() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def ours(case: str, workdir: Path) -> dict[str, Any]:
+def ours(case: str, workdir: Path, min_sample_time: float) -> dict[str, Any]:
     suite, model, dynamo, test, batch_size, repeat = CASES[case]
     out = Path(tempfile.mkdtemp(prefix=f"ours-{case}-", dir=workdir))  # a fresh folder: a rerun would resume
     args = [sys.executable, "-m", "experiment_runner", f"--suite-name={suite}", f"--filter=^{model}$",
             "--accelerator=cpu", f"--dynamo={dynamo}", f"--test={test}", f"--repeat={repeat}",
-            f"--output-dirname={out}"] + ([f"--batch-size={batch_size}"] if batch_size else [])
+            f"--min-sample-time={min_sample_time}", f"--output-dirname={out}"]
+    args += [f"--batch-size={batch_size}"] if batch_size else []
     proc = subprocess.run(args, check=False, capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise SystemExit(f"runner failed on {case}: {proc.stderr[-2000:]}")
@@ -63,19 +67,17 @@ def ours(case: str, workdir: Path) -> dict[str, Any]:
             "noisy_host": figures.get("noisy_host")}
 
 
-def build_step(case: str) -> tuple[Any, Any, Any, int]:
+def build_step(case: str, min_sample_time: float = DEFAULT_MIN_SAMPLE_TIME_S) -> tuple[Any, Any, Any, int]:
     """In this process: the experiment's step, built by our harness (model, seed, inputs, compiled
     region, threads exactly as a timed run has them), warmed up."""
     from experiment_runner.child.cpu_launch import set_threads
     from experiment_runner.child.devices import runtime_for
     from experiment_runner.child.harness import ExperimentHarness
     from experiment_runner.core.matrix import Experiment, ExperimentConfig
-    from experiment_runner.core.options import RunOptions
-
     suite, model, dynamo, test, batch_size, repeat = CASES[case]
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=dynamo, test=test,
                               precision="fp32", batch_size=batch_size)
-    options = RunOptions(repeat=repeat)
+    options = RunOptions(repeat=repeat, min_sample_time=min_sample_time)
     threads = set_threads(options)["threads"]
     device = runtime_for(config)
     harness = ExperimentHarness(Experiment(suite, model, config), options, device, Path(tempfile.mkdtemp()))
@@ -100,14 +102,14 @@ def timer_child(case: str) -> dict[str, Any]:
     return timer_measurement(step, threads)
 
 
-def interleaved_child(case: str, turns: int = 3) -> dict[str, Any]:
+def interleaved_child(case: str, min_sample_time: float, turns: int = 3) -> dict[str, Any]:
     """In one fresh process: our timing loop (`time_iterations`, calibrated) and Timer in turn on the
     same step object, so the ratio holds only the difference between the two methods, none of the
     process-to-process noise that separate processes add."""
     from experiment_runner.child.harness import time_iterations
     from experiment_runner.core.stats import summarize
 
-    step, device, options, threads = build_step(case)
+    step, device, options, threads = build_step(case, min_sample_time)
     ours_medians, timer_medians = [], []
     for _ in range(turns):
         ours_medians.append(summarize(time_iterations(step, device, options)["per_iter_time"])["median"])
@@ -116,23 +118,25 @@ def interleaved_child(case: str, turns: int = 3) -> dict[str, Any]:
             "ours_over_timer": statistics.median(ours_medians) / statistics.median(timer_medians), "turns": turns}
 
 
-def child(mode: str, case: str, workdir: Path) -> dict[str, Any]:
+def child(mode: str, case: str, workdir: Path, min_sample_time: float) -> dict[str, Any]:
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(workdir / f"{mode}-cache-{case}"))
-    proc = subprocess.run([sys.executable, __file__, f"--{mode}-child", case], check=False, capture_output=True, text=True,
-                          timeout=3600, env=env)
+    proc = subprocess.run([sys.executable, __file__, f"--{mode}-child", case, f"--min-sample-time={min_sample_time}"],
+                          check=False, capture_output=True, text=True, timeout=3600, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"{mode} child failed on {case}: {proc.stderr[-2000:]}")
     return json.loads(proc.stdout.splitlines()[-1])
 
 
-def timer(case: str, workdir: Path) -> dict[str, Any]:
-    return child("timer", case, workdir)
+def timer(case: str, workdir: Path, min_sample_time: float) -> dict[str, Any]:
+    return child("timer", case, workdir, min_sample_time)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="alternations of ours and Timer per case")
     parser.add_argument("--case", action="append", choices=sorted(CASES), help="default: every case")
+    parser.add_argument("--min-sample-time", type=float, default=DEFAULT_MIN_SAMPLE_TIME_S, metavar="S",
+                        help="our runner's --min-sample-time (Timer calibrates its own blocks)")
     parser.add_argument("--timer-child", choices=sorted(CASES), help=argparse.SUPPRESS)
     parser.add_argument("--interleaved-child", choices=sorted(CASES), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -140,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(timer_child(args.timer_child)))
         return 0
     if args.interleaved_child:
-        print(json.dumps(interleaved_child(args.interleaved_child)))
+        print(json.dumps(interleaved_child(args.interleaved_child, args.min_sample_time)))
         return 0
     cases = args.case or list(CASES)
     ratios: dict[str, list[float]] = {c: [] for c in cases}
@@ -155,8 +159,9 @@ def main(argv: list[str] | None = None) -> int:
                 results = {}
                 for measure in order:
                     before = load_average()
-                    results[measure.__name__] = {**measure(case, workdir), "load_average_before": before}
-                results["interleaved"] = child("interleaved", case, workdir)
+                    results[measure.__name__] = {**measure(case, workdir, args.min_sample_time),
+                                                 "load_average_before": before}
+                results["interleaved"] = child("interleaved", case, workdir, args.min_sample_time)
                 same_process[case].append(results["interleaved"]["ours_over_timer"])
                 ratio = results["ours"]["median_s"] / results["timer"]["median_s"]
                 ratios[case].append(ratio)
@@ -177,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                          "same_process_within_5_percent": abs(statistics.median(same_process[case]) - 1) <= 0.05}
     if "dummy" in summary:
         summary["dummy"]["relative_iqr_at_most_0.05"] = max(iqrs["dummy"]) <= 0.05
-    print(json.dumps({"summary": summary}, indent=2))
+    print(json.dumps({"min_sample_time_s": args.min_sample_time, "summary": summary}, indent=2))
     return 0
 
 
