@@ -7,7 +7,8 @@ memory bandwidth). Each runs in `--processes` fresh interpreters, pinned to one 
 samples of about `--sample-time` seconds each. It reports, per workload:
 
 - `process_spread`: the slowest process's median over the fastest's (1.0: processes agree);
-- `within_process_relative_iqr`: the range over processes of each one's relative IQR.
+- `within_process_relative_iqr`: the range over processes of each one's relative IQR, computed
+  as a record's `stats` are (core/stats.py), so the two read alike.
 
 On a quiet bare-metal host both stay within a few percent; where `process_spread` exceeds 1.05,
 no runner can show a ±5% difference between two processes there (pyperf's advice: tune the host,
@@ -26,6 +27,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+
+from experiment_runner.core.stats import summarize
 
 WORKLOADS = ("python_loop", "numpy_matmul")
 
@@ -70,16 +73,11 @@ def calibrated_samples(run: Callable[[int], None], samples: int, sample_time: fl
     return times
 
 
-def relative_iqr(values: list[float]) -> float:
-    q1, _, q3 = statistics.quantiles(values, n=4)
-    return (q3 - q1) / statistics.median(values)
-
-
 def child(samples: int, sample_time: float) -> dict[str, dict[str, float]]:
     out = {}
     for name in WORKLOADS:
-        times = calibrated_samples(_workload(name), samples, sample_time)
-        out[name] = {"median_s": statistics.median(times), "relative_iqr": relative_iqr(times)}
+        stats = summarize(calibrated_samples(_workload(name), samples, sample_time))  # as a record's stats
+        out[name] = {"median_s": stats["median"], "relative_iqr": stats["relative_iqr"]}
     return out
 
 
