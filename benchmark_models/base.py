@@ -64,8 +64,8 @@ class Suite(ABC):
         return []
 
     def eval_precisions(self) -> dict[str, str]:
-        """Models whose inference runs in another precision than the accelerator's default on GPUs
-        and TPUs (without --precision), as the references run them: model → precision."""
+        """Models whose inference runs in another precision than the default bf16 (without
+        --precision), as the references run them: model → precision ("amp" only where AMP exists)."""
         return {}
 
     @abstractmethod

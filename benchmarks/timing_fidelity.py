@@ -52,7 +52,7 @@ def ours(case: str, workdir: Path, min_sample_time: float) -> dict[str, Any]:
     suite, model, dynamo, test, batch_size, repeat = CASES[case]
     out = Path(tempfile.mkdtemp(prefix=f"ours-{case}-", dir=workdir))  # a fresh folder: a rerun would resume
     args = [sys.executable, "-m", "experiment_runner", f"--suite-name={suite}", f"--filter=^{model}$",
-            "--accelerator=cpu", f"--dynamo={dynamo}", f"--test={test}", f"--repeat={repeat}",
+            "--accelerator=cpu", f"--dynamo={dynamo}", f"--test={test}", "--precision=fp32", f"--repeat={repeat}",
             f"--min-sample-time={min_sample_time}", f"--output-dirname={out}"]
     args += [f"--batch-size={batch_size}"] if batch_size else []
     proc = subprocess.run(args, check=False, capture_output=True, text=True, timeout=3600)

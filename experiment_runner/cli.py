@@ -82,8 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: None, inductor, openxla")
     g.add_argument("--test", action="append", choices=matrix.TESTS, help="default: eval and train")
     g.add_argument("--precision", action="append", choices=matrix.PRECISIONS,
-                   help="default per accelerator: cpu fp32 (the reference converts eval to bf16 there too; "
-                        "see the README); cuda and tpu bf16 for eval, amp for train; the dummy suite fp32")
+                   help="default, as in the reference: eval bf16 on every accelerator (fp16 or amp for the "
+                        "models torchbench lists), train amp on cuda and tpu and fp32 on cpu; the dummy suite "
+                        "fp32. PyTorch's CPU dashboard measures fp32: --precision=fp32")
     g.add_argument("--xla-flags", action="append", type=_none_or, metavar="FLAGS",
                    help="one value of the XLA_FLAGS dimension (repeatable), crossed with every --xla value and "
                         "exported to those experiments as XLA_FLAGS")

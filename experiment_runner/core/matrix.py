@@ -32,11 +32,11 @@ DEFAULT_COMPILE_OPTIONS = "default"
 _INDUCTOR_ONLY_OPTIONS = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "freezing")
 _CUDA_GRAPH_OPTIONS = ("reduce-overhead",)
 
-# Per-accelerator precision when --precision is not given. GPUs and TPUs follow the
-# PyTorch/XLA reference runner (inference converted to bf16, training under AMP); CPUs
-# follow PyTorch's CPU dashboard, which measures fp32.
+# Precision when --precision is not given, as the PyTorch/XLA reference runner sets it:
+# inference converted to bf16 on every accelerator, training under AMP where AMP exists (not
+# on CPU, which trains in fp32). PyTorch's CPU dashboard measures fp32: --precision=fp32.
 DEFAULT_PRECISION: dict[tuple[str, str], str] = {
-    ("cpu", "eval"): "fp32",
+    ("cpu", "eval"): "bf16",
     ("cpu", "train"): "fp32",
     ("cuda", "eval"): "bf16",
     ("cuda", "train"): "amp",
@@ -179,7 +179,7 @@ class MatrixChoices:
     # Suites whose models are always fp32 unless --precision says otherwise (the reference's dummy).
     default_precision: str | None = None
     compile_options: Sequence[str] | None = None
-    # model → inference precision on GPUs and TPUs without --precision (torchbench's fp16/AMP lists).
+    # model → inference precision without --precision (torchbench's fp16 and forced-AMP lists).
     eval_precisions: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -359,10 +359,12 @@ def configurations(choices: MatrixChoices) -> list[ExperimentConfig]:
 
 
 def model_precision(config: ExperimentConfig, model: str, choices: MatrixChoices) -> ExperimentConfig:
-    """A model's own inference precision where the suite lists one, as the references run it:
-    only on GPUs and TPUs (CPU keeps fp32) and only when --precision did not choose."""
+    """A model's own inference precision where the suite lists one, as the reference runs it: only
+    when --precision did not choose, and AMP only where it exists (a CPU keeps the bf16 default)."""
     override = choices.eval_precisions.get(model)
-    if override is None or choices.precisions or config.accelerator == "cpu" or config.test != "eval":
+    if override is None or choices.precisions or config.test != "eval":
+        return config
+    if override == "amp" and config.accelerator == "cpu":
         return config
     return replace(config, precision=override)
 

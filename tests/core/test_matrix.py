@@ -5,7 +5,6 @@ import re
 import pytest
 
 from experiment_runner.core.matrix import (
-    DEFAULT_PRECISION,
     ExperimentConfig,
     HostCapabilities,
     MatrixChoices,
@@ -118,7 +117,11 @@ def test_skip_rules_become_skipped_entries_unless_no_skip():
 def test_precision_defaults_per_accelerator_and_test():
     configs = configurations(MatrixChoices(accelerators=["cuda"], xla=[None], dynamo=[None]))
     assert [(c.test, c.precision) for c in configs] == [("eval", "bf16"), ("train", "amp")]
-    assert DEFAULT_PRECISION[("cpu", "train")] == "fp32"
+    cpu = configurations(MatrixChoices(accelerators=["cpu"], xla=[None], dynamo=[None]))
+    assert [(c.test, c.precision) for c in cpu] == [("eval", "bf16"), ("train", "fp32")], \
+        "the reference converts inference to bf16 on a CPU too, and uses no AMP there"
+    assert configurations(MatrixChoices(accelerators=["cpu"], xla=[None], dynamo=[None], tests=["eval"],
+                                        default_precision="fp32"))[0].precision == "fp32"
     explicit = configurations(MatrixChoices(accelerators=["cpu"], xla=[None], dynamo=[None], tests=["eval"],
                                             precisions=["bf16", "fp32"]))
     assert [c.precision for c in explicit] == ["bf16", "fp32"]
@@ -149,7 +152,7 @@ def test_reference_only_values_are_planned_and_dropped_with_their_rules():
 def test_experiment_ids_and_dirnames_are_stable_and_safe():
     plan = expand("torchbench", ["weird/name with spaces"], MatrixChoices(dynamo=[None], tests=["eval"]), CPU_ONLY)
     exp = plan.to_run[0]
-    assert exp.experiment_id == "torchbench/weird/name with spaces/cpu-None-None-eval-fp32-bsdefault"
+    assert exp.experiment_id == "torchbench/weird/name with spaces/cpu-None-None-eval-bf16-bsdefault"
     assert re.fullmatch(r"[A-Za-z0-9_.-]+", exp.dirname)
     assert exp.dirname == expand("torchbench", ["weird/name with spaces"],
                                  MatrixChoices(dynamo=[None], tests=["eval"]), CPU_ONLY).to_run[0].dirname
@@ -171,7 +174,8 @@ def test_compile_options_that_cannot_apply_are_dropped_with_their_reason(overrid
 
 def test_compile_options_are_a_dimension_of_dynamo_experiments_and_default_ids_stay():
     choices = MatrixChoices(accelerators=["cpu"], xla=[None], dynamo=[None, "inductor", "aot_eager"], tests=["eval"],
-                            compile_options=["default", "max-autotune", "dynamic", "freezing"])
+                            compile_options=["default", "max-autotune", "dynamic", "freezing"],
+                            default_precision="fp32")
     plan = expand("dummy", ["m"], choices, EVERYTHING)
     ids = [e.experiment_id for e in plan.to_run]
     assert ids == [

@@ -108,7 +108,7 @@ def test_a_plugin_suite_is_resolved_by_name_and_never_runs_in_the_parent(env, tm
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=plugin_env)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-    assert "plugin_linear: cpu xla=None dynamo=None eval fp32" in out
+    assert "plugin_linear: cpu xla=None dynamo=None eval bf16" in out
     imported = {line.split("|")[-1].strip() for line in err.splitlines() if "|" in line}
     assert "torch" not in imported and "torch_plugin_suite" not in imported
     importers = {int(pid) for pid in trace.read_text().split()}

@@ -69,7 +69,7 @@ def plan_for(argv: list[str], models: list[str], caps) -> dict[tuple, str | None
 
 def test_the_references_rules_apply_to_a_checkout_and_only_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """torchbench.yaml's skips (everywhere, per device, per test), PyTorch/XLA's deny list, and the
-    fp16/AMP inference lists on GPUs, as data; the built-in set keeps its own rules."""
+    fp16/AMP inference lists (AMP only on GPUs and TPUs), as data; the built-in set keeps its own rules."""
     from experiment_runner.core.matrix import HostCapabilities
 
     cuda = HostCapabilities(cuda=True, cuda_device_count=1, torch_xla=True,
@@ -89,7 +89,10 @@ def test_the_references_rules_apply_to_a_checkout_and_only_to_it(monkeypatch: py
     assert precisions[("vision_maskrcnn", "cuda", "eval")] == "fp16"
     assert precisions[("tts_angular", "cuda", "eval")] == "amp"
     assert precisions[("tiny_mlp", "cuda", "eval")] == "bf16"
-    assert precisions[("vision_maskrcnn", "cpu", "eval")] == "fp32"
+    assert precisions[("vision_maskrcnn", "cpu", "eval")] == "fp16", "the reference's fp16 list holds on a CPU"
+    assert precisions[("tts_angular", "cpu", "eval")] == "bf16", "no AMP on a CPU: the bf16 default"
+    assert precisions[("tiny_mlp", "cpu", "eval")] == "bf16"
+    assert precisions[("tiny_mlp", "cpu", "train")] == "fp32"
     explicit = plan_for([*argv, "--precision=bf16"], ["vision_maskrcnn"], cuda)
     assert {k[5] for k in explicit} == {"bf16"}
 
