@@ -11,7 +11,8 @@ Three measures, each against a real Ray cluster started on this machine
    cluster's own processes), which a loaded machine changes far less than wall time; the
    figures are Ray's minus local's.
 2. scaling: 40 experiments that sleep 2 s each (sleep_NN): a one-node one-slot cluster
-   against two nodes with two slots each; the figure is the 2x2 wall over the 1x1 wall.
+   against two nodes with two slots each; the figure is the 2x2 wall over the 1x1 wall, also
+   split into start-up (to the first record of every slot) and steady state.
 3. shards: a results file of 120 models with heavy-tailed (log-normal) durations split
    4 ways: the longest shard over the ideal (total / 4), LPT (--shard-by=duration) beside
    round-robin and contiguous blocks of the sorted names.
@@ -78,8 +79,11 @@ def cluster_cpu(cluster: LocalRayCluster) -> float:
 
 
 def run(matrix: list[str], folder: Path, extra: list[str], address: str | None = None) -> tuple[float, list[dict]]:
+    """The command's wall time and its records; each record's `timings.started_epoch` is added: the
+    command's start on the clock of `timings.finished_at`."""
     output = folder / f"out-{time.monotonic_ns()}"
     env = {**os.environ, **SUITE_ENV, **({"RAY_ADDRESS": address} if address else {})}
+    started_epoch = time.time()
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "experiment_runner", *matrix, *extra, f"--output-dirname={output}"],
                           env=env, capture_output=True, text=True)
@@ -88,6 +92,8 @@ def run(matrix: list[str], folder: Path, extra: list[str], address: str | None =
         raise SystemExit(f"run failed ({proc.returncode}): {proc.stderr[-2000:]}")
     records = [json.loads(line) for line in (output / "results.jsonl").read_text().splitlines()]
     assert all(r["status"] == "ok" for r in records), [r["error"] for r in records if r["status"] != "ok"]
+    for record in records:
+        record["timings"]["started_epoch"] = started_epoch
     return wall, records
 
 
@@ -115,15 +121,30 @@ def overhead(folder: Path, runs: int, launcher: str) -> None:
               f"ray {', '.join(f'{v:.3f}' for v in figures['ray'])})", flush=True)
 
 
+def phases(records: list[dict], slots: int) -> tuple[float, float]:
+    """(seconds from the command's start to the first `slots` records, seconds per experiment after
+    them): the start-up (driver, Ray workers, their fork servers) apart from the steady state."""
+    finished = sorted(r["timings"]["finished_at"] for r in records)
+    start = records[0]["timings"]["started_epoch"]
+    first_wave = finished[slots - 1] - start
+    return first_wave, (finished[-1] - finished[slots - 1]) / (len(finished) - slots)
+
+
 def scaling(folder: Path) -> None:
-    walls = {}
+    """The 2x2 wall over the 1x1 wall, and the same apart: start-up (to the first record of every
+    slot) and steady state (seconds per experiment after it). On one small host both "nodes" share
+    its cores, so the 2x2 start-up (four workers importing torch at once) is slower than on a fleet."""
+    walls, steady = {}, {}
     for nodes, slots in ((1, 1), (2, 2)):
         with LocalRayCluster(nodes=nodes, slots=slots, num_cpus=slots, env=SUITE_ENV) as cluster:
             walls[(nodes, slots)], records = run(SLEEPY, folder, ["--executor=ray"], cluster.address)
             hosts = {r["placement"]["node_id"] for r in records}
+            first_wave, steady[(nodes, slots)] = phases(records, nodes * slots)
             print(f"  {nodes} node(s) x {slots} slot(s): {len(records)} experiments in "
-                  f"{walls[(nodes, slots)]:.1f} s on {len(hosts)} node(s)", flush=True)
-    print(f"scaling: 2 nodes x 2 slots / 1 slot wall = {walls[(2, 2)] / walls[(1, 1)]:.2f}", flush=True)
+                  f"{walls[(nodes, slots)]:.1f} s on {len(hosts)} node(s); first record of every slot after "
+                  f"{first_wave:.1f} s, then {steady[(nodes, slots)]:.2f} s per experiment", flush=True)
+    print(f"scaling: 2 nodes x 2 slots / 1 slot wall = {walls[(2, 2)] / walls[(1, 1)]:.2f}; "
+          f"steady state {steady[(2, 2)] / steady[(1, 1)]:.2f}", flush=True)
 
 
 def shards(folder: Path) -> None:
