@@ -155,6 +155,10 @@ class RecordContext:
     host_environment: dict[str, Any] = field(default_factory=dict)
     timestamp: float = field(default_factory=time.time)
     processes: int = 1  # --processes: fresh processes per experiment
+    # Which static shard of the suite this run is: partition_id, total_partitions and how the
+    # models were split ("contiguous", the reference's, "round-robin" or "duration:PATH").
+    shard: dict[str, Any] = field(default_factory=lambda: {"partition_id": 0, "total_partitions": 1,
+                                                           "by": "contiguous"})
 
 
 def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | None = None,
@@ -250,7 +254,8 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
         "placement": {"executor": "local", "host": ctx.host_environment.get("hostname"), "node_id": None,
                       **(placement or {}),
                       "launcher": outcome.launcher if outcome else None,
-                      "cuda_visible_devices": outcome.cuda_visible_devices if outcome else None},
+                      "cuda_visible_devices": outcome.cuda_visible_devices if outcome else None,
+                      "shard": ctx.shard},
         "environment": result.get("environment") or ctx.host_environment,
         "timestamp": ctx.timestamp,
     }

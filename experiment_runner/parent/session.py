@@ -248,7 +248,9 @@ def _execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, r
 
     ctx = RecordContext(run_id=run_id, options=options, output_dir=output_dir,
                         host_environment=describe_environment(),
-                        timestamp=timestamp, processes=args.processes)
+                        timestamp=timestamp, processes=args.processes,
+                        shard={"partition_id": args.partition_id, "total_partitions": args.total_partitions,
+                               "by": args.shard_by or "contiguous"})
     progress = sys.stderr.isatty() if args.progress_bar is None else args.progress_bar
     runner = Runner(ctx, results_path, executor, timeout_s=args.subprocess_timeout, progress_bar=progress)
     what = "experiment(s)" if args.processes == 1 else \

@@ -72,3 +72,19 @@ def test_cli_shard_by_bad_input_is_one_line(run_cli, tmp_path: Path) -> None:
     garbage.write_text("not json\n")
     run = run_cli("--suite-name=dummy", "--dry-run", f"--shard-by=duration:{garbage}")
     assert run.returncode == 3 and "holds no results record" in run.stderr
+
+
+def test_records_name_their_shard(run_cli) -> None:
+    """A fleet's merged file must say which host's shard each record came from, and how it was cut."""
+    run = run_cli("--suite-name=faulty", "--filter=^quick_0[0-3]$", "--accelerator=cpu", "--dynamo=None",
+                  "--test=eval", "--repeat=1", "--total-partitions=2", "--partition-id=1", "--shard-by=round-robin")
+    assert run.returncode == 0, run.stderr
+    records = run.records()
+    assert sorted(r["model"]["model_name"] for r in records) == ["quick_01", "quick_03"]  # dealt, filtered list
+    assert all(r["placement"]["shard"] == {"partition_id": 1, "total_partitions": 2, "by": "round-robin"}
+               for r in records)
+    run = run_cli("--suite-name=faulty", "--filter=^quick_00$", "--accelerator=cpu", "--dynamo=None",
+                  "--test=eval", "--repeat=1", output_dir=run.output_dir.parent / "whole")
+    assert run.returncode == 0, run.stderr
+    assert [r["placement"]["shard"] for r in run.records()] == [
+        {"partition_id": 0, "total_partitions": 1, "by": "contiguous"}]
