@@ -59,6 +59,11 @@ class Suite(ABC):
     def model_names(self) -> list[str]:
         """Every model of the suite, without importing torch."""
 
+    def listing(self) -> list[str]:
+        """What the reference runner slices into contiguous shards: the models, unless the
+        suite's source lists more (see TorchBenchSuite)."""
+        return self.model_names()
+
     def skip_rules(self) -> list[SkipRule]:
         """Model × configuration combinations that cannot run, as data."""
         return []

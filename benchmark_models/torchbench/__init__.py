@@ -142,6 +142,13 @@ class TorchBenchSuite(DataFileSuite):
             return list_torchbenchmark_models(self._package)
         return super().model_names()
 
+    def listing(self) -> list[str]:
+        """Every folder under torchbenchmark/models, as `torchbenchmark._list_model_paths` lists
+        them for the reference's shards (a `__pycache__` included); only the models run."""
+        if self._package is None:
+            return super().listing()
+        return sorted(child.name for child in (self._package / "models").iterdir() if child.is_dir())
+
     def skip_rules(self) -> list[SkipRule]:
         if self._package is not None:
             return reference_rules()

@@ -314,17 +314,23 @@ def select_models(
     total_partitions: int = 1,
     partition_id: int = 0,
     round_robin: bool = False,
+    listing: Iterable[str] | None = None,
 ) -> list[str]:
     """Shard, filter and sort model names.
 
     By default, as the reference runner does, shard i of N is the i-th contiguous block of
     the sorted, UNFILTERED model list, filtered afterwards, so shard i runs the same models
-    as the reference's shard i. With round_robin, shards deal the sorted, filtered list
-    round-robin instead (a similar mix of models on every host).
+    as the reference's shard i. The list is sorted by code point (uppercase first), as
+    torchbenchmark's `_list_model_paths` sorts it, and is `listing` where the suite's listing
+    holds more than its models (a torchbenchmark checkout's folders without a model count
+    there, so they count here too, and are then left out). With round_robin, shards deal the
+    sorted, filtered list round-robin instead (a similar mix of models on every host).
     """
-    ordered = sorted(set(names), key=lambda n: (n.lower(), n))
+    ordered = sorted(set(names))
     if not round_robin:
-        ordered = ordered[contiguous_shard(len(ordered), total_partitions, partition_id)]
+        full = sorted(set(ordered if listing is None else listing))
+        block = set(full[contiguous_shard(len(full), total_partitions, partition_id)])
+        ordered = [n for n in ordered if n in block]
     chosen = [n for n in ordered
               if (not filters or any(f.search(n) for f in filters)) and not any(x.search(n) for x in excludes)]
     return chosen[partition_id::total_partitions] if round_robin else chosen

@@ -85,12 +85,12 @@ def print_dry_run(plan: matrix.Plan, done: set[tuple[str, int]], processes: int 
             print(f"  - {reason}: {examples}")
 
 
-def select_shard(args: argparse.Namespace, names: list[str]) -> list[str]:
-    """This host's models: the reference's contiguous blocks (default), round-robin, or balanced
-    by earlier durations."""
+def select_shard(args: argparse.Namespace, names: list[str], listing: list[str] | None = None) -> list[str]:
+    """This host's models: the reference's contiguous blocks of the suite's listing (default),
+    round-robin, or balanced by earlier durations."""
     if args.shard_by is None or args.shard_by == "round-robin":
         return matrix.select_models(names, args.filter_patterns, args.exclude_patterns, args.total_partitions,
-                                    args.partition_id, round_robin=args.shard_by == "round-robin")
+                                    args.partition_id, round_robin=args.shard_by == "round-robin", listing=listing)
     models = matrix.select_models(names, args.filter_patterns, args.exclude_patterns)
     try:
         durations = read_durations(Path(args.shard_by.partition(":")[2]))
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace, options: RunOptions) -> int:
         except CatalogError as exc:
             raise UsageError(str(exc)) from None
         names = suite.model_names
-        models = select_shard(args, names)
+        models = select_shard(args, names, suite.listing)
         if not models:
             shown = ", ".join(sorted(names)[:40]) + (" ..." if len(names) > 40 else "")
             raise UsageError(f"no {args.suite_name} model matches the filters; models: {shown}")

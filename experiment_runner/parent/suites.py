@@ -31,6 +31,8 @@ class SuiteCatalog:
     default_precision: str | None = None
     description: str = ""
     eval_precisions: dict[str, str] = field(default_factory=dict)
+    # What the reference's contiguous shards slice; None: model_names.
+    listing: list[str] | None = None
 
 
 def suite_catalog(name: str) -> SuiteCatalog:
@@ -38,7 +40,7 @@ def suite_catalog(name: str) -> SuiteCatalog:
     if is_builtin(name):
         suite = get_suite(name)
         return SuiteCatalog(name, suite.model_names(), suite.skip_rules(), suite.source, suite.default_precision,
-                            suite.description, suite.eval_precisions())
+                            suite.description, suite.eval_precisions(), suite.listing())
     if name not in available_suites():
         get_suite(name)  # raises UnknownSuite with the list of known suites
         raise UnknownSuite(name)
@@ -53,4 +55,4 @@ def suite_catalog(name: str) -> SuiteCatalog:
         raise CatalogError(f"cannot load plugin suite {name!r}: {tail}")
     data = json.loads(proc.stdout.strip().splitlines()[-1])
     return SuiteCatalog(name, data["models"], [SkipRule(**r) for r in data["skip_rules"]], data["source"],
-                        eval_precisions=data["eval_precisions"])
+                        eval_precisions=data["eval_precisions"], listing=data["listing"])

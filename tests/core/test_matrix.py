@@ -88,6 +88,20 @@ def test_shards_partition_the_sorted_models_without_overlap(round_robin: bool):
                                       round_robin=round_robin)
 
 
+def test_shards_slice_the_listing_in_code_point_order_as_torchbenchmark_lists_it():
+    """torchbenchmark's _list_model_paths sorts paths as strings (uppercase first) and lists every
+    folder, so a checkout's __pycache__ moves the reference's block boundaries: ours must move too."""
+    names = ["alexnet", "BERT_pytorch", "Background_Matting", "dlrm", "llama"]
+    assert select_models(names) == ["BERT_pytorch", "Background_Matting", "alexnet", "dlrm", "llama"]
+    assert [select_models(names, total_partitions=3, partition_id=i) for i in range(3)] == [
+        ["BERT_pytorch"], ["Background_Matting"], ["alexnet", "dlrm", "llama"]]
+    listing = [*names, "__pycache__"]
+    assert [select_models(names, total_partitions=3, partition_id=i, listing=listing) for i in range(3)] == [
+        ["BERT_pytorch", "Background_Matting"], ["alexnet"], ["dlrm", "llama"]]
+    assert select_models(names, total_partitions=3, partition_id=1, round_robin=True, listing=listing) == \
+        ["Background_Matting", "llama"], "round-robin deals the models, whatever the listing"
+
+
 def test_default_shards_are_the_reference_runners_contiguous_blocks_of_the_unfiltered_list():
     """get_benchmark_indices: block i of len // N models, the last block takes the rest; the
     filters apply afterwards, so a filter never moves a model to another shard."""

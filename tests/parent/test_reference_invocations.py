@@ -97,7 +97,7 @@ def reference_plan(argv: list[str], caps: HostCapabilities, names: list[str]) ->
     filters = list(args.filter) + [f"^({'|'.join(tiers[str(t)])})$" for t in args.filter_by_tier]
     excludes = list(args.exclude) + [f"^({'|'.join(tiers[str(t)])})$" for t in args.exclude_by_tier]
     filters, excludes = filters or ["."], excludes or ["^$"]
-    ordered = sorted(names, key=lambda n: (n.lower(), n))
+    ordered = sorted(names)  # torchbenchmark._list_model_paths: sorted path strings, uppercase first
     size = len(ordered) // args.total_partitions
     end = (args.partition_id + 1) * size if args.partition_id < args.total_partitions - 1 else len(ordered)
     models = [n for n in ordered[args.partition_id * size:end]

@@ -99,3 +99,19 @@ def test_the_references_rules_apply_to_a_checkout_and_only_to_it(monkeypatch: py
     monkeypatch.delenv("TORCHBENCH_DIR")
     builtin = plan_for(argv, ["llama"], cuda)
     assert not any(builtin.values()), "torchbench.yaml's lists are not for the built-in models"
+
+
+def test_a_checkouts_listing_is_every_folder_and_its_models_those_with_code(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference slices torchbenchmark._list_model_paths (every folder under models/, sorted
+    as strings) into shards; only folders holding a model can run."""
+    models = tmp_path / "checkout" / "torchbenchmark" / "models"
+    for name in ("alexnet", "BERT_pytorch", "__pycache__", "not_a_model"):
+        (models / name).mkdir(parents=True)
+    for name in ("alexnet", "BERT_pytorch"):
+        (models / name / "__init__.py").write_text("")
+    (models.parent / "__init__.py").write_text("")
+    monkeypatch.setenv("TORCHBENCH_DIR", str(models.parent.parent))
+    suite = TorchBenchSuite()
+    assert suite.model_names() == ["BERT_pytorch", "alexnet"]
+    assert suite.listing() == ["BERT_pytorch", "__pycache__", "alexnet", "not_a_model"]
