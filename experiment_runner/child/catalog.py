@@ -19,8 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     import_plugins()
     suite = get_suite(argv[0])
     print(json.dumps({"models": suite.model_names(), "skip_rules": [asdict(r) for r in suite.skip_rules()],
-                      "source": suite.source, "eval_precisions": suite.eval_precisions(),
-                      "listing": suite.listing()}))
+                      "source": suite.source, "default_precision": suite.default_precision,
+                      "eval_precisions": suite.eval_precisions(), "listing": suite.listing()}))
     return 0
 
 

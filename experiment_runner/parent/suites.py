@@ -55,4 +55,4 @@ def suite_catalog(name: str) -> SuiteCatalog:
         raise CatalogError(f"cannot load plugin suite {name!r}: {tail}")
     data = json.loads(proc.stdout.strip().splitlines()[-1])
     return SuiteCatalog(name, data["models"], [SkipRule(**r) for r in data["skip_rules"]], data["source"],
-                        eval_precisions=data["eval_precisions"], listing=data["listing"])
+                        data["default_precision"], eval_precisions=data["eval_precisions"], listing=data["listing"])
