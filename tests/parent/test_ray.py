@@ -174,6 +174,44 @@ def test_sigterm_cancels_running_tasks_and_records_them_interrupted(two_nodes, t
     assert_no_process_left(marker, within_s=15)
 
 
+def ray_worker_of(marker: str) -> psutil.Process | None:
+    """The Ray worker process whose task runs an experiment child of this run."""
+    for line in marked_processes(marker):
+        try:
+            for parent in psutil.Process(int(line.split()[0])).parents():
+                if parent.name().startswith("ray::") or "default_worker.py" in " ".join(parent.cmdline()):
+                    return parent
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+def test_a_worker_that_cannot_honour_the_cancellation_is_killed_and_the_driver_exits(two_nodes, tmp_path: Path,
+                                                                                      cli_cache: Path) -> None:
+    """SIGTERM cancels a task by raising in its worker. A worker that cannot (here it is stopped,
+    as a wedged one would be) is killed after the grace period: the driver still exits, and the
+    experiment is still recorded `interrupted`, once, with nothing of the run left behind."""
+    marker = uuid.uuid4().hex
+    output = tmp_path / "out"
+    driver = start_run((*QUICK, "--filter=^hang$"), output, cli_cache, two_nodes.address, marker)
+    wait_until(lambda: ray_worker_of(marker) is not None, what="the experiment running in a Ray worker")
+    worker = ray_worker_of(marker)
+    worker.suspend()
+    try:
+        driver.send_signal(signal.SIGTERM)
+        _, stderr = driver.communicate(timeout=120)
+    finally:
+        if worker.is_running():
+            worker.resume()
+    assert driver.returncode == 128 + signal.SIGTERM, stderr
+    records = read_records(output / "results.jsonl")
+    assert [(r["model"]["model_name"], r["status"]) for r in records] == [("hang", "interrupted")]
+    assert records[0]["placement"]["node_id"]
+    assert_no_process_left(marker, within_s=15)
+    wait_until(lambda: not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE, timeout_s=60,
+               what="Ray to end the finished job's wedged worker")
+
+
 def test_nodes_with_different_torch_are_refused_unless_allowed(two_nodes, tmp_path: Path, cli_cache: Path) -> None:
     fake = tmp_path / "fake_torch" / "torch-0.0.1.dist-info"  # metadata only: `import torch` is unchanged
     fake.mkdir(parents=True)

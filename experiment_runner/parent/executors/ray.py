@@ -22,6 +22,7 @@ import logging
 import os
 import socket
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -42,6 +43,12 @@ SLOT = "experiment_slot"
 MAX_FILE_BYTES = 8 << 20
 MAX_TOTAL_BYTES = 64 << 20
 LEFT_ON_NODE = "left_on_node.txt"
+# After Ctrl-C/SIGTERM a task gets this long to honour its cancellation (a KeyboardInterrupt,
+# which a wedged worker never sees), then as long again after a forced cancel (which a worker
+# that cannot run at all does not see either); then the driver records it `interrupted` and
+# leaves it to Ray, which kills a finished job's workers, so the driver always exits.
+CANCEL_GRACE_S = 10.0
+NEXT_ITEM_TIMEOUT_S = 0.5
 INSTALL_HINT = "pip install 'experiment_runner[ray]'"
 
 
@@ -244,13 +251,24 @@ class RayExecutor:
             generator = body.options(**resources_for(planned)).remote(task, extra_env, self.config.timeout_s,
                                                                       self.config.launcher)
             in_flight[generator] = _InFlight(planned)
-        cancelled = False
+        cancelled_at: float | None = None
+        forced = False
         try:
             while in_flight:
-                if self.interrupt_requested and not cancelled:
+                if self.interrupt_requested and cancelled_at is None:
                     for generator in in_flight:
                         ray.cancel(generator)
-                    cancelled = True
+                    cancelled_at = time.monotonic()
+                waited = 0.0 if cancelled_at is None else time.monotonic() - cancelled_at
+                if waited > CANCEL_GRACE_S and not forced:
+                    for generator in in_flight:
+                        ray.cancel(generator, force=True)
+                    forced = True
+                if waited > 2 * CANCEL_GRACE_S:
+                    for state in in_flight.values():
+                        if state.where is not None:
+                            yield state.planned, self._interrupted(state, job)
+                    return
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.2)
                 for generator in ready:
                     state = in_flight[generator]
@@ -267,22 +285,24 @@ class RayExecutor:
         """Take the next item of an experiment's stream: (is it over, its record if it has one).
 
         An experiment cancelled before it started leaves no record (it never ran, as
-        locally); one cancelled while running is `interrupted`; one whose node or worker
+        locally); one cancelled while running is `interrupted`, also when its worker had to
+        be killed because it did not honour the cancellation in time; one whose node or worker
         died is `crashed` with error.reason "node lost"; a task that failed by itself is
         `crashed` with error.reason "task failed on its node"."""
         ray = self.ray
         try:
-            item = ray.get(next(generator))
+            # Not next(generator): at the end of a stream it waits for the task to finish, forever
+            # if its worker is wedged. Ray's own bounded form of it returns a nil ref on timeout.
+            ref = generator._next_sync(timeout_s=NEXT_ITEM_TIMEOUT_S)
+            if ref.is_nil():
+                return False, None
+            item = ray.get(ref)
         except StopIteration:
             return True, None
-        except ray.exceptions.TaskCancelledError:
-            if state.where is None:
-                return True, None
-            return True, job.record(state.planned, ChildOutcome(None, None, interrupted=True),
-                                    self._placement(state.where), state.where["environment"])
         except ray.exceptions.RayError as exc:
-            if self.interrupt_requested and state.where is None:
-                return True, None
+            # Cancelled, or (after Ctrl-C/SIGTERM) its worker killed after the grace period.
+            if isinstance(exc, ray.exceptions.TaskCancelledError) or self.interrupt_requested:
+                return True, None if state.where is None else self._interrupted(state, job)
             lost = isinstance(exc, (ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError,
                                     ray.exceptions.ObjectLostError))
             # Anything else is the task itself failing on its node (say, a node that cannot import the
@@ -296,6 +316,10 @@ class RayExecutor:
             state.where = item
             return False, None
         return True, self._finish(state, item, job)
+
+    def _interrupted(self, state: _InFlight, job: Job) -> dict[str, Any]:
+        return job.record(state.planned, ChildOutcome(None, None, interrupted=True), self._placement(state.where),
+                          state.where["environment"])
 
     def _finish(self, state: _InFlight, item: dict[str, Any], job: Job) -> dict[str, Any]:
         folder = job.artifacts_dir(state.planned)
