@@ -199,7 +199,7 @@ def test_a_worker_that_cannot_honour_the_cancellation_is_killed_and_the_driver_e
     worker.suspend()
     try:
         driver.send_signal(signal.SIGTERM)
-        _, stderr = driver.communicate(timeout=120)
+        _, stderr = driver.communicate(timeout=240)  # twice the executor's grace, then some
     finally:
         if worker.is_running():
             worker.resume()

@@ -47,7 +47,7 @@ LEFT_ON_NODE = "left_on_node.txt"
 # which a wedged worker never sees), then as long again after a forced cancel (which a worker
 # that cannot run at all does not see either); then the driver records it `interrupted` and
 # leaves it to Ray, which kills a finished job's workers, so the driver always exits.
-CANCEL_GRACE_S = 10.0
+CANCEL_GRACE_S = 45.0
 NEXT_ITEM_TIMEOUT_S = 0.5
 INSTALL_HINT = "pip install 'experiment_runner[ray]'"
 
