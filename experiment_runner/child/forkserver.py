@@ -184,6 +184,9 @@ def _serve_requests(requests_fd: int, replies_fd: int, wake_r: int, wake_w: int,
             if pid == 0:
                 break
             request_id = children.pop(pid, None)
+            # Its group does not outlive it: what it left there dies now, here, even when the
+            # launcher that would clean up after it is gone (a Ray worker ended with its job).
+            signal_group(pid, signal.SIGKILL)
             if request_id is not None and not eof:
                 _send(replies_fd, {"id": request_id, "status": status})
 
