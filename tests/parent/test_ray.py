@@ -171,7 +171,10 @@ def test_sigterm_cancels_running_tasks_and_records_them_interrupted(two_nodes, t
     assert "hang" in {r["model"]["model_name"] for r in interrupted}
     assert all(r["placement"]["node_id"] for r in interrupted)
     assert len(records) < 5  # experiments that never started get no record: --resume runs them
-    assert_no_process_left(marker, within_s=15)
+    try:
+        assert_no_process_left(marker, within_s=15)
+    except AssertionError as exc:  # say how the interrupted experiments ran, to tell the launchers apart
+        raise AssertionError(f"{exc}; placements: {[r['placement'] for r in interrupted]}") from None
 
 
 def ray_worker_of(marker: str) -> psutil.Process | None:

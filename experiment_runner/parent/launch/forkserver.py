@@ -304,7 +304,13 @@ class ForkServerLauncher(SubprocessLauncher):
         except ServerGone:
             return self.launch(task, log_path, extra_env)
         try:
-            reply = pending.replies.get()
+            try:
+                reply = pending.replies.get()
+            except KeyboardInterrupt:  # cancelled between the request and its pid: kill what was forked
+                late = self._late_reply(pending)
+                if "pid" in late:
+                    kill_experiment(late["pid"], task.attempt_id)
+                raise
             if "pid" not in reply:  # it died before forking this experiment
                 return self.launch(task, log_path, extra_env)
             returncode, timed_out, interrupted, note = self._wait(reply["pid"], task, pending, log_path, server)
@@ -314,6 +320,14 @@ class ForkServerLauncher(SubprocessLauncher):
                                oom_before, extra_env, launcher=self.name)
         outcome.launcher_note = note
         return outcome
+
+    @staticmethod
+    def _late_reply(pending: _Pending, timeout_s: float = 5.0) -> dict[str, Any]:
+        """The server's answer to a request whose sender was interrupted, if it comes in time."""
+        try:
+            return pending.replies.get(timeout=timeout_s)
+        except queue.Empty:
+            return {}
 
     def _wait(self, pid: int, task: Task, pending: _Pending, log_path: Path,
               server: Server) -> tuple[int | None, bool, bool, str | None]:
