@@ -79,8 +79,8 @@ def classify_death(outcome: ChildOutcome, timeout_s: float | None) -> tuple[str,
         error.update(type="Lost", reason=outcome.lost_reason, message=outcome.lost_detail)
         return ("oom" if any(marker in outcome.lost_detail for marker in _OOM_MARKERS) else "crashed"), error
     if outcome.interrupted:
-        error.update(type="Interrupted", message="the run was interrupted (SIGINT, SIGTERM or SIGHUP); "
-                                                 "the child was killed")
+        how = outcome.launcher_note or "the child was killed"
+        error.update(type="Interrupted", message=f"the run was interrupted (SIGINT, SIGTERM or SIGHUP); {how}")
         return "interrupted", error
     if outcome.timed_out:
         error.update(type="Timeout", message=f"no result within --subprocess-timeout={timeout_s}s; "

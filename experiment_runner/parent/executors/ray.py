@@ -175,6 +175,7 @@ class RayExecutor:
         self.interrupt_requested = False
         self.ray = import_ray()
         self._connected = False
+        self._forced = False  # the cancelled tasks' workers were killed (see CANCEL_GRACE_S)
 
     def prepare(self, todo: Sequence[Planned]) -> None:
         """Join the cluster and check that it can run this plan: UsageError otherwise."""
@@ -252,7 +253,6 @@ class RayExecutor:
                                                                       self.config.launcher)
             in_flight[generator] = _InFlight(planned)
         cancelled_at: float | None = None
-        forced = False
         try:
             while in_flight:
                 if self.interrupt_requested and cancelled_at is None:
@@ -260,14 +260,14 @@ class RayExecutor:
                         ray.cancel(generator)
                     cancelled_at = time.monotonic()
                 waited = 0.0 if cancelled_at is None else time.monotonic() - cancelled_at
-                if waited > CANCEL_GRACE_S and not forced:
+                if waited > CANCEL_GRACE_S and not self._forced:
                     for generator in in_flight:
                         ray.cancel(generator, force=True)
-                    forced = True
+                    self._forced = True
                 if waited > 2 * CANCEL_GRACE_S:
                     for state in in_flight.values():
                         if state.where is not None:
-                            yield state.planned, self._interrupted(state, job)
+                            yield state.planned, self._interrupted(state, job, abandoned=True)
                     return
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.2)
                 for generator in ready:
@@ -309,7 +309,7 @@ class RayExecutor:
             # runner): the experiment still gets its one record, and the run goes on.
             outcome = ChildOutcome(None, None, lost_reason="node lost" if lost else "task failed on its node",
                                    lost_detail=f"{type(exc).__name__}: {_first_line(exc)}",
-                                   log_tail=str(exc)[-4000:] if not lost else "")
+                                   log_tail=str(exc)[-4000:] if not lost else "", launcher=self.config.launcher)
             where = state.where or {}
             return True, job.record(state.planned, outcome, self._placement(where), where.get("environment"))
         if state.where is None:
@@ -317,9 +317,16 @@ class RayExecutor:
             return False, None
         return True, self._finish(state, item, job)
 
-    def _interrupted(self, state: _InFlight, job: Job) -> dict[str, Any]:
-        return job.record(state.planned, ChildOutcome(None, None, interrupted=True), self._placement(state.where),
-                          state.where["environment"])
+    def _interrupted(self, state: _InFlight, job: Job, abandoned: bool = False) -> dict[str, Any]:
+        """Its record after Ctrl-C/SIGTERM, saying how the cancellation ended when it was not honoured."""
+        note = None
+        if abandoned:
+            note = (f"its Ray task was still running {2 * CANCEL_GRACE_S:.0f} s after the cancellation and "
+                    "was left to Ray")
+        elif self._forced:
+            note = f"its Ray worker did not honour the cancellation within {CANCEL_GRACE_S:.0f} s and was killed"
+        outcome = ChildOutcome(None, None, interrupted=True, launcher=self.config.launcher, launcher_note=note)
+        return job.record(state.planned, outcome, self._placement(state.where), state.where["environment"])
 
     def _finish(self, state: _InFlight, item: dict[str, Any], job: Job) -> dict[str, Any]:
         folder = job.artifacts_dir(state.planned)

@@ -53,10 +53,13 @@ from experiment_runner.parent.launch.subprocess import (
     KILL_GRACE_S,
     SubprocessLauncher,
     _parent_death_signal,
+    wait_slices,
 )
 
 # How long the parent waits for a server to import torch before falling back.
 SERVER_START_TIMEOUT_S = 300.0
+# How long a launch interrupted before it saw its child's pid waits for it, to kill that child.
+LATE_PID_S = 5.0
 # After this many server deaths in one run, experiments run as plain subprocesses.
 MAX_SERVER_DEATHS = 3
 # Environment variables that torch, torch_xla, their compilers or native libraries may read
@@ -119,7 +122,21 @@ class ServerGone(RuntimeError):
 
 @dataclass
 class _Pending:
+    """One request's replies, and its child's pid as soon as the reader sees it (so a launch
+    interrupted anywhere, even inside Queue.get after it took the pid, can still kill it)."""
+
     replies: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
+    pid: int | None = None
+    forked: threading.Event = field(default_factory=threading.Event)
+
+    def next_reply(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """The next reply, waited for in slices (see subprocess.WAIT_SLICE_S); queue.Empty after timeout_s."""
+        for slice_s in wait_slices(timeout_s):
+            try:
+                return self.replies.get(timeout=slice_s)
+            except queue.Empty:
+                continue
+        return self.replies.get_nowait()
 
 
 class Server:
@@ -153,6 +170,9 @@ class Server:
                 continue
             pending = self._pending.get(message["id"])
             if pending is not None:
+                if "pid" in message:
+                    pending.pid = message["pid"]
+                    pending.forked.set()
                 pending.replies.put(message)
         self.gone = True
         self.ready.set()
@@ -185,6 +205,10 @@ class Server:
             name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
             return f"was killed by {name}"
         return f"exited with status {code}"
+
+    def wait_ready(self) -> bool:
+        """Wait for its imports, in slices (see subprocess.WAIT_SLICE_S); False after SERVER_START_TIMEOUT_S."""
+        return any(self.ready.wait(slice_s) for slice_s in wait_slices(SERVER_START_TIMEOUT_S)) or self.ready.is_set()
 
     def forget(self, request_id: int) -> None:
         self._pending.pop(request_id, None)
@@ -284,7 +308,7 @@ class ForkServerLauncher(SubprocessLauncher):
         # No experiment runs while a prestarted server is still importing: on a small host those
         # imports would take CPU from its timings and its compilation.
         for server in self._prestarted:
-            server.ready.wait(SERVER_START_TIMEOUT_S)
+            server.wait_ready()
         task_path, env = self.prepare(task, extra_env)
         if task.experiment.config.xla is not None and any(env.get(name, "0") != "0" for name in FRESH_ONLY):
             return super().launch(task, log_path, extra_env)
@@ -292,7 +316,7 @@ class ForkServerLauncher(SubprocessLauncher):
         if server is None:
             return super().launch(task, log_path, extra_env)
         # Waiting for the server's imports is the run's start-up, not the experiment's time.
-        if not server.ready.wait(SERVER_START_TIMEOUT_S):
+        if not server.wait_ready():
             return super().launch(task, log_path, extra_env)
         if server.gone:  # it died starting or between experiments: a new one (or none) serves
             return self.launch(task, log_path, extra_env)
@@ -304,44 +328,36 @@ class ForkServerLauncher(SubprocessLauncher):
         except ServerGone:
             return self.launch(task, log_path, extra_env)
         try:
-            try:
-                reply = pending.replies.get()
-            except KeyboardInterrupt:  # cancelled between the request and its pid: kill what was forked
-                late = self._late_reply(pending)
-                if "pid" in late:
-                    kill_experiment(late["pid"], task.attempt_id)
-                raise
-            if "pid" not in reply:  # it died before forking this experiment
-                return self.launch(task, log_path, extra_env)
-            returncode, timed_out, interrupted, note = self._wait(reply["pid"], task, pending, log_path, server)
+            reply = pending.next_reply()
+            if "pid" in reply:
+                returncode, timed_out, interrupted, note = self._wait(reply["pid"], task, pending, log_path, server)
+        except KeyboardInterrupt:  # cancelled (Ray), wherever it landed: the child must not outlive the launch
+            if pending.forked.wait(LATE_PID_S) and pending.pid is not None:
+                kill_experiment(pending.pid, task.attempt_id)
+            raise
         finally:
             server.forget(request_id)
+        if "pid" not in reply:  # the server died before forking this experiment
+            return self.launch(task, log_path, extra_env)
         outcome = self.outcome(task, log_path, returncode, timed_out, interrupted, time.monotonic() - start,
                                oom_before, extra_env, launcher=self.name)
         outcome.launcher_note = note
         return outcome
 
-    @staticmethod
-    def _late_reply(pending: _Pending, timeout_s: float = 5.0) -> dict[str, Any]:
-        """The server's answer to a request whose sender was interrupted, if it comes in time."""
-        try:
-            return pending.replies.get(timeout=timeout_s)
-        except queue.Empty:
-            return {}
-
     def _wait(self, pid: int, task: Task, pending: _Pending, log_path: Path,
               server: Server) -> tuple[int | None, bool, bool, str | None]:
         """Wait for the forked child: (returncode, timed_out, interrupted, what its server did)."""
-        self.register(pid)
-        follower = self.follow(log_path)
+        follower = None
         timed_out = False
         try:
+            self.register(pid)
+            follower = self.follow(log_path)
             try:
-                reply = pending.replies.get(timeout=self.timeout_s)
+                reply = pending.next_reply(self.timeout_s)
             except queue.Empty:
                 timed_out = True
                 kill_experiment(pid, task.attempt_id, grace_s=KILL_GRACE_S)
-                reply = pending.replies.get()
+                reply = pending.next_reply()
         finally:
             kill_experiment(pid, task.attempt_id)  # whatever the child left, in its group or not
             interrupted = self.unregister(pid)

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Callable, Iterator
 
 from experiment_runner.core.logs import read_log_tail
 from experiment_runner.core.processes import kill_experiment, oom_kill_count
@@ -27,6 +27,34 @@ from experiment_runner.parent.launch.env import child_environment, make_scratch
 
 # SIGTERM first so a child can flush; SIGKILL after this grace period.
 KILL_GRACE_S = 2.0
+# The launching thread waits in slices this long. Ray cancels a task by scheduling a
+# KeyboardInterrupt in its worker's main thread (no signal is sent), which Python raises only
+# between bytecodes: a thread blocked in one long lock or waitpid call would not see it before
+# the experiment ended, and the worker would be force-killed instead of cleaning up.
+WAIT_SLICE_S = 0.2
+
+
+def wait_slices(timeout_s: float | None) -> Iterator[float]:
+    """Timeouts of successive short waits that together last `timeout_s` (None: forever)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        left = WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
+        if left <= 0:
+            return
+        yield min(WAIT_SLICE_S, left)
+
+
+def wait_process(proc: subprocess.Popen, timeout_s: float | None) -> bool:
+    """Wait for `proc` in slices (see WAIT_SLICE_S); False when it outlived `timeout_s`."""
+    for slice_s in wait_slices(timeout_s):
+        try:
+            proc.wait(timeout=slice_s)
+            return True
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.poll() is not None
+
+
 def _tee(pipe: IO[bytes], log: IO[bytes], stream: IO[str]) -> None:
     for chunk in iter(lambda: pipe.read1(65536), b""):  # type: ignore[attr-defined]
         log.write(chunk)
@@ -156,15 +184,13 @@ class SubprocessLauncher:
                 stdout=subprocess.PIPE if self.print_subprocess else log,
                 stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=self._preexec,
             )
-            self.register(proc.pid)
             tee = None
-            if self.print_subprocess:
-                tee = threading.Thread(target=_tee, args=(proc.stdout, log, sys.stdout), daemon=True)
-                tee.start()
             try:
-                proc.wait(timeout=self.timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
+                self.register(proc.pid)
+                if self.print_subprocess:
+                    tee = threading.Thread(target=_tee, args=(proc.stdout, log, sys.stdout), daemon=True)
+                    tee.start()
+                timed_out = not wait_process(proc, self.timeout_s)
             finally:
                 kill_experiment(proc.pid, task.attempt_id, grace_s=KILL_GRACE_S if timed_out else 0.0)
                 proc.wait()
