@@ -137,9 +137,10 @@ def run_on_node(task: dict[str, Any], extra_env: dict[str, str], timeout_s: floa
                 launcher: str = "forkserver") -> Iterator[Any]:
     """The Ray task body: say where it runs, then run the experiment in a child process there.
 
-    Cancelling the task raises KeyboardInterrupt here, and the launcher kills the child's
-    process group on the way out; a worker that dies takes the child with it (the launcher
-    asks Linux for a parent-death signal).
+    Cancelling the task raises KeyboardInterrupt here (between bytecodes: the launchers wait in
+    short slices so that it lands at once), and the launcher kills the experiment and what it
+    started on the way out; a worker that dies takes the child with it (the launcher asks Linux
+    for a parent-death signal).
     """
     where = node_description()
     yield where
