@@ -5,14 +5,16 @@ process of its own (new session, its own environment and log) and runs
 `experiment_runner.child.main`, ending with os._exit(). The protocol and the parent's half
 are in `experiment_runner.parent.launch.forkserver`.
 
-With `--xla` it imports torch_xla too, but creates no PJRT client: torch_xla 2.9 picks the
+With `--dynamo` it imports torch._dynamo too (compiled and training experiments import it,
+a second on a small machine; an eager inference child never does), and with `--xla`
+torch_xla too, but creates no PJRT client: torch_xla 2.9 picks the
 device (PJRT_DEVICE), parses XLA_FLAGS and reads its dump and dtype variables when the
 runtime starts or the value is first used, which is in the child, under the child's own
 environment. What torch_xla does to the environment at import (defaults added to
 XLA_FLAGS, TF_CPP_MIN_LOG_LEVEL, the libtpu path) is redone in the child over its own
 variables, exactly as a fresh `import torch_xla` would.
 
-Run as `python -m experiment_runner.child.forkserver [--xla]` (by the parent only).
+Run as `python -m experiment_runner.child.forkserver [--dynamo] [--xla]` (by the parent only).
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from typing import Any
 
 from experiment_runner.core.processes import signal_group
 
-# Modules worth having in memory before the fork: what every experiment imports anyway
-# (torch._dynamo too: optimizers and torch.compile import it, seconds on a small machine).
-PRELOAD = ("torch", "numpy", "torch._dynamo", "experiment_runner.child.main")
+# Modules worth having in memory before the fork: what every experiment imports anyway...
+PRELOAD = ("torch", "numpy", "experiment_runner.child.main")
+# ... and what compiled and training experiments import (torch.compile, the optimizers, the loss).
+DYNAMO_PRELOAD = ("torch._dynamo",)
 # ... and for XLA experiments, what their children import: the runtime, metrics, the
 # openxla dynamo backend. None of it starts the PJRT runtime (checked after preloading).
 XLA_PRELOAD = ("torch_xla", "torch_xla.core.xla_model", "torch_xla.debug.metrics", "torch_xla.backends",
@@ -106,7 +109,7 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def serve(xla: bool = False) -> int:
+def serve(xla: bool = False, dynamo: bool = True) -> int:
     """The server loop: fork on request, report pids and wait statuses, clean up on EOF."""
     requests_fd = os.dup(0)
     replies_fd = os.dup(1)
@@ -120,7 +123,7 @@ def serve(xla: bool = False) -> int:
     # torch.cuda.is_available() through NVML, so no import below can initialize the CUDA
     # driver, which a forked child could not use.
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-    for name in PRELOAD + (XLA_PRELOAD if xla else ()):
+    for name in PRELOAD + (DYNAMO_PRELOAD if dynamo else ()) + (XLA_PRELOAD if xla else ()):
         __import__(name)
     if _cuda_driver_loaded():
         print("forkserver: the CUDA driver was loaded while preloading; refusing to fork", file=sys.stderr)
@@ -229,4 +232,4 @@ def _cuda_driver_loaded() -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(xla="--xla" in sys.argv[1:]))
+    sys.exit(serve(xla="--xla" in sys.argv[1:], dynamo="--dynamo" in sys.argv[1:]))

@@ -31,7 +31,7 @@ from experiment_runner.errors import (
 )
 from experiment_runner.parent.executors import ExecutorOptions, create
 from experiment_runner.parent.host import ProbeError, probe_capabilities, torch_xla_importable
-from experiment_runner.parent.launch.forkserver import prestart
+from experiment_runner.parent.launch.forkserver import children_import_dynamo, prestart
 from experiment_runner.parent.launch.reaper import start_reaper, stop_reaper
 from experiment_runner.parent.runner import Runner
 from experiment_runner.parent.store import RunLocked, lock_run, new_run_id, resume_state
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace, options: RunOptions) -> int:
         if args.executor == "local" and args.launcher == "forkserver" and not args.dry_run:
             # Its imports overlap with ours: probing, planning, resuming. The XLA server starts
             # once the plan is known to hold XLA experiments (below).
-            prestart(torch=args.xla is None or None in args.xla)
+            prestart(torch=args.xla is None or None in args.xla, dynamo=children_import_dynamo(args.dynamo, args.test))
         try:
             suite = suite_catalog(args.suite_name)
         except UnknownSuite as exc:
@@ -230,6 +230,7 @@ def _execute(args: argparse.Namespace, options: RunOptions, plan: matrix.Plan, r
     try:
         executor = create(ExecutorOptions(
             name=args.executor, timeout_s=args.subprocess_timeout, launcher=args.launcher,
+            preload_dynamo=children_import_dynamo(args.dynamo, args.test),
             print_subprocess=args.print_subprocess, server_log=output_dir / "runs" / run_id / "forkserver.log",
             max_parallel=args.max_parallel, gpu_ids=args.gpu_id_list, parallel_cpu=args.parallel_cpu,
             ray_address=args.ray_address, allow_mixed_versions=args.allow_mixed_versions))

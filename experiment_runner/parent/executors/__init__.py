@@ -24,6 +24,7 @@ class ExecutorOptions:
     name: str = "local"
     timeout_s: float | None = None
     launcher: str = "forkserver"  # on Ray, each node's worker starts experiments with it
+    preload_dynamo: bool = True  # fork servers import torch._dynamo (launch.forkserver.children_import_dynamo)
     # local
     print_subprocess: bool = False
     server_log: Path | None = None
@@ -41,7 +42,7 @@ def create(options: ExecutorOptions) -> Executor:
         from experiment_runner.parent.executors.ray import RayConfig, RayExecutor
 
         return RayExecutor(RayConfig(options.ray_address, options.allow_mixed_versions, options.timeout_s,
-                                     options.launcher))
+                                     options.launcher, options.preload_dynamo))
     from experiment_runner.parent.executors.local import LocalExecutor, Parallelism
     from experiment_runner.parent.launch.forkserver import ForkServerLauncher
     from experiment_runner.parent.launch.subprocess import SubprocessLauncher
@@ -50,7 +51,8 @@ def create(options: ExecutorOptions) -> Executor:
         assert options.server_log is not None
         options.server_log.parent.mkdir(parents=True, exist_ok=True)
         launcher: SubprocessLauncher = ForkServerLauncher(
-            timeout_s=options.timeout_s, print_subprocess=options.print_subprocess, server_log=options.server_log)
+            timeout_s=options.timeout_s, print_subprocess=options.print_subprocess, server_log=options.server_log,
+            preload_dynamo=options.preload_dynamo)
     else:
         launcher = SubprocessLauncher(timeout_s=options.timeout_s, print_subprocess=options.print_subprocess)
     return LocalExecutor(launcher, Parallelism(options.max_parallel, options.gpu_ids, options.parallel_cpu))

@@ -58,6 +58,7 @@ class RayConfig:
     allow_mixed_versions: bool = False
     timeout_s: float | None = None
     launcher: str = "forkserver"
+    preload_dynamo: bool = True
 
 
 def import_ray() -> Any:
@@ -120,21 +121,23 @@ def collect_files(folder: Path) -> tuple[dict[str, bytes], list[str]]:
 _node_launchers: dict[str, SubprocessLauncher] = {}
 
 
-def node_launcher(name: str, timeout_s: float | None, run_env: dict[str, str]) -> SubprocessLauncher:
+def node_launcher(name: str, timeout_s: float | None, run_env: dict[str, str],
+                  preload_dynamo: bool = True) -> SubprocessLauncher:
     """This worker's launcher. The run's own variables go into the worker's environment first, so
     a fork server it starts carries them from its start, as a local run's server does (a forked
     child's /proc environ is its server's: that is how the run's processes are found)."""
     os.environ.update(run_env)  # this worker serves this run's job only
     launcher = _node_launchers.get(name)
     if launcher is None:
-        launcher = ForkServerLauncher(timeout_s=timeout_s) if name == "forkserver" else SubprocessLauncher(timeout_s)
+        launcher = (ForkServerLauncher(timeout_s=timeout_s, preload_dynamo=preload_dynamo) if name == "forkserver"
+                    else SubprocessLauncher(timeout_s))
         _node_launchers[name] = launcher
     launcher.timeout_s = timeout_s
     return launcher
 
 
 def run_on_node(task: dict[str, Any], extra_env: dict[str, str], timeout_s: float | None,
-                launcher: str = "forkserver") -> Iterator[Any]:
+                launcher: str = "forkserver", preload_dynamo: bool = True) -> Iterator[Any]:
     """The Ray task body: say where it runs, then run the experiment in a child process there.
 
     Cancelling the task raises KeyboardInterrupt here (between bytecodes: the launchers wait in
@@ -150,7 +153,7 @@ def run_on_node(task: dict[str, Any], extra_env: dict[str, str], timeout_s: floa
         if where["cuda_visible_devices"] is not None:
             env["CUDA_VISIBLE_DEVICES"] = where["cuda_visible_devices"]
         log = Path(folder) / "child.log"
-        outcome = node_launcher(launcher, timeout_s, extra_env).launch(local, log, env)
+        outcome = node_launcher(launcher, timeout_s, extra_env, preload_dynamo).launch(local, log, env)
         scratch_cleanup(Path(folder))
         files, left = collect_files(Path(folder))
         yield {"outcome": dataclasses.asdict(outcome), "files": files, "left_on_node": left}
@@ -251,7 +254,7 @@ class RayExecutor:
                 continue
             task = Task(planned.experiment, job.ctx.options, "").to_dict()
             generator = body.options(**resources_for(planned)).remote(task, extra_env, self.config.timeout_s,
-                                                                      self.config.launcher)
+                                                                      self.config.launcher, self.config.preload_dynamo)
             in_flight[generator] = _InFlight(planned)
         cancelled_at: float | None = None
         try:

@@ -42,7 +42,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from experiment_runner.core.processes import RUN_TOKEN_ENV, kill_experiment, oom_kill_count, signal_group
 from experiment_runner.core.protocol import Task
@@ -88,6 +88,7 @@ class ServerKind:
 
     xla: bool
     settings: tuple[tuple[str, str], ...]
+    dynamo: bool = True  # torch._dynamo too (see children_import_dynamo)
 
     @property
     def label(self) -> str:
@@ -101,10 +102,18 @@ def import_time_settings(env: dict[str, str], xla: bool) -> tuple[tuple[str, str
                         if k.startswith(IMPORT_TIME_PREFIXES) and k not in read_at_use))
 
 
-def server_kind(task: Task, env: dict[str, str]) -> ServerKind:
-    """The server an experiment with environment `env` behaves in as if started fresh."""
+def children_import_dynamo(backends: Sequence[str | None] | None, tests: Sequence[str] | None) -> bool:
+    """Whether a run's children import torch._dynamo, so that its servers preload it: compiled
+    experiments do, and training ones (the optimizers, the loss); eager inference never does.
+    From the --dynamo and --test choices (None: the default, which has both)."""
+    return backends is None or tests is None or any(b is not None for b in backends) or "train" in tests
+
+
+def server_kind(task: Task, env: dict[str, str], dynamo: bool = True) -> ServerKind:
+    """The server an experiment with environment `env` behaves in as if started fresh; `dynamo`:
+    whether the run's servers preload torch._dynamo (an XLA server always does: its bridge imports it)."""
     xla = task.experiment.config.xla is not None
-    return ServerKind(xla, import_time_settings(env, xla))
+    return ServerKind(xla, import_time_settings(env, xla), dynamo or xla)
 
 
 def server_environment(kind: ServerKind, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -148,7 +157,8 @@ class Server:
         self.kind = kind
         self.stderr = tempfile.TemporaryFile()  # copied into the run's folder once that is known
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "experiment_runner.child.forkserver", *(["--xla"] if kind.xla else [])],
+            [sys.executable, "-m", "experiment_runner.child.forkserver", *(["--dynamo"] if kind.dynamo else []),
+             *(["--xla"] if kind.xla else [])],
             env={**server_environment(kind), RUN_TOKEN_ENV: RUN_TOKEN}, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
             start_new_session=True, close_fds=True, preexec_fn=_parent_death_signal(signal.SIGTERM),
         )
@@ -237,17 +247,17 @@ class Server:
 _prestarted: dict[ServerKind, Server] = {}
 
 
-def default_kind(xla: bool) -> ServerKind:
+def default_kind(xla: bool, dynamo: bool = True) -> ServerKind:
     """The kind most experiments of a run need: the parent's own import-time settings
     (child_environment drops the XLA variables a shell may carry)."""
     env = {k: v for k, v in os.environ.items() if k not in INHERITED_XLA_VARS}
-    return ServerKind(xla, import_time_settings(env, xla))
+    return ServerKind(xla, import_time_settings(env, xla), dynamo or xla)
 
 
-def prestart(torch: bool = True, xla: bool = False) -> None:
+def prestart(torch: bool = True, xla: bool = False, dynamo: bool = True) -> None:
     """Start the default server and/or the XLA one now, so that their imports overlap with the
     parent's own start-up; a kind no experiment asks for is stopped unused at the end."""
-    for kind in [default_kind(False)] * torch + [default_kind(True)] * xla:
+    for kind in [default_kind(False, dynamo)] * torch + [default_kind(True)] * xla:
         if kind not in _prestarted:
             try:
                 _prestarted[kind] = Server(kind)
@@ -268,8 +278,9 @@ class ForkServerLauncher(SubprocessLauncher):
 
     def __init__(self, timeout_s: float | None = None, print_subprocess: bool = False,
                  extra_env: dict[str, str] | None = None, server_log: Path | None = None,
-                 warn: Callable[[str], None] | None = None) -> None:
+                 warn: Callable[[str], None] | None = None, preload_dynamo: bool = True) -> None:
         super().__init__(timeout_s, print_subprocess, extra_env)
+        self.preload_dynamo = preload_dynamo
         self._server_log = server_log
         self._warn = warn or (lambda line: print(f"experiment_runner: warning: {line}", file=sys.stderr, flush=True))
         self._servers_lock = threading.Lock()
@@ -312,7 +323,7 @@ class ForkServerLauncher(SubprocessLauncher):
         task_path, env = self.prepare(task, extra_env)
         if task.experiment.config.xla is not None and any(env.get(name, "0") != "0" for name in FRESH_ONLY):
             return super().launch(task, log_path, extra_env)
-        server = self.server_for(server_kind(task, env))
+        server = self.server_for(server_kind(task, env, self.preload_dynamo))
         if server is None:
             return super().launch(task, log_path, extra_env)
         # Waiting for the server's imports is the run's start-up, not the experiment's time.
