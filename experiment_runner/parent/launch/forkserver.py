@@ -109,11 +109,15 @@ def children_import_dynamo(backends: Sequence[str | None] | None, tests: Sequenc
     return backends is None or tests is None or any(b is not None for b in backends) or "train" in tests
 
 
-def server_kind(task: Task, env: dict[str, str], dynamo: bool = True) -> ServerKind:
-    """The server an experiment with environment `env` behaves in as if started fresh; `dynamo`:
-    whether the run's servers preload torch._dynamo (an XLA server always does: its bridge imports it)."""
-    xla = task.experiment.config.xla is not None
+def _kind(env: dict[str, str], xla: bool, dynamo: bool) -> ServerKind:
+    """`dynamo`: whether the run's servers preload torch._dynamo; an XLA server always does (its
+    dynamo bridge imports torch._inductor, which imports it)."""
     return ServerKind(xla, import_time_settings(env, xla), dynamo or xla)
+
+
+def server_kind(task: Task, env: dict[str, str], dynamo: bool = True) -> ServerKind:
+    """The server an experiment with environment `env` behaves in as if started fresh."""
+    return _kind(env, task.experiment.config.xla is not None, dynamo)
 
 
 def server_environment(kind: ServerKind, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -250,8 +254,7 @@ _prestarted: dict[ServerKind, Server] = {}
 def default_kind(xla: bool, dynamo: bool = True) -> ServerKind:
     """The kind most experiments of a run need: the parent's own import-time settings
     (child_environment drops the XLA variables a shell may carry)."""
-    env = {k: v for k, v in os.environ.items() if k not in INHERITED_XLA_VARS}
-    return ServerKind(xla, import_time_settings(env, xla), dynamo or xla)
+    return _kind({k: v for k, v in os.environ.items() if k not in INHERITED_XLA_VARS}, xla, dynamo)
 
 
 def prestart(torch: bool = True, xla: bool = False, dynamo: bool = True) -> None:
