@@ -37,7 +37,7 @@ from collections import Counter
 from pathlib import Path
 
 from experiment_runner.analysis.loader import load_rows
-from experiment_runner.analysis.regress import NOISY_HOST
+from experiment_runner.analysis.compare import NOISY_HOST
 
 HERE = Path(__file__).resolve().parent
 MATRIX = [("--suite-name=dummy",), ("--suite-name=aa",)]

@@ -19,8 +19,8 @@ import random
 import torch  # a plugin suite is imported only in children
 from torch import nn
 
-from benchmark_models.base import LoadRequest, ModelNotFound, Suite
-from benchmark_models.model import BenchmarkModel
+from model_suites.base import LoadRequest, ModelNotFound, Suite
+from model_suites.model import BenchmarkModel
 
 MODELS = ("mlp_layout", "mlp_wide_layout", "matmul_autotune", "matmul_small_autotune", "conv_memory_format")
 _KEEP: list[torch.Tensor] = []  # the allocations that shift the model's layout live as long as the process

@@ -44,7 +44,7 @@ BARE = r"""
 import json, sys, time, resource
 t0 = time.perf_counter()
 import torch
-from benchmark_models import LoadRequest, get_suite
+from model_suites import LoadRequest, get_suite
 import_s = time.perf_counter() - t0
 test = sys.argv[1]
 torch.manual_seed(1337)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 
-from benchmark_models.base import LoadRequest, ModelNotFound, Suite
-from benchmark_models.model import BenchmarkModel
+from model_suites.base import LoadRequest, ModelNotFound, Suite
+from model_suites.model import BenchmarkModel
 
 SLEEP_S = 2.0
 

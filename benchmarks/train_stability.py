@@ -107,7 +107,7 @@ def train_one(suite: str, model: str, steps: int, budget_s: float | None = None)
 
 
 def models_of(suite: str) -> list[str]:
-    from benchmark_models.registry import get_suite
+    from model_suites.registry import get_suite
 
     return get_suite(suite).model_names()
 

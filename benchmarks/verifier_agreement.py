@@ -38,7 +38,7 @@ from typing import Any, Callable
 import torch
 from torch._dynamo.utils import same
 
-from verifier.compare import COSINE_MIN_ELEMENTS, compare
+from verifier.closeness import COSINE_MIN_ELEMENTS, compare
 
 README = Path(__file__).parents[1] / "README.md"
 MARKERS = ("<!-- verifier-agreement:begin -->", "<!-- verifier-agreement:end -->")

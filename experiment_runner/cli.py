@@ -32,7 +32,7 @@ from experiment_runner.core.options import (
 from experiment_runner.errors import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_USAGE, UsageError, fail
 
 # Subcommand → the analysis module whose main(argv) runs it.
-SUBCOMMANDS = {"report": "experiment_runner.analysis.report", "compare": "experiment_runner.analysis.regress",
+SUBCOMMANDS = {"report": "experiment_runner.analysis.report", "compare": "experiment_runner.analysis.compare",
                "merge": "experiment_runner.analysis.merge", "history": "experiment_runner.analysis.history"}
 
 
@@ -46,7 +46,7 @@ def _none_or(value: str) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from benchmark_models.registry import available_suites
+    from model_suites.registry import available_suites
 
     p = _Parser(
         prog="experiment_runner",
@@ -402,7 +402,7 @@ def apply_single_config(args: argparse.Namespace) -> None:
 
 def apply_tiers(args: argparse.Namespace) -> None:
     """--filter-by-tier/--exclude-by-tier become one more --filter/--exclude regex each."""
-    from benchmark_models.base import tier_filter
+    from model_suites.base import tier_filter
 
     for tiers, patterns, flag in ((args.filter_by_tier, args.filter, "--filter-by-tier"),
                                   (args.exclude_by_tier, args.exclude, "--exclude-by-tier")):

@@ -4,7 +4,7 @@
 the record's `verification` block; `compare` is the pure comparison it uses.
 """
 
-from verifier.compare import Comparison, Leaf, UnsupportedOutput, compare, identical
+from verifier.closeness import Comparison, Leaf, UnsupportedOutput, compare, identical
 from verifier.run import Verification, verify_experiment
 from verifier.tolerances import Context, Policy, policy_for
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from verifier.compare import Comparison, compare, identical
+from verifier.closeness import Comparison, compare, identical
 from verifier.tolerances import Context, Policy, policy_for
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from benchmark_models.registry import get_suite
+from model_suites.registry import get_suite
 from experiment_runner.child.plugins import import_plugins
 
 

@@ -3,7 +3,7 @@
 It initializes no device, so nothing device-side is shared; each forked child becomes a
 process of its own (new session, its own environment and log) and runs
 `experiment_runner.child.main`, ending with os._exit(). The protocol and the parent's half
-are in `experiment_runner.parent.launch.forkserver`.
+are in `experiment_runner.parent.launch.forkserver_launcher`.
 
 With `--dynamo` it imports torch._dynamo too (compiled and training experiments import it,
 a second on a small machine; an eager inference child never does), and with `--xla`
@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from experiment_runner.core.processes import signal_group
+from experiment_runner.core.process_groups import signal_group
 
 # Modules worth having in memory before the fork: what every experiment imports anyway...
 PRELOAD = ("torch", "numpy", "experiment_runner.child.main")

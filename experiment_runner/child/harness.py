@@ -12,8 +12,8 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any, Callable
 
-from benchmark_models import BenchmarkModel, LoadRequest, get_suite, map_tensors
-from benchmark_models.training import TrainingState
+from model_suites import BenchmarkModel, LoadRequest, get_suite, map_tensors
+from model_suites.training import TrainingState
 from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.core.cpus import HostLoadSample
 from experiment_runner.core.matrix import Experiment, uses_cuda_graphs

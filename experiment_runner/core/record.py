@@ -60,7 +60,7 @@ class ChildOutcome:
     # Set by a remote executor that lost the child with its node: error.reason, and what the engine said.
     lost_reason: str | None = None
     lost_detail: str = ""
-    # Kernel OOM kills counted while the child ran (see core.processes.oom_kill_count) and
+    # Kernel OOM kills counted while the child ran (see core.process_groups.oom_kill_count) and
     # where they were counted; None when this host does not say.
     oom_kills: int | None = None
     oom_counter: str | None = None

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmark_models.registry import UnknownSuite
+from model_suites.registry import UnknownSuite
 from experiment_runner.core import matrix
 from experiment_runner.core.environment import describe_environment
 from experiment_runner.core.options import RunOptions
@@ -31,7 +31,7 @@ from experiment_runner.errors import (
 )
 from experiment_runner.parent.executors import ExecutorOptions, create
 from experiment_runner.parent.host import ProbeError, probe_capabilities, torch_xla_importable
-from experiment_runner.parent.launch.forkserver import children_import_dynamo, prestart
+from experiment_runner.parent.launch.forkserver_launcher import children_import_dynamo, prestart
 from experiment_runner.parent.launch.reaper import start_reaper, stop_reaper
 from experiment_runner.parent.runner import Runner
 from experiment_runner.parent.store import RunLocked, lock_run, new_run_id, resume_state

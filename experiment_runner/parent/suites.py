@@ -12,7 +12,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from benchmark_models.registry import UnknownSuite, available_suites, get_suite, is_builtin
+from model_suites.registry import UnknownSuite, available_suites, get_suite, is_builtin
 from experiment_runner.core.matrix import SkipRule
 
 CATALOG_TIMEOUT_S = 300

@@ -14,10 +14,10 @@ from typing import Callable, Iterator
 
 import pytest
 
-from benchmark_models.base import LoadRequest, ModelSkipped, read_data
-from benchmark_models.optional import MissingDependency
-from benchmark_models.registry import get_suite
-from benchmark_models.torchbench import TORCHBENCH_DIR_ENV
+from model_suites.base import LoadRequest, ModelSkipped, read_data
+from model_suites.optional import MissingDependency
+from model_suites.registry import get_suite
+from model_suites.torchbench import TORCHBENCH_DIR_ENV
 
 FAKE_TORCHBENCH = Path(__file__).parents[1] / "fake_torchbenchmark"
 DATA_FILES = {"torchbench": "torchbench.json", "huggingface": "huggingface.json", "timm": "timm.json"}
@@ -84,7 +84,7 @@ def test_catalogs_never_import_torch():
     """The parent lists models and skips from data files (and a checkout's folders) only."""
     code = (
         "import sys\n"
-        "from benchmark_models.registry import get_suite\n"
+        "from model_suites.registry import get_suite\n"
         "for name in ('torchbench', 'huggingface', 'timm'):\n"
         "    suite = get_suite(name)\n"
         "    assert suite.model_names() and suite.skip_rules() is not None and suite.source\n"
@@ -126,7 +126,7 @@ def test_data_files_cover_the_required_models_with_cpu_batch_sizes():
 
 
 def test_skip_list_is_data_and_no_skip_overrides_it():
-    from benchmark_models import get_suite
+    from model_suites import get_suite
     from experiment_runner.core.matrix import HostCapabilities, MatrixChoices, expand
 
     rules = get_suite("torchbench").skip_rules()
@@ -225,7 +225,7 @@ def test_import_timm_works_and_the_torchvision_patch_is_applied_only_when_needed
     """Where torchvision's compiled ops cannot load, plain `import timm` fails and
     require('timm') patches; where they load, require('timm') leaves torchvision alone."""
     plain = subprocess.run([sys.executable, "-c", "import timm"], capture_output=True, text=True, timeout=300)
-    code = ("import benchmark_models.optional as o\n"
+    code = ("import model_suites.optional as o\n"
             "timm = o.require('timm')\n"
             "timm.create_model('resnet18', pretrained=False)\n"
             "print(o._torchvision_stub_library is not None)\n")

@@ -304,8 +304,8 @@ def test_one_xla_server_serves_children_asking_for_different_settings(tmp_path, 
     child with the variable and one without, and each behaves as a fresh interpreter does."""
     from conftest import SUPPORT
 
-    from experiment_runner.parent.launch.forkserver import ForkServerLauncher
-    from experiment_runner.parent.launch.subprocess import SubprocessLauncher
+    from experiment_runner.parent.launch.forkserver_launcher import ForkServerLauncher
+    from experiment_runner.parent.launch.subprocess_launcher import SubprocessLauncher
 
     probes = tmp_path / "probes"
     probes.mkdir()

@@ -16,7 +16,7 @@ from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
 from experiment_runner.core.protocol import Task
 from experiment_runner.parent.launch.env import child_environment
-from experiment_runner.parent.launch.forkserver import children_import_dynamo, server_environment, server_kind
+from experiment_runner.parent.launch.forkserver_launcher import children_import_dynamo, server_environment, server_kind
 
 
 def _task(tmp_path: Path, xla: str | None, **options: object) -> Task:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_models.torchbench import TorchBenchSuite
+from model_suites.torchbench import TorchBenchSuite
 
 FAKE_CHECKOUT = Path(__file__).resolve().parents[1] / "fake_torchbenchmark"
 

@@ -18,8 +18,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from benchmark_models.base import LoadRequest, ModelNotFound, Suite
-from benchmark_models.model import BenchmarkModel
+from model_suites.base import LoadRequest, ModelNotFound, Suite
+from model_suites.model import BenchmarkModel
 
 TRACE_DIR_ENV = "FAULTY_TRACE_DIR"
 # Where models that behave differently on a retry count their attempts.

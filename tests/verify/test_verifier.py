@@ -18,7 +18,7 @@ from experiment_runner.child.harness import ExperimentHarness
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
 from verifier import Context, UnsupportedOutput, compare, identical, policy_for, verify_experiment
-from verifier.compare import COSINE_MIN_ELEMENTS, COSINE_THRESHOLD
+from verifier.closeness import COSINE_MIN_ELEMENTS, COSINE_THRESHOLD
 from verifier.run import reference_harness
 from verifier.tolerances import load_data
 

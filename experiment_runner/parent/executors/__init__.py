@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiment_runner.parent.executors.base import Executor, Job
+from experiment_runner.parent.executors.interface import Executor, Job
 
 __all__ = ["Executor", "ExecutorOptions", "Job", "create"]
 
@@ -24,7 +24,7 @@ class ExecutorOptions:
     name: str = "local"
     timeout_s: float | None = None
     launcher: str = "forkserver"  # on Ray, each node's worker starts experiments with it
-    preload_dynamo: bool = True  # fork servers import torch._dynamo (launch.forkserver.children_import_dynamo)
+    preload_dynamo: bool = True  # fork servers import torch._dynamo (launch.forkserver_launcher.children_import_dynamo)
     # local
     print_subprocess: bool = False
     server_log: Path | None = None
@@ -44,8 +44,8 @@ def create(options: ExecutorOptions) -> Executor:
         return RayExecutor(RayConfig(options.ray_address, options.allow_mixed_versions, options.timeout_s,
                                      options.launcher, options.preload_dynamo))
     from experiment_runner.parent.executors.local import LocalExecutor, Parallelism
-    from experiment_runner.parent.launch.forkserver import ForkServerLauncher
-    from experiment_runner.parent.launch.subprocess import SubprocessLauncher
+    from experiment_runner.parent.launch.forkserver_launcher import ForkServerLauncher
+    from experiment_runner.parent.launch.subprocess_launcher import SubprocessLauncher
 
     if options.launcher == "forkserver":
         assert options.server_log is not None

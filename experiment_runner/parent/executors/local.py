@@ -16,8 +16,8 @@ from typing import Any, Iterator, Sequence
 from experiment_runner.core.matrix import Planned
 from experiment_runner.core.protocol import Task
 from experiment_runner.core.results import ResultsFileError
-from experiment_runner.parent.executors.base import Job
-from experiment_runner.parent.launch.subprocess import SubprocessLauncher
+from experiment_runner.parent.executors.interface import Job
+from experiment_runner.parent.launch.subprocess_launcher import SubprocessLauncher
 
 
 @dataclass(frozen=True)

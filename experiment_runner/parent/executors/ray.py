@@ -33,10 +33,10 @@ from experiment_runner.core.matrix import Planned
 from experiment_runner.core.protocol import Task
 from experiment_runner.core.record import ChildOutcome
 from experiment_runner.errors import UsageError
-from experiment_runner.parent.executors.base import Job, forwarded_environment
+from experiment_runner.parent.executors.interface import Job, forwarded_environment
 from experiment_runner.parent.launch.env import scratch_cleanup
-from experiment_runner.parent.launch.forkserver import ForkServerLauncher
-from experiment_runner.parent.launch.subprocess import SubprocessLauncher
+from experiment_runner.parent.launch.forkserver_launcher import ForkServerLauncher
+from experiment_runner.parent.launch.subprocess_launcher import SubprocessLauncher
 
 SLOT = "experiment_slot"
 # Artifacts travel back through Ray's object store; bigger files are dropped and listed.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from experiment_runner.core.compiler_caches import share_precompiled_headers
 from experiment_runner.core.environment import PJRT_DEVICE
-from experiment_runner.core.processes import ATTEMPT_TOKEN_ENV, RUN_TOKEN_ENV
+from experiment_runner.core.process_groups import ATTEMPT_TOKEN_ENV, RUN_TOKEN_ENV
 from experiment_runner.core.protocol import Task
 from experiment_runner.core.xla_dumps import artifact_environment
 from experiment_runner.parent.launch.reaper import RUN_TOKEN
@@ -27,7 +27,7 @@ def child_environment(task: Task, base: dict[str, str] | None = None,
     every experiment compiles cold and leaves nothing behind in the user's home (except
     inductor's precompiled headers, shared machine-wide: core/compiler_caches.py). The run's
     and the attempt's tokens let the runner and its reaper find every process the
-    experiment started (core.processes).
+    experiment started (core.process_groups).
     """
     env = dict(os.environ if base is None else base)
     for name in INHERITED_XLA_VARS:

@@ -6,7 +6,7 @@ data loader, anything that called setsid()) would be left running with parent 1.
 run starts this small process (no torch, its own session, so neither Ctrl-C nor a
 closed terminal reaches it). It blocks on a pipe whose only writer is the runner; the
 kernel closes that pipe when the runner dies, and the reaper then kills every process
-whose environment carries the run's token (core.processes: every experiment, its
+whose environment carries the run's token (core.process_groups: every experiment, its
 descendants, the fork server and its children) and exits. A runner that ends normally
 closes the pipe itself, after its own cleanup, so the reaper finds nothing to do.
 
@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from experiment_runner.core.processes import RUN_TOKEN_ENV, carrying, kill_all
+from experiment_runner.core.process_groups import RUN_TOKEN_ENV, carrying, kill_all
 
 # This runner's token: in the environment of every process it starts (never in its own).
 RUN_TOKEN = secrets.token_hex(8)

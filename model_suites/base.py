@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from experiment_runner.core.matrix import SkipRule
 
 if TYPE_CHECKING:
-    from benchmark_models.model import BenchmarkModel
+    from model_suites.model import BenchmarkModel
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class ModelSkipped(Exception):
 
 
 class Suite(ABC):
-    """A named collection of models. Subclasses register in benchmark_models.registry."""
+    """A named collection of models. Subclasses register in model_suites.registry."""
 
     name: ClassVar[str]
     source: ClassVar[str] = "builtin"
@@ -79,8 +79,8 @@ class Suite(ABC):
 
 
 def read_data(filename: str) -> Any:
-    """Read a JSON data file shipped in benchmark_models/data."""
-    text = resources.files("benchmark_models").joinpath("data", filename).read_text()
+    """Read a JSON data file shipped in model_suites/data."""
+    text = resources.files("model_suites").joinpath("data", filename).read_text()
     return json.loads(text)
 
 
@@ -99,7 +99,7 @@ def skip_rules_from(entries: list[dict]) -> list[SkipRule]:
 
 
 class DataFileSuite(Suite):
-    """A suite whose catalog is a JSON file in benchmark_models/data:
+    """A suite whose catalog is a JSON file in model_suites/data:
     {"models": [{"name": ..., "batch_size": ...}, ...], "skips": [SkipRule fields, ...]}."""
 
     data_file: ClassVar[str]

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmark_models.base import DataFileSuite, LoadRequest
-from benchmark_models.model import BenchmarkModel
-from benchmark_models.optional import require
-from benchmark_models.training import recipe_for
+from model_suites.base import DataFileSuite, LoadRequest
+from model_suites.model import BenchmarkModel
+from model_suites.optional import require
+from model_suites.training import recipe_for
 
 # Encoder-decoder families that take decoder ids; the reference feeds the input ids again.
 _SEQ2SEQ_PREFIXES = ("T5", "MT5", "M2M100")

@@ -16,7 +16,7 @@ Protocol (JSON lines): the parent writes `{"id", "task", "log", "env", "cwd"}` t
 server's stdin; the server answers `{"ready": pid}` once at start, then `{"id", "pid"}`
 when a child is forked and `{"id", "status"}` (the raw wait status) when it is reaped.
 The parent keeps enforcing timeouts (killpg on the child's pid, which is also its
-process group, plus its descendants: core.processes.kill_experiment) and keeps writing
+process group, plus its descendants: core.process_groups.kill_experiment) and keeps writing
 every record. When the parent goes away (EOF on stdin) the server kills every child's
 process group and exits, and the run's reaper kills whatever is left, so a killed runner
 leaves no experiment behind. The server itself is `experiment_runner.child.forkserver`.
@@ -44,12 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from experiment_runner.core.processes import RUN_TOKEN_ENV, kill_experiment, oom_kill_count, signal_group
+from experiment_runner.core.process_groups import RUN_TOKEN_ENV, kill_experiment, oom_kill_count, signal_group
 from experiment_runner.core.protocol import Task
 from experiment_runner.core.record import ChildOutcome
 from experiment_runner.parent.launch.env import INHERITED_XLA_VARS
 from experiment_runner.parent.launch.reaper import RUN_TOKEN
-from experiment_runner.parent.launch.subprocess import (
+from experiment_runner.parent.launch.subprocess_launcher import (
     KILL_GRACE_S,
     SubprocessLauncher,
     _parent_death_signal,

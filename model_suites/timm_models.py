@@ -3,15 +3,15 @@
 Semantics follow PyTorch's timm harness: `create_model(name, pretrained=False)`, an input
 batch of the size the model's data config asks for (the test size for eval, the train
 size for training) and normalized random pixels; training reduces the logits as that
-harness does (benchmark_models/training.py).
+harness does (model_suites/training.py).
 """
 
 from __future__ import annotations
 
-from benchmark_models.base import DataFileSuite, LoadRequest
-from benchmark_models.model import BenchmarkModel
-from benchmark_models.optional import require
-from benchmark_models.training import recipe_for
+from model_suites.base import DataFileSuite, LoadRequest
+from model_suites.model import BenchmarkModel
+from model_suites.optional import require
+from model_suites.training import recipe_for
 
 
 class TimmSuite(DataFileSuite):

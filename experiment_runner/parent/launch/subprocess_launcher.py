@@ -2,7 +2,7 @@
 
 The child runs in its own session (process group) with its own environment and a log
 file for its output. On timeout the whole group is killed, grandchildren included, and so
-is every descendant that left the group (core.processes.kill_experiment); after every
+is every descendant that left the group (core.process_groups.kill_experiment); after every
 child, whatever is left of it is killed too. What happened comes back as a `ChildOutcome`,
 from which `core.record.build_record` makes the one record: built only from a result this
 attempt wrote (core.protocol).
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Callable, Iterator
 
 from experiment_runner.core.logs import read_log_tail
-from experiment_runner.core.processes import kill_experiment, oom_kill_count
+from experiment_runner.core.process_groups import kill_experiment, oom_kill_count
 from experiment_runner.core.protocol import Task, read_attempt_result
 from experiment_runner.core.record import ChildOutcome
 from experiment_runner.parent.launch.env import child_environment, make_scratch

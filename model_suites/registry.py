@@ -6,17 +6,17 @@ from __future__ import annotations
 import importlib
 import os
 
-from benchmark_models.base import Suite
+from model_suites.base import Suite
 
 # Extra suites as "name=module:Class,..." so plug-ins (and test-only suites) reach the
 # child processes too, which import the registry afresh.
 EXTRA_SUITES_ENV = "EXPERIMENT_RUNNER_SUITES"
 
 _SUITES: dict[str, str] = {
-    "dummy": "benchmark_models.dummy:DummySuite",
-    "torchbench": "benchmark_models.torchbench:TorchBenchSuite",
-    "huggingface": "benchmark_models.huggingface:HuggingFaceSuite",
-    "timm": "benchmark_models.timm_models:TimmSuite",
+    "dummy": "model_suites.dummy:DummySuite",
+    "torchbench": "model_suites.torchbench:TorchBenchSuite",
+    "huggingface": "model_suites.huggingface:HuggingFaceSuite",
+    "timm": "model_suites.timm_models:TimmSuite",
 }
 
 

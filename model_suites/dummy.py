@@ -6,9 +6,9 @@ stays fp32 on every accelerator unless --precision says otherwise, as there.
 
 from __future__ import annotations
 
-from benchmark_models.base import DataFileSuite, LoadRequest
-from benchmark_models.model import BenchmarkModel
-from benchmark_models.training import recipe_for
+from model_suites.base import DataFileSuite, LoadRequest
+from model_suites.model import BenchmarkModel
+from model_suites.training import recipe_for
 
 
 class DummySuite(DataFileSuite):

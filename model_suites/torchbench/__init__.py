@@ -14,7 +14,7 @@ torchbench.yaml skip lists and PyTorch/XLA's deny list (skipped records, with th
 its per-model inference precision on GPUs and TPUs, and its batch-size overrides. A model
 whose own requirements are missing fails with the `pip install -r` line that installs them.
 
-Without it, the built-in models of `benchmark_models.torchbench.models` run, with
+Without it, the built-in models of `model_suites.torchbench.models` run, with
 torchbench's architectures and default batch sizes, so `--suite-name=torchbench` works on
 a fresh machine. `source` ("torchbenchmark" or "builtin") tells which ran.
 """
@@ -27,9 +27,9 @@ import os
 import sys
 from pathlib import Path
 
-from benchmark_models.base import DataFileSuite, LoadRequest, ModelNotFound, ModelSkipped, read_data
-from benchmark_models.model import BenchmarkModel, map_tensors
-from benchmark_models.training import recipe_for
+from model_suites.base import DataFileSuite, LoadRequest, ModelNotFound, ModelSkipped, read_data
+from model_suites.model import BenchmarkModel, map_tensors
+from model_suites.training import recipe_for
 from experiment_runner.core.matrix import SkipRule
 
 TORCHBENCH_DIR_ENV = "TORCHBENCH_DIR"
@@ -111,7 +111,7 @@ def missing_requirement_hint(package: Path, model_name: str, exc: ImportError) -
     return f"torchbenchmark model {model_name} needs a package that is not installed ({exc}); install it: {how}"
 
 
-def list_torchbenchmark_models(package: Path) -> list[str]:
+def list_torchmodel_suites(package: Path) -> list[str]:
     """Model folders (those with an __init__.py) under torchbenchmark/models."""
     models = package / "models"
     if not models.is_dir():
@@ -139,7 +139,7 @@ class TorchBenchSuite(DataFileSuite):
 
     def model_names(self) -> list[str]:
         if self._package is not None:
-            return list_torchbenchmark_models(self._package)
+            return list_torchmodel_suites(self._package)
         return super().model_names()
 
     def listing(self) -> list[str]:
@@ -171,7 +171,7 @@ class TorchBenchSuite(DataFileSuite):
         return self._load_builtin(request)
 
     def _load_builtin(self, request: LoadRequest) -> BenchmarkModel:
-        from benchmark_models.torchbench.models import BUILDERS
+        from model_suites.torchbench.models import BUILDERS
 
         batch_size = self.batch_size(request)
         built = BUILDERS[request.model_name](batch_size, request.device)
@@ -181,9 +181,9 @@ class TorchBenchSuite(DataFileSuite):
     def _load_torchbenchmark(self, request: LoadRequest) -> BenchmarkModel:
         """Build through torchbench's API. XLA devices: build on the CPU, then move, as
         torchbench models only know cpu and cuda."""
-        if request.model_name not in list_torchbenchmark_models(self._package):
+        if request.model_name not in list_torchmodel_suites(self._package):
             raise ModelNotFound(request.model_name)
-        from benchmark_models.optional import require
+        from model_suites.optional import require
 
         checkout = str(self._package.parent)
         if checkout not in sys.path:

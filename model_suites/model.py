@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from benchmark_models.training import TrainingRecipe, TrainingState, reduce_first_output, reduce_outputs
+from model_suites.training import TrainingRecipe, TrainingState, reduce_first_output, reduce_outputs
 
 if TYPE_CHECKING:
     import torch

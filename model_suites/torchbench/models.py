@@ -4,7 +4,7 @@ Used when the real `torchbenchmark` package is not importable, so that
 `--suite-name=torchbench` runs on a fresh machine. Hyperparameters are torchbench's;
 the code is this project's own. Each builder takes (batch_size, device) and returns the
 module and its positional inputs; they train with the reference runner's recipe
-(benchmark_models/training.py), not torchbench's own optimizers, as PyTorch/XLA's runner does.
+(model_suites/training.py), not torchbench's own optimizers, as PyTorch/XLA's runner does.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ Suites register by name in `registry`; the parent only uses their catalog half
 (`registry`, `base`), which never imports torch; `model` is the child's half.
 """
 
-from benchmark_models.base import LoadRequest, ModelNotFound, ModelSkipped, Suite
-from benchmark_models.model import BenchmarkModel, map_tensors
-from benchmark_models.registry import available_suites, get_suite
+from model_suites.base import LoadRequest, ModelNotFound, ModelSkipped, Suite
+from model_suites.model import BenchmarkModel, map_tensors
+from model_suites.registry import available_suites, get_suite
 
 __all__ = [
     "BenchmarkModel", "LoadRequest", "ModelNotFound", "ModelSkipped", "Suite",
