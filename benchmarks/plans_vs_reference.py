@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "parent"))
 from test_reference_invocations import DIMENSIONS, INVOCATIONS  # noqa: E402
 
-from model_suites.base import read_data  # noqa: E402
+from model_suites.data_files import read_data  # noqa: E402
 
 CUDA_HERE = Path("/dev/nvidia0").exists()
 RUN_LINE = re.compile(r"Run with --model-config=(\{.*?\}) --experiment-config=(\{.*\})")

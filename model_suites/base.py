@@ -7,13 +7,12 @@ half (`load`, returning a `model.BenchmarkModel`) runs only inside the experimen
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from importlib import resources
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from experiment_runner.core.matrix import SkipRule
+from model_suites.data_files import read_data
 
 if TYPE_CHECKING:
     from model_suites.model import BenchmarkModel
@@ -76,12 +75,6 @@ class Suite(ABC):
     @abstractmethod
     def load(self, request: LoadRequest) -> BenchmarkModel:
         """Build the model and its inputs on request.device (child process only)."""
-
-
-def read_data(filename: str) -> Any:
-    """Read a JSON data file shipped in model_suites/data."""
-    text = resources.files("model_suites").joinpath("data", filename).read_text()
-    return json.loads(text)
 
 
 def tier_filter(tiers: list[int]) -> str | None:

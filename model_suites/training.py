@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from model_suites.base import read_data
+from model_suites.data_files import read_data
 
 if TYPE_CHECKING:
     import torch

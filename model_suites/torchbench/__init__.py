@@ -27,7 +27,8 @@ import os
 import sys
 from pathlib import Path
 
-from model_suites.base import DataFileSuite, LoadRequest, ModelNotFound, ModelSkipped, read_data
+from model_suites.base import DataFileSuite, LoadRequest, ModelNotFound, ModelSkipped
+from model_suites.data_files import read_data
 from model_suites.model import BenchmarkModel, map_tensors
 from model_suites.training import recipe_for
 from experiment_runner.core.matrix import SkipRule

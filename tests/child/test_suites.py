@@ -14,7 +14,8 @@ from typing import Callable, Iterator
 
 import pytest
 
-from model_suites.base import LoadRequest, ModelSkipped, read_data
+from model_suites.base import LoadRequest, ModelSkipped
+from model_suites.data_files import read_data
 from model_suites.optional import MissingDependency
 from model_suites.registry import get_suite
 from model_suites.torchbench import TORCHBENCH_DIR_ENV

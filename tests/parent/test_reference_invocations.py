@@ -22,7 +22,7 @@ from itertools import product
 
 import pytest
 
-from model_suites.base import read_data
+from model_suites.data_files import read_data
 from experiment_runner.cli import build_parser, compile_or_fail, validate
 from experiment_runner.core.matrix import HostCapabilities
 from experiment_runner.errors import UsageError
