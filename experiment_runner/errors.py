@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from typing import NoReturn
-
 EXIT_OK = 0  # the runner did its job; failed experiments are data, not exit codes
 EXIT_INTERNAL = 1  # a bug in the runner itself
 EXIT_USAGE = 2  # bad input: flags, suite, regex, model, unavailable accelerator or backend
@@ -14,8 +11,21 @@ EXIT_REGRESSION = 1  # compare: a significant regression or a new failure (cron 
 EXIT_BROKEN_PIPE = 141  # stdout's reader went away (`| head`): 128 + SIGPIPE, as a shell would report
 
 
-class UsageError(Exception):
+class RunnerError(Exception):
+    """An error the run reports as one line, with the exit code EXIT_CODES gives its type."""
+
+
+class UsageError(RunnerError):
     """Bad input; the message is the one line the user sees."""
+
+
+class ResultsIOError(RunnerError):
+    """The results file, the output folder or an experiment's files cannot be read or written."""
+
+
+def exit_code(error: RunnerError) -> int:
+    """The run's exit code for one of its errors; the CLI alone turns one into the other."""
+    return EXIT_RESULTS_IO if isinstance(error, ResultsIOError) else EXIT_USAGE
 
 
 class ReportError(Exception):
@@ -24,8 +34,3 @@ class ReportError(Exception):
     def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
         super().__init__(message)
         self.code = code
-
-
-def fail(message: str, code: int) -> NoReturn:
-    print(f"experiment_runner: error: {message}", file=sys.stderr)
-    sys.exit(code)

@@ -29,12 +29,12 @@ from experiment_runner.core.results import (
     iter_records,
     process_index,
 )
-from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, EXIT_USAGE, fail
+from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        fail(f"merge: {message} (see merge --help)", EXIT_USAGE)
+        raise ReportError(f"{message} (see merge --help)")
 
 
 @dataclass
@@ -110,22 +110,33 @@ def write_atomically(path: Path, records: Sequence[dict]) -> None:
         raise
 
 
-def main(argv: Sequence[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="experiment_runner merge",
                      description="Merge the results files of one run's shards into one file: one final record "
                                  "per experiment, one run_id; conflicts are reported on stderr.")
     parser.add_argument("inputs", nargs="+", type=Path, metavar="FILE", help="shard results files")
     parser.add_argument("-o", "--output", type=Path, required=True, help="the merged results file (replaced)")
     parser.add_argument("--run-id", help="run_id of the merged records (default: the first input's)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
     try:
+        args = build_parser().parse_args(argv)
         sources = [read_source(path) for path in args.inputs]
         records, conflicts = merge(sources, args.run_id)
         write_atomically(args.output, records)
+    except ReportError as exc:
+        print(f"experiment_runner: error: merge: {exc}", file=sys.stderr)
+        return exc.code
     except ResultsFileError as exc:
-        fail(f"merge: {exc}", EXIT_RESULTS_IO)
+        print(f"experiment_runner: error: merge: {exc}", file=sys.stderr)
+        return EXIT_RESULTS_IO
     except OSError as exc:
-        fail(f"merge: cannot write {args.output}: {exc.strerror or exc}", EXIT_RESULTS_IO)
+        print(f"experiment_runner: error: merge: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_RESULTS_IO
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
     for line in conflicts:
         print(f"experiment_runner: merge: conflict: {line}", file=sys.stderr)
     older = sum(s.older for s in sources)

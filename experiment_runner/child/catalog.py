@@ -10,8 +10,8 @@ import json
 import sys
 from dataclasses import asdict
 
-from model_suites.registry import get_suite
 from experiment_runner.child.plugins import import_plugins
+from model_suites.registry import get_suite
 
 
 def main(argv: list[str] | None = None) -> int:

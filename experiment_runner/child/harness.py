@@ -12,12 +12,12 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any, Callable
 
-from model_suites import BenchmarkModel, LoadRequest, get_suite, map_tensors
-from model_suites.training import TrainingState
 from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.core.cpus import HostLoadSample
 from experiment_runner.core.matrix import Experiment, uses_cuda_graphs
 from experiment_runner.core.options import RunOptions
+from model_suites import BenchmarkModel, LoadRequest, get_suite, map_tensors
+from model_suites.training import TrainingState
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
 

@@ -16,7 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from model_suites import ModelSkipped
 from experiment_runner.child.cpu_launch import RUN_CPU_ENV, reexec_under_run_cpu, set_threads, wants_run_cpu
 from experiment_runner.child.devices import DeviceRuntime, runtime_for
 from experiment_runner.child.harness import (
@@ -29,6 +28,7 @@ from experiment_runner.child.instrument.pipeline import Instrumentation
 from experiment_runner.child.plugins import import_plugins
 from experiment_runner.core.environment import describe_environment
 from experiment_runner.core.protocol import Task, publish_result
+from model_suites import ModelSkipped
 
 TRACEBACK_TAIL_LINES = 15
 
@@ -63,11 +63,6 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
         import_plugins()
         result["timings"]["import_s"] = time.perf_counter() - t0
         result["environment"]["cpu"] = set_threads(task.options)
-        if config.torch_xla2 or config.keep_model_data_on_cuda:
-            # Planned as the reference plans them, but this runner has no torch_xla2 (torchax) or
-            # CUDA-resident openxla path yet: fail the experiment, never time another path under its name.
-            raise NotImplementedError("torch_xla2 and keep_model_data_on_cuda experiments are planned but not "
-                                      "run by this runner yet (see the README's compatibility table)")
         device = runtime_for(config)
         result["accelerator_model"] = device.accelerator_model()
         apply_matmul_precision(task.options)

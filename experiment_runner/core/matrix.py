@@ -246,6 +246,13 @@ def invalid_reason(config: ExperimentConfig, caps: HostCapabilities) -> str | No
         return "torch_xla2 runs without dynamo"
     if config.keep_model_data_on_cuda and dynamo != "openxla":
         return "keep_model_data_on_cuda requires dynamo=openxla"
+    # Valid for the reference, dropped here as XRT is: nothing in this runner runs them.
+    if config.torch_xla2:
+        return ("torch_xla2 (torchax) has no path in this runner; --torch-xla2 is accepted and its experiments "
+                "dropped")
+    if config.keep_model_data_on_cuda:
+        return ("keep_model_data_on_cuda is an XLA:CUDA path PyTorch/XLA removed in September 2025; "
+                "--keep-model-data-on-cuda is accepted and its experiments dropped")
     if acc == "tpu" and xla is None:
         return "tpu requires xla=PJRT"
     if acc == "cuda" and not caps.cuda:

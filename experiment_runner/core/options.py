@@ -1,8 +1,10 @@
-"""The per-experiment options a child needs, as the command line set them."""
+"""The per-experiment options a child needs, each declared once with its flag."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+
+from experiment_runner.core.flags import Flag, option
 
 # How compile_time_s is derived; the child computes it, --help states it.
 COMPILE_TIME_DOC = (
@@ -31,42 +33,106 @@ DEFAULT_NOISY_HOST_SHARE = 0.10
 # The IR formats --save-ir-format offers (PyTorch lazy IR text, HLO, StableHLO).
 SAVE_IR_FORMATS: tuple[str, ...] = ("text", "hlo", "stablehlo")
 
+TIMING, VERIFICATION, XLA_ARTIFACTS, INSTRUMENTATION = (
+    "timing", "verification", "PyTorch/XLA artifacts", "instrumentation")
+
 
 @dataclass(frozen=True)
 class RunOptions:
     """Per-experiment options from the command line that the worker needs."""
 
-    repeat: int = 10
-    iterations_per_run: int | None = None  # None: calibrated to min_sample_time per sample
-    min_sample_time: float = DEFAULT_MIN_SAMPLE_TIME_S
-    warmup_iterations: int = 2
+    repeat: int = option(10, Flag("timed runs (samples) per experiment", TIMING, parse=int, low=1,
+                                  wanted="at least 1"))
+    iterations_per_run: int | None = option(None, Flag(
+        "iterations inside one timed run (sample); the record keeps the count used", TIMING, parse=int, low=1,
+        wanted="at least 1", default_help="calibrated after warm-up so that one sample lasts --min-sample-time",
+        compat="the reference runs 1 iteration per sample; --iterations-per-run=1 does the same"))
+    min_sample_time: float = option(DEFAULT_MIN_SAMPLE_TIME_S, Flag(
+        "shortest timed run when --iterations-per-run is calibrated (the trials are kept in "
+        "measurements.calibration)", TIMING, parse=float, metavar="SECONDS", low=0, high=60, low_open=True,
+        wanted="in (0, 60] seconds"))
+    warmup_iterations: int = option(2, Flag(
+        "untimed iterations first (they hold compilation; their times are recorded apart)", TIMING, parse=int,
+        low=0, wanted="0 or more"))
     seed: int = 1337
-    randomize_input: bool = False
-    collect_full_output: bool = False
-    verify: bool = False
-    verify_iterations: int = 1
-    tolerance: float | None = None
-    matmul_precision: str | None = None
-    disable_tf32: bool = False
-    flush_denormal: bool = False
-    collect_dynamo_counters: bool = False
-    dump_dynamo_counters: bool = False
-    profile_cuda_cpu: bool = False
-    profile_cuda_cpu_individual_ops: bool = False
-    dump_pytorch_profiles: bool = False
-    cache_bench: bool = False  # cold then warm compile in fresh processes (experiment_runner.cachebench)
-    dump_pytorch_xla_metrics: bool = False
-    dump_hlo: bool = False
-    save_ir_format: str | None = None
-    filter_by_single_graph: bool = False  # torch.compile(fullgraph=True), as the reference
-    pure_wall_time: bool = False
-    save_output: bool = False
-    profile_xla: bool = False
-    profile_xla_duration_ms: int = 5000
-    compile_scope: str = "step"
-    threads: int | None = None  # None: the physical cores in the child's affinity mask
-    cpu_launcher: str = "none"
-    noisy_host_share: float = DEFAULT_NOISY_HOST_SHARE
+    randomize_input: bool = option(False, Flag("random input values of the same shapes and dtypes", TIMING,
+                                               kind="switch"))
+    collect_full_output: bool = option(False, Flag(
+        "training iterations return the model output beside the loss", TIMING, kind="switch"))
+    verify: bool = option(False, Flag(
+        "check accuracy against eager and float64 in the same run; code in the record", VERIFICATION,
+        kind="switch"))
+    verify_iterations: int = option(1, Flag("training steps before comparing loss, gradients and parameters",
+                                            VERIFICATION, parse=int, low=1, wanted="at least 1"))
+    tolerance: float | None = option(None, Flag(
+        "override the suite's verification tolerance", VERIFICATION, parse=float, low=0,
+        wanted="a finite number, 0 or more", default_help="the suite's, from verifier/data/tolerances.json"))
+    matmul_precision: str | None = option(None, Flag(
+        "torch.set_float32_matmul_precision (and torch_xla's) for every experiment; 'default' is torch's "
+        "default, 'highest'. Given, it wins over the TF32 default (the reference only honours it with "
+        "--disable-tf32)", TIMING, choices=("default", "highest", "high", "medium"),
+        default_help="'high' (TF32), as in the reference; 'highest' with --disable-tf32"))
+    disable_tf32: bool = option(False, Flag(
+        "float32 matmuls at full precision; by default they use TF32 ('high'), as in the reference", TIMING,
+        kind="switch"))
+    flush_denormal: bool = option(False, Flag(
+        "flush denormal floats to zero on the CPU (torch.set_flush_denormal), in eager and compiled runs "
+        "alike; off by default, as PyTorch's CPU dashboard runs. Recorded as experiment.flush_denormal",
+        TIMING, kind="toggle"))
+    collect_dynamo_counters: bool = option(False, Flag(
+        "torch._dynamo counters in the record's measurements as dynamo_counters", INSTRUMENTATION, kind="switch"))
+    dump_dynamo_counters: bool = option(False, Flag(
+        "dynamo counters after each timed run into repeat_<i>/dynamo_counters.json", INSTRUMENTATION,
+        kind="switch"))
+    profile_cuda_cpu: bool = option(False, Flag(
+        "a torch.profiler pass after the timed runs: total_cpu_time_s, per_iter_cpu_time_s, total_cuda_time_s, "
+        "per_iter_cuda_time_s per run", INSTRUMENTATION, kind="switch"))
+    profile_cuda_cpu_individual_ops: bool = option(False, Flag(
+        "per-op self/total CPU and CUDA time and call counts per profiled run as metrics.inductor_ops (aten "
+        "ops; on XLA metrics.xla_unlowered_ops, the fallback ops), summed in measurements.per_op_profile",
+        INSTRUMENTATION, kind="switch"))
+    dump_pytorch_profiles: bool = option(False, Flag(
+        "Chrome trace and key_averages table per profiled run in repeat_<i>/", INSTRUMENTATION, kind="switch"))
+    cache_bench: bool = option(False, Flag(
+        "cold then warm compile in two fresh processes on one inductor/triton cache folder: "
+        "cold_compile_time_s, warm_compile_time_s", INSTRUMENTATION, kind="switch"))
+    dump_pytorch_xla_metrics: bool = option(False, Flag(
+        "write torch_xla's metrics report per repeat into repeat_<i>/", XLA_ARTIFACTS, kind="switch"))
+    dump_hlo: bool = option(False, Flag(
+        "dump the compiled HLO modules (XLA_FLAGS=--xla_dump_to) into hlo/", XLA_ARTIFACTS, kind="switch"))
+    save_ir_format: str | None = option(None, Flag(
+        "save the traced graphs' IR in this format into ir/", XLA_ARTIFACTS, aliases=("--save-ir",),
+        choices=SAVE_IR_FORMATS))
+    filter_by_single_graph: bool = option(False, Flag(
+        "compile with fullgraph=True: an experiment whose model breaks into several graphs fails", TIMING,
+        kind="switch"))
+    pure_wall_time: bool = option(False, Flag(
+        "time CUDA experiments with CUDA events around the queued work (no host launch overhead); CPU and XLA "
+        "samples stay device-synchronized wall time, which is what the reference's pure wall time is there; "
+        "records say which clock (timing_clock)", TIMING, kind="switch"))
+    save_output: bool = option(False, Flag(
+        "save each timed run's output (moved to the CPU) with torch.save in the experiment's folder", TIMING,
+        kind="switch"))
+    profile_xla: bool = option(False, Flag(
+        "XPlane profiler traces of the timed runs into xla-profile/ (TensorBoard); not with the PyTorch "
+        "profiler flags", XLA_ARTIFACTS, kind="switch"))
+    profile_xla_duration_ms: int = option(5000, Flag("how long --profile-xla traces", XLA_ARTIFACTS, parse=int,
+                                                     metavar="MS", low=1, wanted="at least 1"))
+    compile_scope: str = option("step", Flag(
+        "what torch.compile wraps: step = the whole iteration (train: zero_grad, forward, loss, backward, "
+        "optimizer step), as PyTorch's and PyTorch/XLA's harnesses do; model = the module's forward only",
+        TIMING, choices=COMPILE_SCOPES))
+    threads: int | None = option(None, Flag(
+        "torch intra-op threads per experiment (recorded in environment.cpu)", TIMING, parse=int, metavar="N",
+        low=1, wanted="at least 1", default_help="the physical cores in the process's affinity mask"))
+    cpu_launcher: str = option("none", Flag(
+        "run_cpu: CPU experiments get what torch.backends.xeon.run_cpu sets up (pinned to physical cores, "
+        "OMP_NUM_THREADS, tcmalloc/jemalloc and Intel OpenMP preloaded when installed); the child re-executes "
+        "itself under it", TIMING, choices=CPU_LAUNCHERS))
+    noisy_host_share: float = option(DEFAULT_NOISY_HOST_SHARE, Flag(
+        "flag a record noisy_host when other processes used more than this share of the host's CPUs during its "
+        "timed runs, beyond what /proc/stat resolves (null: too short to tell; metrics host_load says how much, "
+        "and others_cpu_resolution_s)", TIMING, parse=float, metavar="SHARE", low=0, high=1, wanted="in [0, 1]"))
 
     @property
     def effective_matmul_precision(self) -> str:

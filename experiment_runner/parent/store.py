@@ -29,6 +29,7 @@ from experiment_runner.core.results import (
     iter_records,
     process_index,
 )
+from experiment_runner.errors import UsageError
 
 
 def new_run_id() -> str:
@@ -68,7 +69,7 @@ def append_record(path: Path, record: dict) -> None:
         os.close(fd)
 
 
-class RunLocked(Exception):
+class RunLocked(UsageError):
     """Another runner holds the run; the message names it."""
 
 

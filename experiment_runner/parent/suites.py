@@ -12,8 +12,8 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from model_suites.registry import UnknownSuite, available_suites, get_suite, is_builtin
 from experiment_runner.core.matrix import SkipRule
+from model_suites.registry import UnknownSuite, available_suites, get_suite, is_builtin
 
 CATALOG_TIMEOUT_S = 300
 

@@ -26,7 +26,7 @@ from experiment_runner.child.instrument.dynamo import (
 from experiment_runner.child.instrument.pipeline import Instrumentation
 from experiment_runner.child.instrument.profiling import event_totals, profile_pass
 from experiment_runner.child.main import run_task
-from experiment_runner.cli import build_parser, options_from_args
+from experiment_runner.cli import build_parser, parse_config
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
 from experiment_runner.core.protocol import Task
@@ -397,7 +397,7 @@ def test_cache_probe_environment_points_both_caches_at_one_folder(tmp_path):
 
 
 def test_flags_reach_run_options():
-    options = options_from_args(build_parser().parse_args(["--suite-name=dummy", *FLAGS]))
+    options = parse_config(["--suite-name=dummy", *FLAGS]).options
     assert options == replace(RunOptions(), collect_dynamo_counters=True, dump_dynamo_counters=True,
                               profile_cuda_cpu=True, profile_cuda_cpu_individual_ops=True,
                               dump_pytorch_profiles=True, cache_bench=True)

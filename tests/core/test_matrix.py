@@ -155,12 +155,17 @@ def test_reference_only_values_are_planned_and_dropped_with_their_rules():
     assert any("XRT was removed" in d.reason for d in plan.dropped)
     xla2 = configurations(MatrixChoices(accelerators=["cpu"], xla=["PJRT"], dynamo=[None, "openxla"],
                                         tests=["eval"], torch_xla2=["torch_export"]))
-    assert [invalid_reason(c, HostCapabilities()) for c in xla2] == [None, "torch_xla2 runs without dynamo"]
+    reasons = [invalid_reason(c, HostCapabilities()) for c in xla2]
+    assert reasons[1] == "torch_xla2 runs without dynamo" and reasons[0].startswith("torch_xla2 (torchax) has no path")
     keep = configurations(MatrixChoices(accelerators=["cuda"], xla=["PJRT"], dynamo=[None, "openxla"],
                                         tests=["eval"], keep_model_data_on_cuda=True))
-    assert [invalid_reason(c, EVERYTHING) for c in keep] == ["keep_model_data_on_cuda requires dynamo=openxla",
-                                                             None]
+    reasons = [invalid_reason(c, EVERYTHING) for c in keep]
+    assert reasons[0] == "keep_model_data_on_cuda requires dynamo=openxla"
+    assert reasons[1].startswith("keep_model_data_on_cuda is an XLA:CUDA path PyTorch/XLA removed")
     assert keep[1].key().endswith("-keep_model_data_on_cuda") and not keep[1].key().count("functionalization")
+    dead_ends = expand("dummy", ["dummy"], MatrixChoices(accelerators=["cpu"], xla=["PJRT"], dynamo=[None],
+                                                         tests=["eval"], torch_xla2=["torch_export"]), EVERYTHING)
+    assert not dead_ends.planned and len(dead_ends.dropped) == 1
 
 
 def test_experiment_ids_and_dirnames_are_stable_and_safe():

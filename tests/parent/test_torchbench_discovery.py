@@ -55,13 +55,12 @@ def test_the_run_names_its_source_first(run_cli, tmp_path: Path) -> None:
 
 def plan_for(argv: list[str], models: list[str], caps) -> dict[tuple, str | None]:
     """(model, accelerator, xla, dynamo, test, precision) → skip reason, for a simulated host."""
-    from experiment_runner.cli import build_parser, validate
+    from experiment_runner.cli import parse_config
     from experiment_runner.parent.session import build_plan
     from experiment_runner.parent.suites import suite_catalog
 
-    args = build_parser().parse_args(["--suite-name=torchbench", *argv])
-    validate(args)
-    plan = build_plan(args, suite_catalog("torchbench"), models, caps)
+    config = parse_config(["--suite-name=torchbench", *argv])
+    plan = build_plan(config.matrix, suite_catalog("torchbench"), models, caps)
     return {(p.experiment.model_name, p.experiment.config.accelerator, p.experiment.config.xla,
              p.experiment.config.dynamo, p.experiment.config.test, p.experiment.config.precision): p.skip_reason
             for p in plan.planned}

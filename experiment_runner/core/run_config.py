@@ -1,0 +1,222 @@
+"""What a run is asked to do, as typed, frozen configuration: the flag table's other two parts.
+
+`RunConfig` is what the CLI hands the parent: `matrix` (which experiments to plan),
+`session` (how the parent runs and records them) and `options` (what every child gets,
+`core.options.RunOptions`). Each field declares its own flag (`core.flags`), so this
+module, with `core/options.py`, *is* the flag table; `GROUPS` orders and explains the
+--help sections.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from experiment_runner.core import matrix
+from experiment_runner.core.flags import Flag, option, required
+from experiment_runner.core.options import COMPILE_TIME_DOC, RunOptions
+
+MATRIX, TIMING, PROCESSES, MANY_HOSTS = "matrix", "timing", "processes and output", "many hosts"
+
+# --help sections in order, with what each says above its flags.
+GROUPS: dict[str, str] = {
+    MATRIX: "Which experiments: the suite's models crossed with accelerator x xla x dynamo x test "
+            "(x precision x compile options); a list flag is one dimension, repeat it for several values.",
+    TIMING: "How each experiment is timed.",
+    "verification": "",
+    "PyTorch/XLA artifacts": "xla experiments; files go to each experiment's folder.",
+    "instrumentation": (
+        "Every record's measurements carry first_iter_time_s, steady_iter_time_s and compile_time_s; "
+        f"{COMPILE_TIME_DOC} Dynamo experiments also get dynamo_compile (dynamo's own compile-time accounting, "
+        "and precompiled_headers_built: inductor's machine-wide C++ headers built during this compile) and "
+        "graph_breaks (counts by reason). Peak memory is in bytes: timed_peak_rss_bytes (timed runs), "
+        "lifetime_peak_rss_bytes (the child's whole life, read at its end), on CUDA peak_allocated_bytes and "
+        "peak_reserved_bytes (timed runs). The flags below measure outside the timed runs."),
+    PROCESSES: "",
+    MANY_HOSTS: "See docs/many-hosts.md.",
+}
+
+
+def _none_or(value: str) -> str | None:
+    return matrix.parse_none(value)
+
+
+@dataclass(frozen=True)
+class MatrixConfig:
+    """Which experiments to plan: suite, models, dimensions and this host's shard."""
+
+    suite_name: str = required(Flag(
+        "model suite: dummy, torchbench, huggingface, timm, or a plugin suite named in $EXPERIMENT_RUNNER_SUITES. "
+        "torchbench runs the real TorchBench when it finds it (TORCHBENCH_DIR=checkout, else ./torchbench, "
+        "../benchmark ... as the reference looks, else an installed torchbenchmark) and built-in models "
+        "otherwise; the run's first line says which", MATRIX))
+    filter: tuple[str, ...] = option((), Flag(
+        "run models whose name matches (repeatable, OR-ed, case-insensitive)", MATRIX, kind="list",
+        aliases=("-k",), metavar="REGEX"))
+    exclude: tuple[str, ...] = option((), Flag(
+        "skip models whose name matches (repeatable, OR-ed, case-insensitive)", MATRIX, kind="list",
+        aliases=("-x",), metavar="REGEX"))
+    filter_by_tier: tuple[int, ...] = option((), Flag(
+        "run the TorchBench models of tier 1-3 (PyTorch/XLA's tiers; repeatable, OR-ed with --filter)", MATRIX,
+        kind="list", parse=int, metavar="TIER",
+        compat="PyTorch/XLA's tiers; an undefined tier is ignored with a warning, as there"))
+    exclude_by_tier: tuple[int, ...] = option((), Flag(
+        "skip the TorchBench models of tier 1-3 (repeatable)", MATRIX, kind="list", parse=int, metavar="TIER",
+        compat="PyTorch/XLA's tiers"))
+    accelerator: tuple[str, ...] | None = option(None, Flag(
+        "accelerator dimension", MATRIX, kind="list", choices=matrix.ACCELERATORS,
+        default_help="every accelerator usable here"))
+    xla: tuple[str | None, ...] | None = option(None, Flag(
+        "None or PJRT", MATRIX, kind="list", parse=_none_or, choices=matrix.XLA_CHOICES,
+        default_help="both where torch_xla is usable",
+        compat="XRT is accepted and dropped at planning (removed from torch_xla)"))
+    dynamo: tuple[str | None, ...] | None = option(None, Flag(
+        "None, inductor, openxla or any torch._dynamo.list_backends() name", MATRIX, kind="list",
+        parse=_none_or, metavar="BACKEND", default_help="None, inductor, openxla"))
+    test: tuple[str, ...] | None = option(None, Flag("eval or train", MATRIX, kind="list", choices=matrix.TESTS,
+                                                     default_help="eval and train"))
+    precision: tuple[str, ...] | None = option(None, Flag(
+        "precision dimension. PyTorch's CPU dashboard measures fp32: --precision=fp32", MATRIX, kind="list",
+        choices=matrix.PRECISIONS,
+        default_help="as in the reference: eval bf16 on every accelerator (fp16 or amp for the models "
+                     "torchbench lists), train amp on cuda and tpu and fp32 on cpu; the dummy suite fp32"))
+    xla_flags: tuple[str | None, ...] | None = option(None, Flag(
+        "one value of the XLA_FLAGS dimension (repeatable), crossed with every --xla value and exported to "
+        "those experiments as XLA_FLAGS", MATRIX, kind="list", parse=_none_or, metavar="FLAGS"))
+    torch_xla2: tuple[str, ...] | None = option(None, Flag(
+        "run through torch_xla2 (torchax) in this mode", MATRIX, kind="list", choices=matrix.TORCH_XLA2_MODES,
+        compat="parsed and planned as the reference plans it, then dropped with its reason: this runner has "
+               "no torch_xla2 (torchax) path"))
+    keep_model_data_on_cuda: bool = option(False, Flag(
+        "openxla experiments: keep model and data on CUDA", MATRIX, kind="switch",
+        compat="an XLA:CUDA path PyTorch/XLA removed in September 2025: such experiments are dropped at "
+               "planning with their reason"))
+    enable_functionalization: bool = option(False, Flag(
+        "keep torch_xla's functionalization layer on; by default xla experiments run with "
+        "XLA_DISABLE_FUNCTIONALIZATION=1, as in the reference", MATRIX, kind="switch"))
+    experiment_config: str | None = option(None, Flag(
+        "run exactly this one configuration (a JSON object with accelerator, xla, dynamo, test and optionally "
+        "xla_flags, torch_xla2, keep_model_data_on_cuda, enable_functionalization, batch_size), with "
+        "--model-config", MATRIX, metavar="JSON", compat="the reference's single-experiment (subprocess) mode"))
+    model_config: str | None = option(None, Flag(
+        'run exactly this one model: {"model_name": NAME}, with --experiment-config', MATRIX, metavar="JSON",
+        compat="the reference's single-experiment (subprocess) mode"))
+    batch_size: int | None = option(None, Flag(
+        "override every model's default batch size", MATRIX, parse=int, low=1, wanted="at least 1",
+        default_help="the suite's, per model and accelerator"))
+    compile_options: tuple[str, ...] | None = option(None, Flag(
+        "torch.compile settings, one matrix dimension (repeatable). reduce-overhead/max-autotune/"
+        "max-autotune-no-cudagraphs: inductor's modes (reduce-overhead needs cuda); dynamic: dynamic shapes "
+        "from the start; freezing: inductor weight freezing, CPU eval only. Eager experiments ignore it; "
+        "combinations that cannot apply are dropped (see --dry-run)", MATRIX, kind="list",
+        choices=matrix.COMPILE_OPTIONS, default_help="default"))
+    total_partitions: int = option(1, Flag("shard the model list over N hosts", MATRIX, parse=int, low=1,
+                                           wanted="at least 1"))
+    partition_id: int = option(0, Flag("which shard this host runs (0-based)", MATRIX, parse=int, low=0,
+                                       wanted="0 or more"))
+    no_skip: bool = option(False, Flag("run models the suite's skip list excludes", MATRIX, kind="switch"))
+    shard_by: str | None = option(None, Flag(
+        "balance the --total-partitions shards by each model's duration in an earlier results file (longest "
+        "first onto the least loaded shard; unknown models count as the median); round-robin: deal the "
+        "sorted, filtered models round-robin", MANY_HOSTS, metavar="round-robin|duration:PATH",
+        default_help="the reference's contiguous blocks of the sorted, unfiltered model list"))
+
+    @property
+    def filter_patterns(self) -> list[re.Pattern[str]]:
+        return matrix.compile_patterns(self.filter)
+
+    @property
+    def exclude_patterns(self) -> list[re.Pattern[str]]:
+        return matrix.compile_patterns(self.exclude)
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """How the parent runs the plan and where it records it."""
+
+    dry_run: bool = option(False, Flag("print the expanded matrix and what was dropped and why; run nothing",
+                                       MATRIX, kind="switch"))
+    processes: int = option(1, Flag(
+        "measure each experiment in N fresh processes, interleaved pyperf-style (round 1 runs every "
+        "experiment once, round 2 again, ...); one record per process, with process.index and process.count. "
+        "With N >= 2 `compare` tests on per-process medians, so process-to-process noise (memory layout, "
+        "autotuning, clocks) is sampled", TIMING, parse=int, metavar="N", low=1, wanted="at least 1"))
+    subprocess_timeout: float = option(60 * 60, Flag(
+        "seconds per experiment; then the child's whole process group is killed", PROCESSES, parse=float,
+        low=0, low_open=True, wanted="a positive finite number of seconds"))
+    print_subprocess: bool = option(False, Flag("stream children's output here too", PROCESSES, kind="switch"))
+    progress_bar: bool | None = option(None, Flag("tqdm progress bar", PROCESSES, kind="toggle",
+                                                  default_help="on when stderr is a terminal"))
+    output_dirname: str = option("output", Flag("folder for results and artifacts", PROCESSES))
+    output_basename: str = option("results.jsonl", Flag("results file inside the folder", PROCESSES))
+    log_level: str = option("info", Flag(
+        "the runner's own messages: info shows the run's start (source, counts); warning and above only "
+        "problems", PROCESSES, choices=("critical", "error", "warning", "info", "debug")))
+    timestamp: float | None = option(None, Flag(
+        "the run's timestamp (seconds since the epoch) in every record of the run, as nightly jobs pass one "
+        "per night", PROCESSES, parse=float, metavar="SECONDS", low=0,
+        wanted="a finite number of seconds since the epoch",
+        default_help="when the run started; a resumed run keeps its own"))
+    resume: bool = option(True, Flag(
+        "--resume: continue the run in the results file (the one stamped --timestamp when given, else the "
+        "latest), skipping experiments it already has a record of, so a rerun of a finished command runs "
+        "nothing; --no-resume: start a new run, appended to the results file", PROCESSES, kind="toggle",
+        compat="the reference's --no-resume deletes the results file; here earlier records are never deleted"))
+    retry_failed: bool = option(False, Flag(
+        "when resuming, also run again experiments whose record is not ok or skipped", PROCESSES, kind="switch"))
+    max_parallel: int = option(1, Flag(
+        "run up to N experiments at once, one per visible GPU (CUDA_VISIBLE_DEVICES pinned per child); CPU "
+        "experiments still run one at a time, since CPU timings taken side by side interfere (see "
+        "--parallel-cpu)", PROCESSES, parse=int, metavar="N", low=1, wanted="at least 1"))
+    gpu_ids: str | None = option(None, Flag(
+        "comma-separated GPU ids to spread cuda experiments over", PROCESSES, metavar="IDS",
+        default_help="CUDA_VISIBLE_DEVICES, else every GPU torch sees"))
+    parallel_cpu: bool = option(False, Flag(
+        "let CPU experiments run side by side under --max-parallel too; their timings then interfere and are "
+        "not comparable with serial runs", PROCESSES, kind="switch"))
+    launcher: str = option("forkserver", Flag(
+        "forkserver: fork each experiment's fresh process from a server that has torch imported (fast start, "
+        "no device initialized before the fork); subprocess: start a new interpreter per experiment (XLA "
+        "experiments get a server of their own; PT_XLA_DEBUG ones start fresh). On Ray, each node's worker "
+        "starts its experiments the same way", PROCESSES, choices=("forkserver", "subprocess")))
+    executor: str = option("local", Flag(
+        "local: experiments on this host (--launcher, --max-parallel); ray: each experiment is a Ray task on a "
+        "node of an existing cluster, run there in its own child process (needs pip install "
+        "'experiment_runner[ray]'; nodes declare experiment_slot for CPU experiments, cuda experiments take "
+        "one GPU each)", MANY_HOSTS, choices=("local", "ray")))
+    ray_address: str | None = option(None, Flag(
+        "the Ray cluster to join with --executor=ray", MANY_HOSTS, metavar="HOST:PORT", env_default="RAY_ADDRESS",
+        default_help="the RAY_ADDRESS variable"))
+    allow_mixed_versions: bool = option(False, Flag(
+        "with --executor=ray, run even when the nodes' torch versions differ", MANY_HOSTS, kind="switch"))
+
+    @property
+    def results_path(self) -> Path:
+        return Path(self.output_dirname) / self.output_basename
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A validated run: the CLI builds it, the parent reads it, the child gets `options`."""
+
+    matrix: MatrixConfig
+    session: SessionConfig
+    options: RunOptions
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> "RunConfig":
+        """Each part takes the values named by its own fields; lists become tuples."""
+        def part(config: type) -> Any:
+            return config(**{f.name: _frozen(values[f.name]) for f in fields(config) if f.name in values})
+
+        return cls(part(MatrixConfig), part(SessionConfig), part(RunOptions))
+
+
+# The flag table, in the order --help and docs/cli.md list it.
+CONFIGS: tuple[type, ...] = (MatrixConfig, RunOptions, SessionConfig)
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
