@@ -41,20 +41,24 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see --help)")
 
 
+def default_text(option: Declared) -> str | None:
+    """An option's default in words, or None where there is nothing to say (a switch is off)."""
+    flag = option.flag
+    if flag.default_help is not None:
+        return flag.default_help
+    if flag.kind == "toggle" and option.default is not None:
+        return "on" if option.default else "off"
+    if flag.kind == "value" and option.default is not None:
+        return str(option.default)
+    return None
+
+
 def help_text(option: Declared) -> str:
-    """An option's help as --help and docs/cli.md show it: what it does, its default, and what
-    it means for a user of the reference runner."""
-    flag, parts = option.flag, [option.flag.help]
-    default = flag.default_help
-    if default is None and flag.kind == "toggle" and option.default is not None:
-        default = "on" if option.default else "off"
-    elif default is None and flag.kind == "value" and option.default is not None:
-        default = str(option.default)
-    if default is not None:
-        parts.append(f"(default: {default})")
-    if flag.compat is not None:
-        parts.append(f"[compatibility: {flag.compat}]")
-    return " ".join(parts)
+    """An option's help as --help shows it: what it does, its default, and what it means for a
+    user of the reference runner."""
+    default, compat = default_text(option), option.flag.compat
+    return " ".join([option.flag.help, *([f"(default: {default})"] if default is not None else []),
+                     *([f"[compatibility: {compat}]"] if compat is not None else [])])
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -41,10 +41,10 @@ TIMING, VERIFICATION, XLA_ARTIFACTS, INSTRUMENTATION = (
 class RunOptions:
     """Per-experiment options from the command line that the worker needs."""
 
-    repeat: int = option(10, Flag("timed runs (samples) per experiment", TIMING, parse=int, low=1,
+    repeat: int = option(10, Flag("timed runs (samples) per experiment", TIMING, parse=int, metavar="N", low=1,
                                   wanted="at least 1"))
     iterations_per_run: int | None = option(None, Flag(
-        "iterations inside one timed run (sample); the record keeps the count used", TIMING, parse=int, low=1,
+        "iterations inside one timed run (sample); the record keeps the count used", TIMING, parse=int, metavar="N", low=1,
         wanted="at least 1", default_help="calibrated after warm-up so that one sample lasts --min-sample-time",
         compat="the reference runs 1 iteration per sample; --iterations-per-run=1 does the same"))
     min_sample_time: float = option(DEFAULT_MIN_SAMPLE_TIME_S, Flag(
@@ -52,7 +52,7 @@ class RunOptions:
         "measurements.calibration)", TIMING, parse=float, metavar="SECONDS", low=0, high=60, low_open=True,
         wanted="in (0, 60] seconds"))
     warmup_iterations: int = option(2, Flag(
-        "untimed iterations first (they hold compilation; their times are recorded apart)", TIMING, parse=int,
+        "untimed iterations first (they hold compilation; their times are recorded apart)", TIMING, parse=int, metavar="N",
         low=0, wanted="0 or more"))
     seed: int = 1337
     randomize_input: bool = option(False, Flag("random input values of the same shapes and dtypes", TIMING,
@@ -63,9 +63,10 @@ class RunOptions:
         "check accuracy against eager and float64 in the same run; code in the record", VERIFICATION,
         kind="switch"))
     verify_iterations: int = option(1, Flag("training steps before comparing loss, gradients and parameters",
-                                            VERIFICATION, parse=int, low=1, wanted="at least 1"))
+                                            VERIFICATION, parse=int, metavar="N", low=1,
+                                            wanted="at least 1"))
     tolerance: float | None = option(None, Flag(
-        "override the suite's verification tolerance", VERIFICATION, parse=float, low=0,
+        "override the suite's verification tolerance", VERIFICATION, parse=float, metavar="TOL", low=0,
         wanted="a finite number, 0 or more", default_help="the suite's, from verifier/data/tolerances.json"))
     matmul_precision: str | None = option(None, Flag(
         "torch.set_float32_matmul_precision (and torch_xla's) for every experiment; 'default' is torch's "

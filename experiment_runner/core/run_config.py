@@ -104,7 +104,7 @@ class MatrixConfig:
         'run exactly this one model: {"model_name": NAME}, with --experiment-config', MATRIX, metavar="JSON",
         compat="the reference's single-experiment (subprocess) mode"))
     batch_size: int | None = option(None, Flag(
-        "override every model's default batch size", MATRIX, parse=int, low=1, wanted="at least 1",
+        "override every model's default batch size", MATRIX, parse=int, metavar="SIZE", low=1, wanted="at least 1",
         default_help="the suite's, per model and accelerator"))
     compile_options: tuple[str, ...] | None = option(None, Flag(
         "torch.compile settings, one matrix dimension (repeatable). reduce-overhead/max-autotune/"
@@ -112,9 +112,9 @@ class MatrixConfig:
         "from the start; freezing: inductor weight freezing, CPU eval only. Eager experiments ignore it; "
         "combinations that cannot apply are dropped (see --dry-run)", MATRIX, kind="list",
         choices=matrix.COMPILE_OPTIONS, default_help="default"))
-    total_partitions: int = option(1, Flag("shard the model list over N hosts", MATRIX, parse=int, low=1,
+    total_partitions: int = option(1, Flag("shard the model list over N hosts", MATRIX, parse=int, metavar="N", low=1,
                                            wanted="at least 1"))
-    partition_id: int = option(0, Flag("which shard this host runs (0-based)", MATRIX, parse=int, low=0,
+    partition_id: int = option(0, Flag("which shard this host runs (0-based)", MATRIX, parse=int, metavar="I", low=0,
                                        wanted="0 or more"))
     no_skip: bool = option(False, Flag("run models the suite's skip list excludes", MATRIX, kind="switch"))
     shard_by: str | None = option(None, Flag(
@@ -145,12 +145,13 @@ class SessionConfig:
         "autotuning, clocks) is sampled", TIMING, parse=int, metavar="N", low=1, wanted="at least 1"))
     subprocess_timeout: float = option(60 * 60, Flag(
         "seconds per experiment; then the child's whole process group is killed", PROCESSES, parse=float,
+        metavar="SECONDS",
         low=0, low_open=True, wanted="a positive finite number of seconds"))
     print_subprocess: bool = option(False, Flag("stream children's output here too", PROCESSES, kind="switch"))
     progress_bar: bool | None = option(None, Flag("tqdm progress bar", PROCESSES, kind="toggle",
                                                   default_help="on when stderr is a terminal"))
-    output_dirname: str = option("output", Flag("folder for results and artifacts", PROCESSES))
-    output_basename: str = option("results.jsonl", Flag("results file inside the folder", PROCESSES))
+    output_dirname: str = option("output", Flag("folder for results and artifacts", PROCESSES, metavar="DIR"))
+    output_basename: str = option("results.jsonl", Flag("results file inside the folder (or an absolute path)", PROCESSES, metavar="FILE"))
     log_level: str = option("info", Flag(
         "the runner's own messages: info shows the run's start (source, counts); warning and above only "
         "problems", PROCESSES, choices=("critical", "error", "warning", "info", "debug")))
