@@ -15,13 +15,38 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import pytest
 
 SUPPORT = Path(__file__).parent / "support"
+# Every test is in exactly one tier (pyproject.toml lists them; docs/developer-guide.md says what
+# each costs). A test with no tier marker is a unit test.
+TIERS = ("unit", "e2e", "cluster", "browser", "xla", "slow")
 MARKER_ENV = "EXPERIMENT_RUNNER_TEST_MARKER"
 FAULTY_SUITE = "faulty=faulty_suite:FaultySuite"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put unmarked tests in the unit tier (before `-m` selects), and refuse two tiers on one test."""
+    for item in items:
+        tiers = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
+        if not tiers:
+            item.add_marker(pytest.mark.unit)
+        elif len(tiers) > 1:
+            raise pytest.UsageError(f"{item.nodeid} is marked with several tiers: {sorted(tiers)}")
+
+
+def _no_process(*args: Any, **kwargs: Any) -> None:
+    raise AssertionError("a unit test started a process: mark it e2e (or cluster, browser, xla)")
+
+
+@pytest.fixture(autouse=True)
+def unit_tests_start_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unit tier's promise, enforced: no real process (fixtures of wider scope set up before)."""
+    if request.node.get_closest_marker("unit") is not None:
+        monkeypatch.setattr(subprocess.Popen, "__init__", _no_process)
 
 
 @dataclass
@@ -45,7 +70,13 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+# The markers handed out during the current test: `end_marked_processes` ends what carries them.
+_MARKERS: list[str] = []
+
+
 def cli_env(cache_dir: Path, marker: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a CLI run whose processes carry `marker` (and are ended after the test)."""
+    _MARKERS.append(marker)
     env = dict(os.environ)
     env.update({
         "XDG_CACHE_HOME": str(cache_dir),
@@ -87,7 +118,10 @@ def run_cli(tmp_path: Path, cli_cache: Path) -> Callable[..., CliRun]:
 
 
 def marked_processes(marker: str) -> list[str]:
-    """Live processes whose environment or command line carries `marker`."""
+    """Live processes whose environment or command line carries `marker`, as "PID COMMAND LINE".
+
+    The whole command line: tests look for words in it, and a long interpreter path (a clone
+    or a virtual environment deep in the file system) must not push them out of view."""
     import psutil
 
     found = []
@@ -96,7 +130,7 @@ def marked_processes(marker: str) -> list[str]:
             if proc.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
             if marker in " ".join(proc.info["cmdline"] or []) or proc.environ().get(MARKER_ENV) == marker:
-                found.append(f"{proc.pid} {' '.join(proc.info['cmdline'] or [])[:120]}")
+                found.append(f"{proc.pid} {' '.join(proc.info['cmdline'] or [])}")
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
@@ -106,7 +140,36 @@ def assert_no_process_left(marker: str, within_s: float = 5.0) -> None:
     deadline = time.monotonic() + within_s
     while (left := marked_processes(marker)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not left, f"processes left behind: {left}"
+    assert not left, f"processes left behind: {[line[:200] for line in left]}"
+
+
+def kill_marked(marker: str) -> list[str]:
+    """SIGKILL every live process carrying `marker`; what was killed, as marked_processes says it."""
+    import psutil
+
+    left = marked_processes(marker)
+    for line in left:
+        try:
+            psutil.Process(int(line.split()[0])).kill()
+        except psutil.NoSuchProcess:
+            continue
+    return left
+
+
+@pytest.fixture(autouse=True)
+def end_marked_processes() -> Iterator[None]:
+    """After every test, end the processes it started through the CLI helpers, passed or failed.
+
+    A failed process test would otherwise leave its runner, fork server, reaper and models
+    running, loading the machine for every test after it. Tests that care assert that nothing
+    was left (assert_no_process_left) before this runs."""
+    _MARKERS.clear()
+    yield
+    for marker in _MARKERS:
+        for _ in range(5):  # a runner killed mid-launch may have started one more child meanwhile
+            if not kill_marked(marker):
+                break
+    _MARKERS.clear()
 
 
 def start_cli(args: list[str], output_dir: Path, cache: Path, env: dict[str, str] | None = None,

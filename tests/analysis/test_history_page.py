@@ -22,6 +22,8 @@ from playwright.sync_api import Browser, Page, sync_playwright
 from benchmarks.nightly_history import HistorySpec, write_history
 from experiment_runner.cli import main as cli_main
 
+pytestmark = pytest.mark.browser
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
 ARTIFACTS = Path(os.environ.get("EXPERIMENT_RUNNER_ARTIFACTS", Path(__file__).parents[2] / "output" / "ci-artifacts"))

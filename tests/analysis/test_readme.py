@@ -29,6 +29,7 @@ def test_pandas_recipes_run_on_a_real_results_file(tmp_path, monkeypatch):
     assert "per_iter_time" in namespace["samples"]
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed on this machine")
 def test_jq_recipes_run_on_a_real_results_file(tmp_path):
     (code,) = fenced_blocks("jq recipes", "bash")

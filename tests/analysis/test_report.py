@@ -301,6 +301,7 @@ def test_help_documents_which_samples_count(capsys: pytest.CaptureFixture[str]) 
     assert "median of metrics.per_iter_time" in out and "warm-up" in out
 
 
+@pytest.mark.e2e
 def test_reports_never_import_torch() -> None:
     script = ("import sys; from experiment_runner.cli import main; "
               f"main(['report', {str(RESULTS)!r}]); main(['compare', {str(RESULTS)!r}, '--format', 'json']); "

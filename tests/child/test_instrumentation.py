@@ -339,6 +339,7 @@ def test_profiler_never_runs_during_timed_iterations(tmp_path):
 # --- worker, in process --------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_worker_records_counters_dumps_and_profiles(tmp_path, fresh_dynamo):
     task = task_for(tmp_path, dynamo="eager", repeat=2, iterations_per_run=2, warmup_iterations=2,
                     collect_dynamo_counters=True, dump_dynamo_counters=True, profile_cuda_cpu=True,
@@ -363,6 +364,7 @@ def test_worker_records_counters_dumps_and_profiles(tmp_path, fresh_dynamo):
     assert dump["changed_in_this_repeat"] == {}, "no recompilation inside the timed runs"
 
 
+@pytest.mark.e2e
 def test_eager_experiment_has_compile_time_but_no_dynamo_sections(tmp_path, fresh_dynamo):
     result = run_task(task_for(tmp_path, repeat=1, collect_dynamo_counters=True))
     metrics = result["metrics"]
@@ -377,6 +379,7 @@ def test_cache_bench_skips_experiments_without_a_backend(tmp_path):
     assert "skipped" in metrics["cache_bench"] and artifacts == {}
 
 
+@pytest.mark.e2e
 def test_cache_bench_probe_failure_is_reported_not_fatal(tmp_path):
     task = task_for(tmp_path, dynamo="eager", model="no_such_model", cache_bench=True)
     instrumentation = Instrumentation(task, DeviceRuntime(config()))
@@ -424,6 +427,7 @@ def inductor_record(tmp_path_factory):
     return out, record
 
 
+@pytest.mark.e2e
 def test_cli_compile_time_and_dynamo_accounting(inductor_record):
     _, record = inductor_record
     m = record["measurements"]
@@ -437,6 +441,7 @@ def test_cli_compile_time_and_dynamo_accounting(inductor_record):
     assert "instrumentation_errors" not in m
 
 
+@pytest.mark.e2e
 def test_cli_peak_memory_in_bytes(inductor_record):
     m = inductor_record[1]["measurements"]
     assert 100 * 2**20 < m["lifetime_peak_rss_bytes"] < 64 * 2**30
@@ -445,6 +450,7 @@ def test_cli_peak_memory_in_bytes(inductor_record):
         assert 50 * 2**20 < m["timed_peak_rss_bytes"] <= m["lifetime_peak_rss_bytes"]
 
 
+@pytest.mark.e2e
 def test_cli_collect_dynamo_counters(inductor_record):
     counters = inductor_record[1]["measurements"]["dynamo_counters"]
     assert counters["frames"]["ok"] == counters["frames"]["total"] == 1
@@ -452,6 +458,7 @@ def test_cli_collect_dynamo_counters(inductor_record):
     assert counters["inductor"]["fxgraph_cache_miss"] == 1
 
 
+@pytest.mark.e2e
 def test_cli_dump_dynamo_counters(inductor_record):
     out, record = inductor_record
     for i in range(2):
@@ -464,6 +471,7 @@ def test_cli_dump_dynamo_counters(inductor_record):
     assert first["changed_in_this_repeat"]["stats"]["unique_graphs"] == 1, "the warm-up compile shows in repeat 0"
 
 
+@pytest.mark.e2e
 def test_cli_profile_cuda_cpu(inductor_record):
     record = inductor_record[1]
     m = record["metrics"]
@@ -479,6 +487,7 @@ def test_cli_profile_cuda_cpu(inductor_record):
     assert m["total_cuda_time_s"] == m["per_iter_cuda_time_s"] == [None, None], "a CPU run has no CUDA time"
 
 
+@pytest.mark.e2e
 def test_cli_profile_individual_ops(inductor_record):
     ops = inductor_record[1]["measurements"]["per_op_profile"]
     assert ops and all(name.startswith("aten::") for name in ops)
@@ -493,6 +502,7 @@ def test_cli_profile_individual_ops(inductor_record):
         assert sum(run.get(name, {}).get("num_of_calls", 0) for run in per_run) == stats["num_of_calls"]
 
 
+@pytest.mark.e2e
 def test_cli_dump_pytorch_profiles(inductor_record):
     out, record = inductor_record
     for i in range(2):
@@ -502,6 +512,7 @@ def test_cli_dump_pytorch_profiles(inductor_record):
         assert "Self CPU time total" in table
 
 
+@pytest.mark.e2e
 def test_cli_cache_bench_cold_then_warm(inductor_record):
     out, record = inductor_record
     m = record["measurements"]
@@ -518,6 +529,7 @@ def test_cli_cache_bench_cold_then_warm(inductor_record):
     assert not (out / record["artifacts"]["dir"] / "scratch").exists(), "the caches go with the scratch folder"
 
 
+@pytest.mark.e2e
 def test_cli_artifact_paths_are_relative_to_the_output_folder(inductor_record):
     out, record = inductor_record
     for name, path in record["artifacts"].items():

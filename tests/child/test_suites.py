@@ -81,6 +81,7 @@ def ok_record(run: Run, suite: str, model: str) -> dict:
     return record
 
 
+@pytest.mark.e2e
 def test_catalogs_never_import_torch():
     """The parent lists models and skips from data files (and a checkout's folders) only."""
     code = (
@@ -99,6 +100,7 @@ def test_catalogs_never_import_torch():
         assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("suite", sorted(DATA_FILES))
 def test_dry_run_lists_every_model_of_the_data_file(run_cli, suite):
     run = run_cli(f"--suite-name={suite}", "--dry-run", "--accelerator=cpu", "--dynamo=None", "--test=eval")
@@ -127,8 +129,8 @@ def test_data_files_cover_the_required_models_with_cpu_batch_sizes():
 
 
 def test_skip_list_is_data_and_no_skip_overrides_it():
-    from model_suites import get_suite
     from experiment_runner.core.matrix import HostCapabilities, MatrixChoices, expand
+    from model_suites import get_suite
 
     rules = get_suite("torchbench").skip_rules()
     caps = HostCapabilities(torch_xla=True, xla_accelerators=frozenset({"cpu"}))
@@ -143,11 +145,13 @@ def test_skip_list_is_data_and_no_skip_overrides_it():
     assert all(p.skip_reason is None for p in expand("torchbench", ["dlrm"], choices, caps, rules, True).planned)
 
 
+@pytest.mark.e2e
 def test_huggingface_bert_runs_end_to_end(run_cli):
     run = run_cli("--suite-name=huggingface", "--filter=^BertForMaskedLM$", *QUICK_RUN)
     assert ok_record(run, "huggingface", "BertForMaskedLM")["model"]["source"] == "transformers"
 
 
+@pytest.mark.e2e
 def test_timm_resnet50_runs_end_to_end(run_cli):
     run = run_cli("--suite-name=timm", "--filter=^resnet50$", *QUICK_RUN)
     record = ok_record(run, "timm", "resnet50")
@@ -155,11 +159,13 @@ def test_timm_resnet50_runs_end_to_end(run_cli):
     assert record["environment"]["timm"], "the timm version is recorded"
 
 
+@pytest.mark.e2e
 def test_builtin_torchbench_nanogpt_runs_end_to_end(run_cli):
     run = run_cli("--suite-name=torchbench", "--filter=^nanogpt$", *QUICK_RUN)
     assert ok_record(run, "torchbench", "nanogpt")["model"]["source"] == "builtin"
 
 
+@pytest.mark.e2e
 def test_torchbench_checkout_is_listed_and_loaded_through_its_api(run_cli):
     """Default batch sizes come from the model, NotImplementedError becomes `skipped`; the
     references' rules apply (torchbench.yaml's skips and batch sizes); a missing requirement says
@@ -198,6 +204,7 @@ def forget_the_checkout(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         del sys.modules[name]
 
 
+@pytest.mark.e2e
 def test_torchbench_checkout_honours_a_batch_size_override(monkeypatch, forget_the_checkout):
     monkeypatch.setenv(TORCHBENCH_DIR_ENV, str(FAKE_TORCHBENCH))
     suite = get_suite("torchbench")
@@ -222,6 +229,7 @@ def test_missing_transformers_is_one_clear_message(monkeypatch):
         get_suite("huggingface").load(LoadRequest("BertForMaskedLM", "eval", "cpu", "cpu", "fp32", 1))
 
 
+@pytest.mark.e2e
 def test_import_timm_works_and_the_torchvision_patch_is_applied_only_when_needed():
     """Where torchvision's compiled ops cannot load, plain `import timm` fails and
     require('timm') patches; where they load, require('timm') leaves torchvision alone."""

@@ -7,13 +7,13 @@ import pytest
 import torch
 from torch._dynamo.testing import reduce_to_scalar_loss
 
-from model_suites import get_suite
-from model_suites.base import LoadRequest
-from model_suites.training import TrainingRecipe, TrainingState, recipe_for
 from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.child.harness import ExperimentHarness, apply_denormal_mode, time_iterations
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
+from model_suites import get_suite
+from model_suites.base import LoadRequest
+from model_suites.training import TrainingRecipe, TrainingState, recipe_for
 
 
 @pytest.mark.parametrize("suite, model, loss, optimizer", [

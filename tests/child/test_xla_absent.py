@@ -15,6 +15,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch_xla") is not Non
 REASON = "xla=PJRT requires torch_xla, which is not importable"
 
 
+@pytest.mark.e2e
 def test_dry_run_drops_every_xla_configuration_with_the_reason(run_cli) -> None:
     run = run_cli("--suite-name=dummy", "--accelerator=cpu", "--dry-run")
     assert run.returncode == 0, run.stderr
@@ -25,6 +26,7 @@ def test_dry_run_drops_every_xla_configuration_with_the_reason(run_cli) -> None:
     assert not run.results_path.exists(), "a dry run runs nothing"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("flags", [["--xla=PJRT"], ["--xla=PJRT", "--dynamo=openxla", "--dry-run"]])
 def test_explicit_xla_is_a_one_line_error(run_cli, flags) -> None:
     run = run_cli("--suite-name=dummy", "--accelerator=cpu", *flags)

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 from experiment_runner.core.compiler_caches import (
     PRECOMPILED_HEADERS,
     inductor_tmp_folder,
@@ -43,6 +45,7 @@ def test_an_unusable_machine_folder_leaves_the_experiment_its_own(tmp_path: Path
     assert precompiled_headers(experiment) == set()
 
 
+@pytest.mark.e2e
 def test_torch_keeps_its_precompiled_headers_where_the_link_is(tmp_path: Path) -> None:
     """If a torch release moves them (e.g. under TORCHINDUCTOR_CACHE_DIR), this link stops
     mattering, and this test says so."""

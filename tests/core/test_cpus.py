@@ -5,6 +5,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from experiment_runner.core.cpus import HostLoadSample, affinity_cpus, default_threads, judge_noisy, physical_cores
 
 
@@ -17,6 +19,7 @@ def test_default_threads_are_the_physical_cores_of_the_affinity_mask():
     assert physical_cores([cpus[0]]) in (None, 1)
 
 
+@pytest.mark.e2e
 def test_a_busy_neighbour_shows_as_other_processes_cpu_time():
     quiet = HostLoadSample.start()
     time.sleep(0.3)

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "host_noise.py"
 
 
+@pytest.mark.e2e
 def test_reports_each_process_and_the_spread_between_them() -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), "--processes=2", "--samples=3", "--sample-time=0.002",
                            "--cpu=0"], check=False, capture_output=True, text=True, timeout=120)
@@ -27,6 +30,7 @@ def test_reports_each_process_and_the_spread_between_them() -> None:
         assert 0 <= low <= high
 
 
+@pytest.mark.e2e
 def test_fewer_than_two_processes_is_one_line_and_exit_2() -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), "--processes=1"], check=False, capture_output=True,
                           text=True, timeout=60)

@@ -45,6 +45,7 @@ def assert_reference_shape(record: dict) -> None:
         assert len(values) == REPEAT and all(isinstance(v, Real) for v in values), key
 
 
+@pytest.mark.e2e
 def test_eager_records_carry_every_reference_key(run_cli) -> None:
     run = run_cli("--suite-name=dummy", "--accelerator=cpu", "--xla=None", "--dynamo=None", "--test=eval",
                   f"--repeat={REPEAT}", "--iterations-per-run=1")

@@ -58,6 +58,7 @@ def reference_analyze(record: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+@pytest.mark.e2e
 def test_records_of_a_real_run_read_as_the_reference_tools_read_them(run_cli) -> None:
     run = run_cli("--suite-name=faulty", "--filter=^quick_00$", "--filter=^raise_run$", "--accelerator=cpu",
                   "--dynamo=None", "--test=eval", "--repeat=3", "--warmup-iterations=1", "--profile-cuda-cpu",

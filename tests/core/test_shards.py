@@ -6,6 +6,8 @@ import json
 import random
 from pathlib import Path
 
+import pytest
+
 from experiment_runner.core.shards import balanced_shards, model_durations, shard_loads
 
 
@@ -47,6 +49,7 @@ def test_unknown_models_count_as_the_median_and_ties_are_deterministic() -> None
     assert shard_loads(first, durations) == [3.0, 4.0, 3.0]
 
 
+@pytest.mark.e2e
 def test_cli_shards_by_duration_cover_the_models_once(run_cli, tmp_path: Path) -> None:
     earlier = tmp_path / "earlier.jsonl"
     lines = [record("nap_00", 40.0), record("nap_01", 20.0), record("quick_00", 1.0), record("quick_01", 1.0)]
@@ -63,6 +66,7 @@ def test_cli_shards_by_duration_cover_the_models_once(run_cli, tmp_path: Path) -
     assert shards == [["nap_00", "quick_00", "quick_01"], ["nap_01", "quick_02", "quick_03"]]
 
 
+@pytest.mark.e2e
 def test_cli_shard_by_bad_input_is_one_line(run_cli, tmp_path: Path) -> None:
     run = run_cli("--suite-name=dummy", "--dry-run", "--shard-by=time:x", "--total-partitions=2")
     assert run.returncode == 2 and "--shard-by must be round-robin or duration:PATH" in run.stderr
@@ -74,6 +78,7 @@ def test_cli_shard_by_bad_input_is_one_line(run_cli, tmp_path: Path) -> None:
     assert run.returncode == 3 and "holds no results record" in run.stderr
 
 
+@pytest.mark.e2e
 def test_records_name_their_shard(run_cli) -> None:
     """A fleet's merged file must say which host's shard each record came from, and how it was cut."""
     run = run_cli("--suite-name=faulty", "--filter=^quick_0[0-3]$", "--accelerator=cpu", "--dynamo=None",

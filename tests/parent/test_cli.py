@@ -21,12 +21,14 @@ def cli(env, *args, cwd=None):
                           text=True, env=env, cwd=cwd, timeout=300)
 
 
+@pytest.mark.e2e
 def test_help_lists_suites_and_dimension_values(env):
     out = cli(env, "--help").stdout
     for word in ("torchbench", "huggingface", "timm", "dummy", "inductor", "openxla", "PJRT", "eval", "train"):
         assert word in out
 
 
+@pytest.mark.e2e
 def test_dry_run_prints_the_plan_and_never_imports_torch_in_the_parent(env, tmp_path):
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "experiment_runner", "--suite-name=dummy",
                            "--dry-run", f"--output-dirname={tmp_path}"],
@@ -53,6 +55,7 @@ def test_every_numeric_flag_declares_its_range():
         assert not option.flag.out_of_range(option.default), option.name
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("args, message", [
     (["--suite-name=nope"], "unknown suite 'nope'"),
     (["--suite-name=dummy", "--filter=("], "invalid regex for --filter: '('"),
@@ -100,6 +103,7 @@ def test_bad_input_is_one_line_exit_2_and_leaves_results_untouched(env, tmp_path
     assert results.read_bytes() == before
 
 
+@pytest.mark.e2e
 def test_a_plugin_suite_is_resolved_by_name_and_never_runs_in_the_parent(env, tmp_path):
     """A plugin importing torch at module level: the plan lists its models, yet the parent
     imports neither the plugin nor torch; only the catalog child does."""
@@ -119,6 +123,7 @@ def test_a_plugin_suite_is_resolved_by_name_and_never_runs_in_the_parent(env, tm
     assert importers and proc.pid not in importers
 
 
+@pytest.mark.e2e
 def test_an_unknown_suite_is_one_line_and_exit_2(env, tmp_path):
     out = cli(env, "--suite-name=nonesuch", "--dry-run", f"--output-dirname={tmp_path}")
     assert out.returncode == 2
@@ -126,6 +131,7 @@ def test_an_unknown_suite_is_one_line_and_exit_2(env, tmp_path):
         "experiment_runner: error: unknown suite 'nonesuch'; choose from dummy, torchbench, huggingface, timm"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("args", [("--suite-name=dummy", "--dry-run", "--output-dirname=unused"),
                                   ("report", str(REPO / "tests" / "golden" / "results.jsonl"))])
 def test_a_reader_that_goes_away_is_no_traceback(env, tmp_path, args):

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import CliRun, assert_no_process_left, invoke_cli
 
+pytestmark = pytest.mark.e2e
+
 LAUNCHERS = ("forkserver", "subprocess")
 FAULTS = ("big_output", "exit3", "grandchild", "oom", "raise_load", "raise_run", "segfault")
 COMMON = ("--suite-name=faulty", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=1",

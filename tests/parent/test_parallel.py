@@ -15,7 +15,10 @@ import sys
 from itertools import combinations
 from pathlib import Path
 
+import pytest
 from conftest import assert_no_process_left, cli_env
+
+pytestmark = pytest.mark.e2e
 
 DUMMY = ("--suite-name=dummy", "--accelerator=cpu", "--dynamo=None", "--repeat=3")
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from experiment_runner.core.matrix import Experiment, ExperimentConfig, Planned, rounds
 
 COMMON = ("--suite-name=faulty", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=2",
@@ -26,6 +28,7 @@ def test_rounds_interleave_experiments_and_plan_a_skip_once() -> None:
         [("b", 0), ("c", 0), ("a", 1)]
 
 
+@pytest.mark.e2e
 def test_processes_give_one_record_per_process_in_rounds(run_cli) -> None:
     run = run_cli(*COMMON, "--filter=^quick_0[01]$", "--processes=3")
     assert run.returncode == 0, run.stderr
@@ -38,6 +41,7 @@ def test_processes_give_one_record_per_process_in_rounds(run_cli) -> None:
     assert len(dirs) == 6 and all(Path(d).name.startswith("process_") for d in dirs)
 
 
+@pytest.mark.e2e
 def test_resume_mid_rounds_runs_only_the_missing_processes(run_cli, tmp_path: Path) -> None:
     out = tmp_path / "out"
     args = (*COMMON, "--filter=^quick_0[01]$", "--processes=3")
@@ -58,6 +62,7 @@ def test_resume_mid_rounds_runs_only_the_missing_processes(run_cli, tmp_path: Pa
     assert keys == Counter({(name, index): 1 for name in ("quick_00", "quick_01") for index in range(3)})
 
 
+@pytest.mark.e2e
 def test_a_failing_experiment_is_not_started_again_in_later_rounds(run_cli, tmp_path: Path) -> None:
     out = tmp_path / "out"
     args = (*COMMON, "--filter=^raise_run$", "--filter=^quick_00$", "--processes=2")

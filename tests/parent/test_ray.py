@@ -31,6 +31,8 @@ from conftest import (
 sys.path.insert(0, str(SUPPORT))
 from ray_cluster import LocalRayCluster  # noqa: E402  (tests/support)
 
+pytestmark = pytest.mark.cluster
+
 # The command line of the hang model's grandchild, which ignores SIGTERM (support/faulty_suite.py).
 STUBBORN = "signal.SIG_IGN"
 QUICK = ("--suite-name=faulty", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=1",

@@ -22,13 +22,13 @@ from itertools import product
 
 import pytest
 
-from model_suites.data_files import read_data
 from experiment_runner.cli import build_parser, parse_config
 from experiment_runner.core.matrix import HostCapabilities
 from experiment_runner.core.run_config import RunConfig
 from experiment_runner.errors import UsageError
 from experiment_runner.parent.session import build_plan, check_requested, select_shard
 from experiment_runner.parent.suites import suite_catalog
+from model_suites.data_files import read_data
 
 CUDA_HOST = HostCapabilities(cuda=True, cuda_device_count=1, torch_xla=True,
                              xla_accelerators=frozenset({"cpu", "cuda"}))

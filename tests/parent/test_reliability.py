@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from conftest import assert_no_process_left, invoke_cli, marked_processes, read_records, start_cli, wait_for
 
+pytestmark = pytest.mark.e2e
+
 LAUNCHERS = ("forkserver", "subprocess")
 COMMON = ("--suite-name=faulty", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=1",
           "--warmup-iterations=0")

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import assert_no_process_left, read_records, start_cli, wait_for
+from conftest import assert_no_process_left, marked_processes, read_records, start_cli, wait_for
+
+pytestmark = pytest.mark.e2e
 
 COMMON = ("--suite-name=faulty", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=1",
           "--warmup-iterations=0")
@@ -63,8 +64,9 @@ def test_ctrl_c_records_the_current_experiment_as_interrupted(launcher: str, tmp
     out = tmp_path / "out"
     proc, marker = start_cli([*COMMON, "--filter=^hang$", "--filter=^quick_00$", f"--launcher={launcher}",
                               "--subprocess-timeout=600"], out, cli_cache)
-    wait_for(lambda: any(out.glob("runs/*/hang-*/child.log")), what="the hang experiment to start")
-    time.sleep(1.0)
+    # The hang model starts a SIGTERM-proof grandchild once it runs: the experiment is under way.
+    wait_for(lambda: any("signal.SIG_IGN" in line for line in marked_processes(marker)),
+             what="the hang experiment to run")
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr

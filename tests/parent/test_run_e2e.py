@@ -11,6 +11,8 @@ import pytest
 from experiment_runner.core.compiler_caches import PRECOMPILED_HEADERS, inductor_tmp_folder
 from experiment_runner.core.results import iter_records
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):

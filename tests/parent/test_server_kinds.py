@@ -51,6 +51,7 @@ def test_import_time_settings_and_torch_xla_make_kinds_of_their_own(tmp_path: Pa
     assert not any(k.startswith(("PJRT", "XLA_FLAGS", "XLA_SAVE", "TORCHINDUCTOR")) for k, _ in kind.settings)
 
 
+@pytest.mark.e2e
 def test_servers_preload_torch_dynamo_only_for_runs_whose_children_import_it(tmp_path: Path) -> None:
     assert children_import_dynamo(None, None) and children_import_dynamo([None, "inductor"], ["eval"])
     assert children_import_dynamo([None], ["eval", "train"]) and not children_import_dynamo([None], ["eval"])
@@ -63,6 +64,7 @@ def test_servers_preload_torch_dynamo_only_for_runs_whose_children_import_it(tmp
     assert loaded == ["False", "True"], "the light server's preload must not pull torch._dynamo in"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("test", "imported"), [("eval", False), ("train", True)])
 def test_an_eager_child_imports_torch_dynamo_only_to_train(run_cli: Callable[..., CliRun], test: str,
                                                           imported: bool) -> None:

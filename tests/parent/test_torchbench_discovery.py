@@ -12,6 +12,7 @@ from model_suites.torchbench import TorchBenchSuite
 FAKE_CHECKOUT = Path(__file__).resolve().parents[1] / "fake_torchbenchmark"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("where", ["torchbench", "../benchmark", "../../torchbenchmark_checkout/.."])
 def test_a_checkout_near_the_working_directory_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                         where: str) -> None:
@@ -40,6 +41,7 @@ def test_torchbench_dir_wins_and_nothing_found_means_builtin(tmp_path: Path, mon
     assert "no torchbenchmark found" in suite.description
 
 
+@pytest.mark.e2e
 def test_the_run_names_its_source_first(run_cli, tmp_path: Path) -> None:
     run = run_cli("--suite-name=torchbench", "--filter=^tiny_mlp$", "--accelerator=cpu", "--dynamo=None",
                   "--test=eval", "--repeat=1", env={"TORCHBENCH_DIR": str(FAKE_CHECKOUT)})
@@ -66,6 +68,7 @@ def plan_for(argv: list[str], models: list[str], caps) -> dict[tuple, str | None
             for p in plan.planned}
 
 
+@pytest.mark.e2e
 def test_the_references_rules_apply_to_a_checkout_and_only_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """torchbench.yaml's skips (everywhere, per device, per test), PyTorch/XLA's deny list, and the
     fp16/AMP inference lists (AMP only on GPUs and TPUs), as data; the built-in set keeps its own rules."""

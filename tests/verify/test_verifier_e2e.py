@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 SUPPORT = Path(__file__).parents[1] / "support"
 sys.path.insert(0, str(SUPPORT))
 

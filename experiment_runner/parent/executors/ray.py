@@ -187,7 +187,7 @@ class RayExecutor:
         address = self.config.address
         if not address:
             raise UsageError("--executor=ray needs the cluster's address: --ray-address=HOST:PORT or RAY_ADDRESS "
-                             "(see 'Many hosts' in the README)")
+                             "(see docs/many-hosts.md)")
         reachable(address)
         try:
             ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
