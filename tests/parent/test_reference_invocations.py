@@ -154,7 +154,7 @@ def test_reference_invocations_plan_the_same_experiments(name: str) -> None:
     caps, argv = INVOCATIONS[name]
     ours, names = our_plan(argv, caps)
     reference = reference_plan(argv, caps, names)
-    # The two deliberate differences (README, compatibility table): XRT, which the reference
+    # The two deliberate differences (docs/compatibility.md): XRT, which the reference
     # plans on TPU hosts, is dropped; and CUDA experiments on a host without CUDA, which the
     # reference plans (to fail), are dropped too.
     reference = {e for e in reference if e[2] != "XRT" and (caps.cuda or e[1] != "cuda")}
