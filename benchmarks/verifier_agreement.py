@@ -451,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the figures as JSON")
-    output.add_argument("--markdown", action="store_true", help="print the table of docs/benchmarks/verifier_agreement.md")
+    output.add_argument("--markdown", action="store_true",
+                        help="print the table of docs/benchmarks/verifier_agreement.md")
     output.add_argument("--update-docs", "--update-readme", dest="update_docs", action="store_true",
                         help="write the table into docs/benchmarks/verifier_agreement.md")
     args = parser.parse_args(argv)
