@@ -1,7 +1,7 @@
 """A seeded history of nightly runs with known steps: the scale benchmark and the accuracy test of `history`.
 
-Every night is one run in its own folder (`NIGHTS/2025-01-01/results.jsonl`), as the README's
-cron recipe writes them. Each experiment's nightly median carries noise shaped like a real
+Every night is one run in its own folder (`NIGHTS/2025-01-01/results.jsonl`), as the cron
+recipe in docs/analysis.md writes them. Each experiment's nightly median carries noise shaped like a real
 fleet's, not like a textbook's:
 
 - process-to-process noise: every night is a fresh process, so its level moves as a whole

@@ -62,7 +62,7 @@ def stand_in_checkout(folder: Path) -> Path:
 
 
 def deliberately_dropped(entry: tuple, checkout: Path) -> bool:
-    """What the reference plans and ours drops on purpose (README, compatibility table): a
+    """What the reference plans and ours drops on purpose (docs/compatibility.md): a
     checkout folder that holds no model, xla=XRT, and CUDA experiments on a host without CUDA."""
     model, accelerator, xla = entry[:3]
     folder = checkout / "torchbenchmark" / "models" / model
@@ -164,7 +164,7 @@ def main() -> int:
                 theirs = {e for e in planned if not deliberately_dropped(e, checkout)}
                 try:
                     ours = our_plan(args.python, variant, work, Path(tmp) / f"ours-{i}-{len(label)}", checkout)
-                except Refused as exc:  # a deliberate difference (README): the reference plans them to fail
+                except Refused as exc:  # a deliberate difference (docs/compatibility.md): the reference plans them to fail
                     print(f"refused {name} ({label}): the reference plans {len(planned)} (to fail here); ours: {exc}",
                           flush=True)
                     continue

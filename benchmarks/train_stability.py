@@ -8,7 +8,7 @@ recipe itself keeps values finite over many more steps than a timed run takes.
 
     python benchmarks/train_stability.py                        # every model of every suite
     python benchmarks/train_stability.py --suite torchbench --suite dummy --steps 100
-    python benchmarks/train_stability.py --markdown             # the README's table
+    python benchmarks/train_stability.py --markdown             # the table of docs/benchmarks/train_stability.md
     python benchmarks/train_stability.py --suite huggingface --budget 120 --markdown  # at most ~2 min each
 
 Per model: seconds per step, the steps N that ran (fewer than --steps only under --budget), the
@@ -163,7 +163,8 @@ def main() -> int:
     parser.add_argument("--budget", type=float,
                         help="stop a model's training after the step that passes this many seconds (N says "
                              "how many steps ran): for models whose 100 steps take hours on a small host")
-    parser.add_argument("--markdown", action="store_true", help="print the README's table instead of JSON")
+    parser.add_argument("--markdown", action="store_true",
+                        help="print the table of docs/benchmarks/train_stability.md instead of JSON")
     parser.add_argument("--one", nargs=2, metavar=("SUITE", "MODEL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:

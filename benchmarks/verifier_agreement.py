@@ -14,10 +14,10 @@ when the float64 reference could not be computed (the harness then sets cos_simi
 an exception from `same` (its way of rejecting mismatched keys, types or shapes, or a
 tensor kind it cannot handle) counts as a fail.
 
-    python benchmarks/verifier_agreement.py [--cases 4000] [--seed 0] [--json | --markdown | --update-readme]
+    python benchmarks/verifier_agreement.py [--cases 4000] [--seed 0] [--json | --markdown | --update-docs]
 
---markdown prints the table the README's verification section shows; --update-readme
-writes it there (between the verifier-agreement markers).
+--markdown prints the table docs/benchmarks/verifier_agreement.md shows; --update-docs
+(formerly --update-readme, still accepted) writes it there, between the verifier-agreement markers.
 """
 
 from __future__ import annotations
@@ -40,14 +40,14 @@ from torch._dynamo.utils import same
 
 from verifier.closeness import COSINE_MIN_ELEMENTS, compare
 
-README = Path(__file__).parents[1] / "README.md"
+DOC = Path(__file__).parents[1] / "docs" / "benchmarks" / "verifier_agreement.md"
 MARKERS = ("<!-- verifier-agreement:begin -->", "<!-- verifier-agreement:end -->")
 DTYPES = (torch.float32, torch.float32, torch.float16, torch.bfloat16)
 TOLERANCES = (1e-4, 1e-3, 1e-2, 4e-2)
 SHAPES = ((1,), (7,), (500,), (999,), (1000,), (64, 64), (2, 8, 1, 1), (3, 5, 7))
 
 # Why `compare` and `same` may disagree, by design or by arithmetic. Keyed by the name
-# explain() returns; the README table prints these.
+# explain() returns; the docs' table prints these.
 CAUSES = {
     "fp64_not_float64": "the float64 run gave this leaf in another dtype (a loss built with `.float()`): same "
                         "skips its RMSE rule unless the reference is float64, so only allclose decides; compare "
@@ -451,8 +451,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the figures as JSON")
-    output.add_argument("--markdown", action="store_true", help="print the README's table")
-    output.add_argument("--update-readme", action="store_true", help="write the table into README.md")
+    output.add_argument("--markdown", action="store_true",
+                        help="print the table of docs/benchmarks/verifier_agreement.md")
+    output.add_argument("--update-docs", "--update-readme", dest="update_docs", action="store_true",
+                        help="write the table into docs/benchmarks/verifier_agreement.md")
     args = parser.parse_args(argv)
     if args.cases < 1:
         parser.error("--cases must be at least 1")
@@ -464,10 +466,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(figures, indent=2))
     elif args.markdown:
         print(markdown(figures))
-    elif args.update_readme:
-        text = README.read_text()
+    elif args.update_docs:
+        text = DOC.read_text()
         pattern = re.compile(re.escape(MARKERS[0]) + ".*?" + re.escape(MARKERS[1]), re.S)
-        README.write_text(pattern.sub(lambda _: f"{MARKERS[0]}\n{markdown(figures)}\n{MARKERS[1]}", text, count=1))
+        DOC.write_text(pattern.sub(lambda _: f"{MARKERS[0]}\n{markdown(figures)}\n{MARKERS[1]}", text, count=1))
     else:
         print(f"agreement with torch._dynamo.utils.same: {figures['agreement']:.2%} of {args.cases} cases "
               f"(compare passes {figures['compare_pass_rate']:.1%})")

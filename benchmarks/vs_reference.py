@@ -11,7 +11,7 @@ that a drift in the host's load falls on both. Per experiment it prints the wall
 outside the timed repeats (wall - the sum of every record's metrics.total_time: the one
 definition both runners' records allow), ours also as wall - the work our children report
 (timings.work_s), the CPU seconds of the whole process tree, and the 1-minute load average
-at the start. The last lines are the medians and the reference/ours ratios, as a README row.
+at the start. The last lines are the medians and the reference/ours ratios, as a row of docs/benchmarks/vs_reference.md.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"our overhead (wall - work): {our_overhead:.2f} s per experiment")
     ref_cpu, our_cpu = med([r.cpu_s / r.experiments for r in ref]), med([r.cpu_s / r.experiments for r in ours])
     print(f"CPU per experiment: reference {ref_cpu:.2f} s, ours {our_cpu:.2f} s")
-    print("README row: | rounds | load | wall ref / ours (ratio) | outside timed repeats ref / ours | "
+    print("docs row: | rounds | load | wall ref / ours (ratio) | outside timed repeats ref / ours | "
           "our overhead | CPU ref / ours |")
     print(f"| {args.rounds} | {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs | {ref_wall:.2f} / {our_wall:.2f} "
           f"({ref_wall / our_wall:.2f}x) | {ref_untimed:.2f} / {our_untimed:.2f} | {our_overhead:.2f} | "

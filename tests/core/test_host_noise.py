@@ -1,4 +1,4 @@
-"""benchmarks/host_noise.py: the host-stillness check the README's timing figures cite."""
+"""benchmarks/host_noise.py: the host-stillness check docs/timing.md and docs/benchmarks/host_noise.md cite."""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""The README's analysis recipes are code too: run them against the golden results file."""
+"""The analysis recipes of docs/analysis.md are code too: run them against the golden results file.
+
+Also checks that README.md keeps the two fresh-machine commands and the marker `.ci/run` reads
+the test command after.
+"""
 
 import re
 import shutil
@@ -9,12 +13,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
+ANALYSIS = (REPO / "docs" / "analysis.md").read_text()
 GOLDEN = REPO / "tests" / "golden" / "results.jsonl"
 
 
-def fenced_blocks(heading: str, language: str) -> list[str]:
-    """The code blocks of one README section."""
-    section = re.split(r"\n##+ ", README.split(f"### {heading}\n", 1)[1], maxsplit=1)[0]
+def fenced_blocks(heading: str, language: str, text: str = ANALYSIS) -> list[str]:
+    """The code blocks of one section (a heading of level 2 or more, up to the next such heading;
+    a line starting with a single '#' is a comment in the recipes, never a heading)."""
+    parts = re.split(rf"^##+ {re.escape(heading)}\n", text, maxsplit=1, flags=re.M)
+    assert len(parts) == 2, f"no section {heading!r}"
+    section = re.split(r"^##+ ", parts[1], maxsplit=1, flags=re.M)[0]
     return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)
 
 
@@ -23,14 +31,14 @@ def test_pandas_recipes_run_on_a_real_results_file(tmp_path, monkeypatch):
     shutil.copy(GOLDEN, tmp_path / "results.jsonl")
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(compile(code.replace("output/results.jsonl", "results.jsonl"), "README pandas recipes", "exec"), namespace)
+    exec(compile(code.replace("output/results.jsonl", "results.jsonl"), "docs/analysis.md pandas recipes", "exec"),
+         namespace)
     assert len(namespace["df"]) > 0 and "speedup" in namespace["runs"]
     assert namespace["runs"]["speedup"].notna().any()
     assert "per_iter_time" in namespace["samples"]
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed on this machine")
 def test_jq_recipes_run_on_a_real_results_file(tmp_path):
     (code,) = fenced_blocks("jq recipes", "bash")
     shutil.copy(GOLDEN, tmp_path / "results.jsonl")
@@ -50,3 +58,15 @@ def test_the_two_fresh_machine_commands_are_there_and_ci_runs_the_test_one():
     assert "experiment_runner --suite-name=torchbench --accelerator=cpu --filter=llama" in README
     ci = (REPO / ".ci" / "run").read_text()
     assert "<!-- ci:test-command -->" in README and "ci:test-command" in ci
+
+
+def test_ci_extracts_the_readme_test_command():
+    """The awk program of .ci/run finds exactly the fenced block after the marker."""
+    ci = (REPO / ".ci" / "run").read_text()
+    program = re.search(r"awk '(.*?)' README\.md", ci, flags=re.S)
+    assert program, ".ci/run no longer extracts the test command with awk"
+    proc = subprocess.run(["awk", program.group(1), "README.md"], cwd=REPO, capture_output=True, text=True,
+                          check=True)
+    command = proc.stdout.strip()
+    assert command.startswith("python3 -m venv .venv") and command.endswith("python -m pytest"), command
+    assert len(command.splitlines()) == 1
