@@ -38,6 +38,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             raise pytest.UsageError(f"{item.nodeid} is marked with several tiers: {sorted(tiers)}")
 
 
+_TIER_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add each phase's time (set-up holds module fixtures) to its test's tier."""
+    tier = next((name for name in TIERS if name in report.keywords), None)
+    if tier is not None:
+        _TIER_SECONDS[tier] = _TIER_SECONDS.get(tier, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The time each tier took, for docs/developer-guide.md's table."""
+    if _TIER_SECONDS:
+        spent = ", ".join(f"{tier} {seconds:.0f} s" for tier, seconds in sorted(_TIER_SECONDS.items()))
+        terminalreporter.write_line(f"time per tier: {spent}")
+
+
 def _no_process(*args: Any, **kwargs: Any) -> None:
     raise AssertionError("a unit test started a process: mark it e2e (or cluster, browser, xla)")
 

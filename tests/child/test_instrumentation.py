@@ -109,7 +109,7 @@ def test_dynamo_accounting_counters_and_graph_breaks_from_a_real_compile(fresh_d
 
     summary = dynamo_compile_summary()
     assert summary["frames"] >= 3
-    assert 0 < summary["backend_compile_time_s"] < summary["entire_frame_compile_time_s"] < 60
+    assert 0 < summary["backend_compile_time_s"] < summary["entire_frame_compile_time_s"]
 
 
 def test_no_dynamo_compile_summary_when_nothing_compiled(fresh_dynamo):

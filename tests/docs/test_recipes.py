@@ -60,6 +60,7 @@ def test_the_two_fresh_machine_commands_are_there_and_ci_runs_the_test_one():
     assert "<!-- ci:test-command -->" in README and "ci:test-command" in ci
 
 
+@pytest.mark.e2e
 def test_ci_extracts_the_readme_test_command():
     """The awk program of .ci/run finds exactly the fenced block after the marker."""
     ci = (REPO / ".ci" / "run").read_text()

@@ -99,8 +99,10 @@ def test_hang_is_killed_at_the_timeout(runs) -> None:
     record = one_record(hang, "hang")
     assert record["status"] == "timeout"
     assert record["verification_code"] == "VERIFIER_DIDNT_RUN"
-    # The SIGTERM-proof grandchild cost at most the grace period, not its 600 s sleep.
-    assert HANG_TIMEOUT_S <= record["timings"]["wall_s"] < HANG_TIMEOUT_S + 10
+    # Killed by the timeout, not before it; that the SIGTERM-proof grandchild did not outlive it
+    # is test_sigterm_proof_grandchild_is_killed_with_its_group's.
+    assert record["timings"]["wall_s"] >= HANG_TIMEOUT_S
+    assert str(HANG_TIMEOUT_S) in record["error"]["message"], record["error"]
 
 
 def test_big_output_goes_to_the_log_not_the_record(runs) -> None:
