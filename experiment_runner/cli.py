@@ -18,6 +18,7 @@ import signal
 import sys
 from typing import Any, NoReturn, Sequence
 
+from experiment_runner import __version__
 from experiment_runner.core import matrix
 from experiment_runner.core.flags import Declared, declared
 from experiment_runner.core.results import ResultsFileError
@@ -26,6 +27,7 @@ from experiment_runner.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERNAL,
     EXIT_RESULTS_IO,
+    EXIT_USAGE,
     RunnerError,
     UsageError,
     exit_code,
@@ -38,7 +40,20 @@ SUBCOMMANDS = {"report": "experiment_runner.analysis.report", "compare": "experi
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see --help)")
+        raise UsageError(f"{message}{_did_you_mean(message, self)} (see --help)")
+
+
+def _did_you_mean(message: str, parser: argparse.ArgumentParser) -> str:
+    """A suggestion for a misspelt flag (argparse learns this only in Python 3.12+)."""
+    import difflib
+
+    unknown = re.search(r"unrecognized arguments: (\S+)", message)
+    if unknown is None or not unknown.group(1).startswith("--"):
+        return ""
+    flag = unknown.group(1).split("=", 1)[0]
+    known = [name for action in parser._actions for name in action.option_strings]
+    close = difflib.get_close_matches(flag, known, n=1)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def default_text(option: Declared) -> str | None:
@@ -75,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "'experiment_runner history PATH...' (change points over nightly runs).",
         argument_default=argparse.SUPPRESS,
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     groups = {title: p.add_argument_group(title, description or None) for title, description in GROUPS.items()}
     for option in declared(*CONFIGS):
         flag = option.flag
@@ -293,6 +309,14 @@ def _dispatch(argv: list[str]) -> int:
         from importlib import import_module
 
         return import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
+    if argv and not argv[0].startswith("-"):
+        import difflib
+
+        close = difflib.get_close_matches(argv[0], SUBCOMMANDS, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"commands: {', '.join(SUBCOMMANDS)}"
+        print(f"experiment_runner: error: unknown command {argv[0]!r}; {hint} (a run takes flags only: "
+              "see --help)", file=sys.stderr)
+        return EXIT_USAGE
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _stop)
     try:

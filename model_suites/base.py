@@ -48,6 +48,8 @@ class Suite(ABC):
     source: ClassVar[str] = "builtin"
     # The precision of every experiment without --precision; None: the per-accelerator default.
     default_precision: ClassVar[str | None] = None
+    # Packages the suite's models need beyond torch, checked once in the parent before planning.
+    requires: ClassVar[tuple[str, ...]] = ()
 
     @property
     def description(self) -> str:

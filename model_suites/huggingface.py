@@ -58,6 +58,7 @@ def own_loss(output: Any) -> Any:
 class HuggingFaceSuite(DataFileSuite):
     name = "huggingface"
     source = "transformers"
+    requires = ("transformers",)
     data_file = "huggingface.json"
 
     def load(self, request: LoadRequest) -> BenchmarkModel:

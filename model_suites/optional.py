@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-_EXTRAS = {"transformers": "huggingface", "timm": "timm", "torch_xla": None, "torchbenchmark": None}
+from experiment_runner.core.requirements import install_command
 
 # Packages whose import pulls in torchvision.
 _NEEDS_TORCHVISION = ("timm", "transformers", "torchvision")
@@ -45,9 +45,8 @@ def require(package: str) -> ModuleType:
             patch_broken_torchvision()
         return importlib.import_module(package)
     except ImportError as exc:
-        extra = _EXTRAS.get(package)
-        hint = f"pip install 'experiment_runner[{extra}]'" if extra else f"install {package}"
-        raise MissingDependency(f"{package} is needed for this suite but cannot be imported ({exc}); {hint}") from exc
+        raise MissingDependency(f"{package} is needed for this suite but cannot be imported ({exc}); "
+                                f"{install_command([package])}") from exc
 
 
 def _torchvision_extension(spec: importlib.machinery.ModuleSpec) -> list[Path]:

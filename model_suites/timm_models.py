@@ -17,6 +17,7 @@ from model_suites.training import recipe_for
 class TimmSuite(DataFileSuite):
     name = "timm"
     source = "timm"
+    requires = ("timm",)
     data_file = "timm.json"
 
     def load(self, request: LoadRequest) -> BenchmarkModel:

@@ -33,6 +33,7 @@ from typing import NoReturn, Sequence
 
 from experiment_runner.analysis.loader import Row, RunInfo, comparison_key, runs_of
 from experiment_runner.analysis.report import read_rows, render_csv
+from experiment_runner.core.requirements import install_command
 from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError
 
 EXACT_MAX_SAMPLES = 50
@@ -137,7 +138,7 @@ def _scipy():
         import numpy as np
         from scipy.stats import false_discovery_control, mannwhitneyu, ttest_ind
     except ImportError:
-        raise ReportError("compare needs scipy: pip install 'experiment_runner[reports]'") from None
+        raise ReportError(f"compare needs scipy: {install_command(['scipy'])}") from None
     return np, mannwhitneyu, ttest_ind, false_discovery_control
 
 

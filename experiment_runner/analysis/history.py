@@ -35,6 +35,7 @@ import numpy as np
 from experiment_runner.analysis.columns import Factor, Records, read_back, read_records
 from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES
 from experiment_runner.analysis.page import RECORDS_ON_PAGE, encode_series, link_to, render, write_page
+from experiment_runner.core.requirements import install_command
 from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError
 
 METRICS = ("time", "compile_time", "memory")  # numeric series, each: higher is worse
@@ -523,7 +524,7 @@ def _check_dependencies() -> None:
 
     missing = [name for name in ("duckdb", "pyarrow", "ruptures") if find_spec(name) is None]
     if missing:
-        raise ReportError(f"history needs {', '.join(missing)}: pip install 'experiment_runner[history]'")
+        raise ReportError(f"history needs {', '.join(missing)}: {install_command(missing)}")
 
 
 def main(argv: Sequence[str]) -> int:

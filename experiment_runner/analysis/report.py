@@ -25,6 +25,7 @@ from experiment_runner.analysis.loader import (
     runs_of,
 )
 from experiment_runner.core.matrix import parse_none
+from experiment_runner.core.requirements import install_command
 from experiment_runner.core.results import BadLine, ResultsFileError
 from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError
 
@@ -343,7 +344,7 @@ def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise ReportError("--plot needs matplotlib: pip install 'experiment_runner[reports]'") from None
+        raise ReportError(f"--plot needs matplotlib: {install_command(['matplotlib'])}") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -33,32 +33,32 @@ DEFAULT_NOISY_HOST_SHARE = 0.10
 # The IR formats --save-ir-format offers (PyTorch lazy IR text, HLO, StableHLO).
 SAVE_IR_FORMATS: tuple[str, ...] = ("text", "hlo", "stablehlo")
 
-TIMING, VERIFICATION, XLA_ARTIFACTS, INSTRUMENTATION = (
-    "timing", "verification", "PyTorch/XLA artifacts", "instrumentation")
+MEASUREMENT, VERIFICATION, XLA_ARTIFACTS, INSTRUMENTATION = (
+    "measurement", "verification", "PyTorch/XLA artifacts", "instrumentation")
 
 
 @dataclass(frozen=True)
 class RunOptions:
     """Per-experiment options from the command line that the worker needs."""
 
-    repeat: int = option(10, Flag("timed runs (samples) per experiment", TIMING, parse=int, metavar="N", low=1,
+    repeat: int = option(10, Flag("timed runs (samples) per experiment", MEASUREMENT, parse=int, metavar="N", low=1,
                                   wanted="at least 1"))
     iterations_per_run: int | None = option(None, Flag(
-        "iterations inside one timed run (sample); the record keeps the count used", TIMING, parse=int, metavar="N", low=1,
+        "iterations inside one timed run (sample); the record keeps the count used", MEASUREMENT, parse=int, metavar="N", low=1,
         wanted="at least 1", default_help="calibrated after warm-up so that one sample lasts --min-sample-time",
         compat="the reference runs 1 iteration per sample; --iterations-per-run=1 does the same"))
     min_sample_time: float = option(DEFAULT_MIN_SAMPLE_TIME_S, Flag(
         "shortest timed run when --iterations-per-run is calibrated (the trials are kept in "
-        "measurements.calibration)", TIMING, parse=float, metavar="SECONDS", low=0, high=60, low_open=True,
+        "measurements.calibration)", MEASUREMENT, parse=float, metavar="SECONDS", low=0, high=60, low_open=True,
         wanted="in (0, 60] seconds"))
     warmup_iterations: int = option(2, Flag(
-        "untimed iterations first (they hold compilation; their times are recorded apart)", TIMING, parse=int, metavar="N",
+        "untimed iterations first (they hold compilation; their times are recorded apart)", MEASUREMENT, parse=int, metavar="N",
         low=0, wanted="0 or more"))
     seed: int = 1337
-    randomize_input: bool = option(False, Flag("random input values of the same shapes and dtypes", TIMING,
+    randomize_input: bool = option(False, Flag("random input values of the same shapes and dtypes", MEASUREMENT,
                                                kind="switch"))
     collect_full_output: bool = option(False, Flag(
-        "training iterations return the model output beside the loss", TIMING, kind="switch"))
+        "training iterations return the model output beside the loss", MEASUREMENT, kind="switch"))
     verify: bool = option(False, Flag(
         "check accuracy against eager and float64 in the same run; code in the record", VERIFICATION,
         kind="switch"))
@@ -71,15 +71,15 @@ class RunOptions:
     matmul_precision: str | None = option(None, Flag(
         "torch.set_float32_matmul_precision (and torch_xla's) for every experiment; 'default' is torch's "
         "default, 'highest'. Given, it wins over the TF32 default (the reference only honours it with "
-        "--disable-tf32)", TIMING, choices=("default", "highest", "high", "medium"),
+        "--disable-tf32)", MEASUREMENT, choices=("default", "highest", "high", "medium"),
         default_help="'high' (TF32), as in the reference; 'highest' with --disable-tf32"))
     disable_tf32: bool = option(False, Flag(
-        "float32 matmuls at full precision; by default they use TF32 ('high'), as in the reference", TIMING,
+        "float32 matmuls at full precision; by default they use TF32 ('high'), as in the reference", MEASUREMENT,
         kind="switch"))
     flush_denormal: bool = option(False, Flag(
         "flush denormal floats to zero on the CPU (torch.set_flush_denormal), in eager and compiled runs "
         "alike; off by default, as PyTorch's CPU dashboard runs. Recorded as experiment.flush_denormal",
-        TIMING, kind="toggle"))
+        MEASUREMENT, kind="toggle"))
     collect_dynamo_counters: bool = option(False, Flag(
         "torch._dynamo counters in the record's measurements as dynamo_counters", INSTRUMENTATION, kind="switch"))
     dump_dynamo_counters: bool = option(False, Flag(
@@ -105,14 +105,14 @@ class RunOptions:
         "save the traced graphs' IR in this format into ir/", XLA_ARTIFACTS, aliases=("--save-ir",),
         choices=SAVE_IR_FORMATS))
     filter_by_single_graph: bool = option(False, Flag(
-        "compile with fullgraph=True: an experiment whose model breaks into several graphs fails", TIMING,
+        "compile with fullgraph=True: an experiment whose model breaks into several graphs fails", MEASUREMENT,
         kind="switch"))
     pure_wall_time: bool = option(False, Flag(
         "time CUDA experiments with CUDA events around the queued work (no host launch overhead); CPU and XLA "
         "samples stay device-synchronized wall time, which is what the reference's pure wall time is there; "
-        "records say which clock (timing_clock)", TIMING, kind="switch"))
+        "records say which clock (timing_clock)", MEASUREMENT, kind="switch"))
     save_output: bool = option(False, Flag(
-        "save each timed run's output (moved to the CPU) with torch.save in the experiment's folder", TIMING,
+        "save each timed run's output (moved to the CPU) with torch.save in the experiment's folder", MEASUREMENT,
         kind="switch"))
     profile_xla: bool = option(False, Flag(
         "XPlane profiler traces of the timed runs into xla-profile/ (TensorBoard); not with the PyTorch "
@@ -122,18 +122,18 @@ class RunOptions:
     compile_scope: str = option("step", Flag(
         "what torch.compile wraps: step = the whole iteration (train: zero_grad, forward, loss, backward, "
         "optimizer step), as PyTorch's and PyTorch/XLA's harnesses do; model = the module's forward only",
-        TIMING, choices=COMPILE_SCOPES))
+        MEASUREMENT, choices=COMPILE_SCOPES))
     threads: int | None = option(None, Flag(
-        "torch intra-op threads per experiment (recorded in environment.cpu)", TIMING, parse=int, metavar="N",
+        "torch intra-op threads per experiment (recorded in environment.cpu)", MEASUREMENT, parse=int, metavar="N",
         low=1, wanted="at least 1", default_help="the physical cores in the process's affinity mask"))
     cpu_launcher: str = option("none", Flag(
         "run_cpu: CPU experiments get what torch.backends.xeon.run_cpu sets up (pinned to physical cores, "
         "OMP_NUM_THREADS, tcmalloc/jemalloc and Intel OpenMP preloaded when installed); the child re-executes "
-        "itself under it", TIMING, choices=CPU_LAUNCHERS))
+        "itself under it", MEASUREMENT, choices=CPU_LAUNCHERS))
     noisy_host_share: float = option(DEFAULT_NOISY_HOST_SHARE, Flag(
         "flag a record noisy_host when other processes used more than this share of the host's CPUs during its "
         "timed runs, beyond what /proc/stat resolves (null: too short to tell; metrics host_load says how much, "
-        "and others_cpu_resolution_s)", TIMING, parse=float, metavar="SHARE", low=0, high=1, wanted="in [0, 1]"))
+        "and others_cpu_resolution_s)", MEASUREMENT, parse=float, metavar="SHARE", low=0, high=1, wanted="in [0, 1]"))
 
     @property
     def effective_matmul_precision(self) -> str:

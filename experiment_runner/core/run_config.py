@@ -16,15 +16,15 @@ from typing import Any, Mapping
 
 from experiment_runner.core import matrix
 from experiment_runner.core.flags import Flag, option, required
-from experiment_runner.core.options import COMPILE_TIME_DOC, RunOptions
+from experiment_runner.core.options import COMPILE_TIME_DOC, MEASUREMENT, RunOptions
 
-MATRIX, TIMING, PROCESSES, MANY_HOSTS = "matrix", "timing", "processes and output", "many hosts"
+MATRIX, OUTPUT, HOSTS, COMPAT = "matrix", "output and resume", "executors and hosts", "reference compatibility"
 
 # --help sections in order, with what each says above its flags.
 GROUPS: dict[str, str] = {
     MATRIX: "Which experiments: the suite's models crossed with accelerator x xla x dynamo x test "
             "(x precision x compile options); a list flag is one dimension, repeat it for several values.",
-    TIMING: "How each experiment is timed.",
+    MEASUREMENT: "How each experiment is timed.",
     "verification": "",
     "PyTorch/XLA artifacts": "xla experiments; files go to each experiment's folder.",
     "instrumentation": (
@@ -34,8 +34,10 @@ GROUPS: dict[str, str] = {
         "graph_breaks (counts by reason). Peak memory is in bytes: timed_peak_rss_bytes (timed runs), "
         "lifetime_peak_rss_bytes (the child's whole life, read at its end), on CUDA peak_allocated_bytes and "
         "peak_reserved_bytes (timed runs). The flags below measure outside the timed runs."),
-    PROCESSES: "",
-    MANY_HOSTS: "See docs/many-hosts.md.",
+    OUTPUT: "Where records go, and how a rerun continues the run they belong to.",
+    HOSTS: "Where and how experiments run: processes, GPUs, static shards, a Ray cluster (docs/many-hosts.md).",
+    COMPAT: "Flags of PyTorch/XLA's benchmarks/experiment_runner.py kept so its command lines run unchanged "
+            "(docs/compatibility.md).",
 }
 
 
@@ -59,11 +61,11 @@ class MatrixConfig:
         "skip models whose name matches (repeatable, OR-ed, case-insensitive)", MATRIX, kind="list",
         aliases=("-x",), metavar="REGEX"))
     filter_by_tier: tuple[int, ...] = option((), Flag(
-        "run the TorchBench models of tier 1-3 (PyTorch/XLA's tiers; repeatable, OR-ed with --filter)", MATRIX,
+        "run the TorchBench models of tier 1-3 (PyTorch/XLA's tiers; repeatable, OR-ed with --filter)", COMPAT,
         kind="list", parse=int, metavar="TIER",
         compat="PyTorch/XLA's tiers; an undefined tier is ignored with a warning, as there"))
     exclude_by_tier: tuple[int, ...] = option((), Flag(
-        "skip the TorchBench models of tier 1-3 (repeatable)", MATRIX, kind="list", parse=int, metavar="TIER",
+        "skip the TorchBench models of tier 1-3 (repeatable)", COMPAT, kind="list", parse=int, metavar="TIER",
         compat="PyTorch/XLA's tiers"))
     accelerator: tuple[str, ...] | None = option(None, Flag(
         "accelerator dimension", MATRIX, kind="list", choices=matrix.ACCELERATORS,
@@ -86,11 +88,11 @@ class MatrixConfig:
         "one value of the XLA_FLAGS dimension (repeatable), crossed with every --xla value and exported to "
         "those experiments as XLA_FLAGS", MATRIX, kind="list", parse=_none_or, metavar="FLAGS"))
     torch_xla2: tuple[str, ...] | None = option(None, Flag(
-        "run through torch_xla2 (torchax) in this mode", MATRIX, kind="list", choices=matrix.TORCH_XLA2_MODES,
+        "run through torch_xla2 (torchax) in this mode", COMPAT, kind="list", choices=matrix.TORCH_XLA2_MODES,
         compat="parsed and planned as the reference plans it, then dropped with its reason: this runner has "
                "no torch_xla2 (torchax) path"))
     keep_model_data_on_cuda: bool = option(False, Flag(
-        "openxla experiments: keep model and data on CUDA", MATRIX, kind="switch",
+        "openxla experiments: keep model and data on CUDA", COMPAT, kind="switch",
         compat="an XLA:CUDA path PyTorch/XLA removed in September 2025: such experiments are dropped at "
                "planning with their reason"))
     enable_functionalization: bool = option(False, Flag(
@@ -99,9 +101,9 @@ class MatrixConfig:
     experiment_config: str | None = option(None, Flag(
         "run exactly this one configuration (a JSON object with accelerator, xla, dynamo, test and optionally "
         "xla_flags, torch_xla2, keep_model_data_on_cuda, enable_functionalization, batch_size), with "
-        "--model-config", MATRIX, metavar="JSON", compat="the reference's single-experiment (subprocess) mode"))
+        "--model-config", COMPAT, metavar="JSON", compat="the reference's single-experiment (subprocess) mode"))
     model_config: str | None = option(None, Flag(
-        'run exactly this one model: {"model_name": NAME}, with --experiment-config', MATRIX, metavar="JSON",
+        'run exactly this one model: {"model_name": NAME}, with --experiment-config', COMPAT, metavar="JSON",
         compat="the reference's single-experiment (subprocess) mode"))
     batch_size: int | None = option(None, Flag(
         "override every model's default batch size", MATRIX, parse=int, metavar="SIZE", low=1, wanted="at least 1",
@@ -112,15 +114,15 @@ class MatrixConfig:
         "from the start; freezing: inductor weight freezing, CPU eval only. Eager experiments ignore it; "
         "combinations that cannot apply are dropped (see --dry-run)", MATRIX, kind="list",
         choices=matrix.COMPILE_OPTIONS, default_help="default"))
-    total_partitions: int = option(1, Flag("shard the model list over N hosts", MATRIX, parse=int, metavar="N", low=1,
+    total_partitions: int = option(1, Flag("shard the model list over N hosts", HOSTS, parse=int, metavar="N", low=1,
                                            wanted="at least 1"))
-    partition_id: int = option(0, Flag("which shard this host runs (0-based)", MATRIX, parse=int, metavar="I", low=0,
+    partition_id: int = option(0, Flag("which shard this host runs (0-based)", HOSTS, parse=int, metavar="I", low=0,
                                        wanted="0 or more"))
     no_skip: bool = option(False, Flag("run models the suite's skip list excludes", MATRIX, kind="switch"))
     shard_by: str | None = option(None, Flag(
         "balance the --total-partitions shards by each model's duration in an earlier results file (longest "
         "first onto the least loaded shard; unknown models count as the median); round-robin: deal the "
-        "sorted, filtered models round-robin", MANY_HOSTS, metavar="round-robin|duration:PATH",
+        "sorted, filtered models round-robin", HOSTS, metavar="round-robin|duration:PATH",
         default_help="the reference's contiguous blocks of the sorted, unfiltered model list"))
 
     @property
@@ -142,56 +144,56 @@ class SessionConfig:
         "measure each experiment in N fresh processes, interleaved pyperf-style (round 1 runs every "
         "experiment once, round 2 again, ...); one record per process, with process.index and process.count. "
         "With N >= 2 `compare` tests on per-process medians, so process-to-process noise (memory layout, "
-        "autotuning, clocks) is sampled", TIMING, parse=int, metavar="N", low=1, wanted="at least 1"))
+        "autotuning, clocks) is sampled", MEASUREMENT, parse=int, metavar="N", low=1, wanted="at least 1"))
     subprocess_timeout: float = option(60 * 60, Flag(
-        "seconds per experiment; then the child's whole process group is killed", PROCESSES, parse=float,
+        "seconds per experiment; then the child's whole process group is killed", HOSTS, parse=float,
         metavar="SECONDS",
         low=0, low_open=True, wanted="a positive finite number of seconds"))
-    print_subprocess: bool = option(False, Flag("stream children's output here too", PROCESSES, kind="switch"))
-    progress_bar: bool | None = option(None, Flag("tqdm progress bar", PROCESSES, kind="toggle",
+    print_subprocess: bool = option(False, Flag("stream children's output here too", OUTPUT, kind="switch"))
+    progress_bar: bool | None = option(None, Flag("tqdm progress bar", OUTPUT, kind="toggle",
                                                   default_help="on when stderr is a terminal"))
-    output_dirname: str = option("output", Flag("folder for results and artifacts", PROCESSES, metavar="DIR"))
-    output_basename: str = option("results.jsonl", Flag("results file inside the folder (or an absolute path)", PROCESSES, metavar="FILE"))
+    output_dirname: str = option("output", Flag("folder for results and artifacts", OUTPUT, metavar="DIR"))
+    output_basename: str = option("results.jsonl", Flag("results file inside the folder (or an absolute path)", OUTPUT, metavar="FILE"))
     log_level: str = option("info", Flag(
         "the runner's own messages: info shows the run's start (source, counts); warning and above only "
-        "problems", PROCESSES, choices=("critical", "error", "warning", "info", "debug")))
+        "problems", OUTPUT, choices=("critical", "error", "warning", "info", "debug")))
     timestamp: float | None = option(None, Flag(
         "the run's timestamp (seconds since the epoch) in every record of the run, as nightly jobs pass one "
-        "per night", PROCESSES, parse=float, metavar="SECONDS", low=0,
+        "per night", OUTPUT, parse=float, metavar="SECONDS", low=0,
         wanted="a finite number of seconds since the epoch",
         default_help="when the run started; a resumed run keeps its own"))
     resume: bool = option(True, Flag(
         "--resume: continue the run in the results file (the one stamped --timestamp when given, else the "
         "latest), skipping experiments it already has a record of, so a rerun of a finished command runs "
-        "nothing; --no-resume: start a new run, appended to the results file", PROCESSES, kind="toggle",
+        "nothing; --no-resume: start a new run, appended to the results file", OUTPUT, kind="toggle",
         compat="the reference's --no-resume deletes the results file; here earlier records are never deleted"))
     retry_failed: bool = option(False, Flag(
-        "when resuming, also run again experiments whose record is not ok or skipped", PROCESSES, kind="switch"))
+        "when resuming, also run again experiments whose record is not ok or skipped", OUTPUT, kind="switch"))
     max_parallel: int = option(1, Flag(
         "run up to N experiments at once, one per visible GPU (CUDA_VISIBLE_DEVICES pinned per child); CPU "
         "experiments still run one at a time, since CPU timings taken side by side interfere (see "
-        "--parallel-cpu)", PROCESSES, parse=int, metavar="N", low=1, wanted="at least 1"))
+        "--parallel-cpu)", HOSTS, parse=int, metavar="N", low=1, wanted="at least 1"))
     gpu_ids: str | None = option(None, Flag(
-        "comma-separated GPU ids to spread cuda experiments over", PROCESSES, metavar="IDS",
+        "comma-separated GPU ids to spread cuda experiments over", HOSTS, metavar="IDS",
         default_help="CUDA_VISIBLE_DEVICES, else every GPU torch sees"))
     parallel_cpu: bool = option(False, Flag(
         "let CPU experiments run side by side under --max-parallel too; their timings then interfere and are "
-        "not comparable with serial runs", PROCESSES, kind="switch"))
+        "not comparable with serial runs", HOSTS, kind="switch"))
     launcher: str = option("forkserver", Flag(
         "forkserver: fork each experiment's fresh process from a server that has torch imported (fast start, "
         "no device initialized before the fork); subprocess: start a new interpreter per experiment (XLA "
         "experiments get a server of their own; PT_XLA_DEBUG ones start fresh). On Ray, each node's worker "
-        "starts its experiments the same way", PROCESSES, choices=("forkserver", "subprocess")))
+        "starts its experiments the same way", HOSTS, choices=("forkserver", "subprocess")))
     executor: str = option("local", Flag(
         "local: experiments on this host (--launcher, --max-parallel); ray: each experiment is a Ray task on a "
         "node of an existing cluster, run there in its own child process (needs pip install "
         "'experiment_runner[ray]'; nodes declare experiment_slot for CPU experiments, cuda experiments take "
-        "one GPU each)", MANY_HOSTS, choices=("local", "ray")))
+        "one GPU each)", HOSTS, choices=("local", "ray")))
     ray_address: str | None = option(None, Flag(
-        "the Ray cluster to join with --executor=ray", MANY_HOSTS, metavar="HOST:PORT", env_default="RAY_ADDRESS",
+        "the Ray cluster to join with --executor=ray", HOSTS, metavar="HOST:PORT", env_default="RAY_ADDRESS",
         default_help="the RAY_ADDRESS variable"))
     allow_mixed_versions: bool = option(False, Flag(
-        "with --executor=ray, run even when the nodes' torch versions differ", MANY_HOSTS, kind="switch"))
+        "with --executor=ray, run even when the nodes' torch versions differ", HOSTS, kind="switch"))
 
     @property
     def results_path(self) -> Path:

@@ -17,6 +17,7 @@ from pathlib import Path
 from experiment_runner.core import matrix
 from experiment_runner.core.environment import describe_environment
 from experiment_runner.core.record import RecordContext
+from experiment_runner.core.requirements import install_command
 from experiment_runner.core.results import ResultsFileError
 from experiment_runner.core.run_config import MatrixConfig, RunConfig
 from experiment_runner.core.shards import balanced_shards, read_durations
@@ -133,6 +134,10 @@ def run(config: RunConfig) -> int:
         raise UsageError(exc.args[0]) from None
     except CatalogError as exc:
         raise UsageError(str(exc)) from None
+    if suite.missing_packages:
+        packages = ", ".join(suite.missing_packages)
+        raise UsageError(f"--suite-name={m.suite_name} needs {packages}, not installed here; install with: "
+                         f"{install_command(list(suite.missing_packages))}")
     names = suite.model_names
     models = select_shard(m, names, suite.listing)
     if not models:

@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass, field
 
 from experiment_runner.core.matrix import SkipRule
+from experiment_runner.core.requirements import missing
 from model_suites.registry import UnknownSuite, available_suites, get_suite, is_builtin
 
 CATALOG_TIMEOUT_S = 300
@@ -33,6 +34,8 @@ class SuiteCatalog:
     eval_precisions: dict[str, str] = field(default_factory=dict)
     # What the reference's contiguous shards slice; None: model_names.
     listing: list[str] | None = None
+    # The suite's packages that are not installed here.
+    missing_packages: tuple[str, ...] = ()
 
 
 def suite_catalog(name: str) -> SuiteCatalog:
@@ -40,7 +43,8 @@ def suite_catalog(name: str) -> SuiteCatalog:
     if is_builtin(name):
         suite = get_suite(name)
         return SuiteCatalog(name, suite.model_names(), suite.skip_rules(), suite.source, suite.default_precision,
-                            suite.description, suite.eval_precisions(), suite.listing())
+                            suite.description, suite.eval_precisions(), suite.listing(),
+                            tuple(missing(suite.requires)))
     if name not in available_suites():
         get_suite(name)  # raises UnknownSuite with the list of known suites
         raise UnknownSuite(name)

@@ -20,6 +20,7 @@ from typing import Iterator
 import psutil
 import pytest
 from conftest import (
+from experiment_runner.core.requirements import install_command
     SUPPORT,
     assert_no_process_left,
     cli_command,
@@ -276,7 +277,7 @@ def test_without_ray_address_cluster_or_ray_is_one_line_and_exit_2(tmp_path: Pat
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == ("experiment_runner: error: --executor=ray needs Ray, which is not installed "
-                                   "here: pip install 'experiment_runner[ray]'")
+                                   f"here: {install_command(['ray'])}")
 
 
 def test_local_only_flags_are_refused_with_ray(run_cli) -> None:

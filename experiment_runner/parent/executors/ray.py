@@ -32,6 +32,7 @@ from experiment_runner.core.logs import read_log_tail
 from experiment_runner.core.matrix import Planned
 from experiment_runner.core.protocol import Task
 from experiment_runner.core.record import ChildOutcome
+from experiment_runner.core.requirements import install_command
 from experiment_runner.errors import UsageError
 from experiment_runner.parent.executors.interface import Job, forwarded_environment
 from experiment_runner.parent.launch.env import scratch_cleanup
@@ -49,7 +50,6 @@ LEFT_ON_NODE = "left_on_node.txt"
 # leaves it to Ray, which kills a finished job's workers, so the driver always exits.
 CANCEL_GRACE_S = 45.0
 NEXT_ITEM_TIMEOUT_S = 0.5
-INSTALL_HINT = "pip install 'experiment_runner[ray]'"
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise UsageError(f"--executor=ray needs Ray, which is not installed here: {INSTALL_HINT}") from None
+        raise UsageError(f"--executor=ray needs Ray, which is not installed here: {install_command(['ray'])}") from None
     return ray
 
 
