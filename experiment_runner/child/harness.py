@@ -218,7 +218,8 @@ def calibrate_iterations(step: Callable[[], Any], device: DeviceRuntime, options
 
 def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: RunOptions,
                     on_repeat: Callable[[int, Any], None] | None = None,
-                    training_state: TrainingState | None = None) -> dict[str, Any]:
+                    training_state: TrainingState | None = None,
+                    on_timing: Callable[[], None] | None = None) -> dict[str, Any]:
     """Warm-up apart, then `repeat` timed runs (samples) of `iterations_per_run` iterations.
 
     Without an explicit `iterations_per_run` the count is calibrated after warm-up (so
@@ -233,7 +234,8 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
     which clock every sample was read from. A training step's state is rewound before every timed run,
     outside the clock, so every run times the same workload; the loss of the first and of
     the last timed step are kept to show it. The host's load during the timed runs is
-    recorded beside them (`host_load`, `noisy_host`: see core/cpus.py).
+    recorded beside them (`host_load`, `noisy_host`: see core/cpus.py). `on_timing()` runs once
+    warm-up and calibration are over (the worker reports its phase).
     """
     warmup_time: list[float] = []
     for _ in range(options.warmup_iterations):
@@ -243,6 +245,8 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
     calibrated = options.iterations_per_run is None
     calibration = calibrate_iterations(step, device, options, training_state) if calibrated else []
     iterations = calibration[-1]["iterations"] if calibrated else options.iterations_per_run
+    if on_timing is not None:
+        on_timing()
     device.reset_peak_memory()
     load = HostLoadSample.start()
     metrics: dict[str, Any] = {"total_time": [], "per_iter_time": []}

@@ -27,7 +27,7 @@ from experiment_runner.child.harness import (
 from experiment_runner.child.instrument.pipeline import Instrumentation
 from experiment_runner.child.plugins import import_plugins
 from experiment_runner.core.environment import describe_environment
-from experiment_runner.core.protocol import Task, publish_result
+from experiment_runner.core.protocol import Task, publish_result, write_phase
 from model_suites import ModelSkipped
 
 TRACEBACK_TAIL_LINES = 15
@@ -71,6 +71,7 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
         harness = ExperimentHarness(task.experiment, task.options, device, Path(task.artifacts_dir))
 
         t0 = time.perf_counter()
+        write_phase(task, "loading")
         model = harness.model = harness.load()
         result.update(source=model.source, batch_size=model.batch_size)
         result["environment"].update(model.provenance)
@@ -82,9 +83,11 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
         t0 = time.perf_counter()
         step = harness.make_step(model)
         instrumentation = Instrumentation(task, device)
+        write_phase(task, "warm-up")
         metrics = result["metrics"] = time_iterations(step, device, task.options,
                                                       on_repeat=instrumentation.after_repeat,
-                                                      training_state=model.training_state)
+                                                      training_state=model.training_state,
+                                                      on_timing=lambda: write_phase(task, "timing"))
         result["iterations_per_run"] = metrics.pop("iterations_per_run")
         result["iterations_per_run_calibrated"] = metrics.pop("iterations_per_run_calibrated")
         # The profiling pass repeats the timed runs' shape, calibrated count included.
@@ -93,6 +96,7 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
         result["timings"]["measure_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
+        write_phase(task, "instrumenting")
         instrumentation.finish(step, result["metrics"])
         result["artifacts"].update(instrumentation.artifacts)
         result["timings"]["instrument_s"] = time.perf_counter() - t0
@@ -106,6 +110,7 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
                           "timings": dict(result["timings"])})
 
             t0 = time.perf_counter()
+            write_phase(task, "verifying")
             verification = verify_experiment(harness)
             result["verification_code"] = verification["code"]
             result["verification"] = verification

@@ -11,6 +11,9 @@ the launch and every result carries the attempt id, which the parent checks, so 
 that dies without a result can never be recorded with an earlier attempt's result.
 With --verify the worker also publishes an interim result (`final: false`) right after
 timing, so that a death during verification keeps the timings.
+
+While it works, the worker keeps a `phase` file in the folder saying what it is doing
+(`PHASES`); the parent reads it only to tell a user what a running experiment is busy with.
 """
 
 from __future__ import annotations
@@ -24,6 +27,11 @@ from typing import Any
 
 from experiment_runner.core.matrix import Experiment
 from experiment_runner.core.options import RunOptions
+
+
+# What a running worker can be busy with, in order; "warm-up" holds dynamo's compilation.
+PHASES: tuple[str, ...] = ("loading", "warm-up", "timing", "instrumenting", "verifying")
+PHASE_FILE = "phase"
 
 
 @dataclass(frozen=True)
@@ -43,9 +51,13 @@ class Task:
 
     def clear_results(self) -> None:
         """Remove every result file an earlier attempt may have left in the folder."""
-        for path in (self.result_path, self.interim_path):
+        for path in (self.result_path, self.interim_path, self.phase_path):
             for stale in (path, path.with_suffix(".tmp")):
                 stale.unlink(missing_ok=True)
+
+    @property
+    def phase_path(self) -> Path:
+        return Path(self.artifacts_dir) / PHASE_FILE
 
     @property
     def task_path(self) -> Path:
@@ -82,6 +94,22 @@ def publish_result(task: Task, result: dict[str, Any], final: bool = True) -> No
     """The worker's result for this attempt: the interim one after timing, the final one at the end."""
     stamped = {**result, "attempt_id": task.attempt_id, "final": final}
     write_result(task.result_path if final else task.interim_path, stamped)
+
+
+def write_phase(task: Task, phase: str) -> None:
+    """Say what the worker is doing now (atomically, like a result)."""
+    tmp = task.phase_path.with_suffix(".tmp")
+    tmp.write_text(phase)
+    os.replace(tmp, task.phase_path)
+
+
+def read_phase(artifacts_dir: Path) -> tuple[str, float] | None:
+    """What the worker in this folder said it is doing, and since when (the file's mtime)."""
+    path = Path(artifacts_dir) / PHASE_FILE
+    try:
+        return path.read_text().strip(), path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def read_result(path: Path) -> dict[str, Any] | None:

@@ -152,6 +152,11 @@ class SessionConfig:
     print_subprocess: bool = option(False, Flag("stream children's output here too", OUTPUT, kind="switch"))
     progress_bar: bool | None = option(None, Flag("tqdm progress bar", OUTPUT, kind="toggle",
                                                   default_help="on when stderr is a terminal"))
+    heartbeat: float = option(30.0, Flag(
+        "without a progress bar (stderr not a terminal: cron, CI, a log file), say every SECONDS which "
+        "experiments are running, in which phase (loading, warm-up with its compilation, timing, "
+        "instrumenting, verifying) and for how long", OUTPUT, parse=float, metavar="SECONDS", low=0,
+        low_open=True, wanted="a positive number of seconds"))
     output_dirname: str = option("output", Flag("folder for results and artifacts", OUTPUT, metavar="DIR"))
     output_basename: str = option("results.jsonl", Flag("results file inside the folder (or an absolute path)", OUTPUT, metavar="FILE"))
     log_level: str = option("info", Flag(

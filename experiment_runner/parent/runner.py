@@ -14,11 +14,13 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from experiment_runner.core.matrix import Plan, Planned, rounds
+from experiment_runner.core.protocol import read_phase
 from experiment_runner.core.record import RecordContext
 from experiment_runner.core.results import ResultsFileError
 from experiment_runner.parent.executors import Executor, Job
@@ -38,14 +40,23 @@ class RunOutcome:
         return self.stopped_by is not None
 
 
-def describe(record: dict[str, Any]) -> str:
-    """One progress line: status and median time per iteration."""
+# How often the progress bar's note on the running experiments is refreshed.
+BAR_REFRESH_S = 1.0
+
+
+def describe(record: dict[str, Any], output_dir: Path | None = None) -> str:
+    """One progress line: status and median time per iteration; for a failure, why and its log."""
     stats = (record.get("stats") or {}).get("per_iter_time")
     timing = f" {stats['median'] * 1e3:.3f} ms/iter" if stats else ""
     if stats and stats.get("unstable"):
         timing += " (unstable)"
     error = record.get("error") or {}
-    why = f" - {error.get('type')}: {str(error.get('message', ''))[:120]}" if record["status"] != "ok" else ""
+    why = ""
+    if record["status"] not in ("ok", "skipped"):
+        why = f" - {error.get('type')}: {str(error.get('message', ''))[:120]}"
+        log = (record.get("artifacts") or {}).get("log")
+        if log and output_dir is not None:
+            why += f" (log: {output_dir / log})"
     return f"{record['status']}{timing}{why}"
 
 
@@ -54,12 +65,13 @@ class Runner:
 
     def __init__(self, ctx: RecordContext, results_path: Path, executor: Executor,
                  timeout_s: float | None = None, progress_bar: bool = False,
-                 echo: Callable[[str], None] | None = None) -> None:
+                 echo: Callable[[str], None] | None = None, heartbeat_s: float = 30.0) -> None:
         self.ctx = ctx
         self.results_path = results_path
         self.executor = executor
         self.timeout_s = timeout_s
         self.progress_bar = progress_bar
+        self.heartbeat_s = heartbeat_s
         self.echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
 
     def run(self, plan: Plan, done: set[tuple[str, int]] = frozenset(), source: str | None = None,
@@ -90,6 +102,11 @@ class Runner:
                    file=sys.stderr)
         echo = tqdm.write if self.progress_bar else self.echo
         total = len(todo)
+        recorded: set[tuple[str, int]] = set()
+        heartbeat = threading.Event()
+        watcher = threading.Thread(target=self._heartbeat, args=(todo, recorded, job, bar, heartbeat),
+                                   name="heartbeat", daemon=True)
+        watcher.start()
         try:
             for index in sorted({p.process_index for p in todo}):
                 if self.executor.interrupt_requested:
@@ -99,18 +116,44 @@ class Runner:
                 bar.total = total
                 for planned, record in self.executor.schedule(batch, job):
                     self._write(planned, record)
+                    recorded.add((planned.experiment.experiment_id, planned.process_index))
                     outcome.records.append(record)
                     if record["status"] not in ("ok", "skipped"):
                         failed.add(planned.experiment.experiment_id)
                     bar.update(1)
-                    echo(f"[{len(outcome.records)}/{total}] {self._label(planned, record)}: {describe(record)}")
+                    echo(f"[{len(outcome.records)}/{total}] {self._label(planned, record)}: "
+                         f"{describe(record, self.ctx.output_dir)}")
             if self.executor.interrupt_requested:
                 outcome.stopped_by = stopped_by[0] if stopped_by else signal.SIGINT
         finally:
+            heartbeat.set()
+            watcher.join()
             bar.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return outcome
+
+    def _heartbeat(self, todo: list[Planned], recorded: set[tuple[str, int]], job: Job, bar: Any,
+                   stop: threading.Event) -> None:
+        """What is running and in which phase: on the progress bar, or a line every heartbeat_s.
+
+        Running experiments are those without a record whose folder holds a phase file the
+        worker wrote during this run (read_phase); on Ray, folders fill only as records arrive."""
+        started, total = time.time(), len(todo)
+        interval = BAR_REFRESH_S if self.progress_bar else self.heartbeat_s
+        while not stop.wait(interval):
+            now, running = time.time(), []
+            for planned in todo:
+                if (planned.experiment.experiment_id, planned.process_index) in recorded or planned.skip_reason:
+                    continue
+                phase = read_phase(job.artifacts_dir(planned))
+                if phase is not None and phase[1] >= started:
+                    running.append(f"{self._name(planned)}: {phase[0]} for {now - phase[1]:.0f} s")
+            doing = "; ".join(running) or "starting the next experiment"
+            if self.progress_bar:
+                bar.set_postfix_str(doing[:80], refresh=True)
+            else:
+                self.echo(f"[{len(recorded)}/{total} recorded, {now - started:.0f} s] running: {doing}")
 
     def _write(self, planned: Planned, record: dict[str, Any]) -> None:
         exp = planned.experiment
@@ -121,8 +164,11 @@ class Runner:
                                    "was not written, earlier records are intact "
                                    "(rerun the command: it resumes)") from exc
 
-    def _label(self, planned: Planned, record: dict[str, Any]) -> str:
+    def _name(self, planned: Planned) -> str:
         exp = planned.experiment
-        where = f" on {record['placement']['host']}" if record["placement"]["executor"] != "local" else ""
         process = f" (process {planned.process_index + 1}/{self.ctx.processes})" if self.ctx.processes > 1 else ""
-        return f"{exp.model_name} {exp.config.label()}{process}{where}"
+        return f"{exp.model_name} {exp.config.label()}{process}"
+
+    def _label(self, planned: Planned, record: dict[str, Any]) -> str:
+        where = f" on {record['placement']['host']}" if record["placement"]["executor"] != "local" else ""
+        return f"{self._name(planned)}{where}"

@@ -250,7 +250,8 @@ def _execute(config: RunConfig, plan: matrix.Plan, state: RunState, source: str,
                         shard={"partition_id": m.partition_id, "total_partitions": m.total_partitions,
                                "by": m.shard_by or "contiguous"})
     progress = sys.stderr.isatty() if s.progress_bar is None else s.progress_bar
-    runner = Runner(ctx, results_path, executor, timeout_s=s.subprocess_timeout, progress_bar=progress)
+    runner = Runner(ctx, results_path, executor, timeout_s=s.subprocess_timeout, progress_bar=progress,
+                    heartbeat_s=s.heartbeat)
     what = "experiment(s)" if s.processes == 1 else \
         f"experiment process(es) ({s.processes} fresh processes per experiment, in rounds)"
     if about:

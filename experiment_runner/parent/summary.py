@@ -63,4 +63,9 @@ def render_summary(records: list[dict[str, Any]], results_path: Path, run_id: st
         lines.append("~ marks an unstable median (interquartile range above 10% of the median).")
     if interrupted:
         lines.append("Interrupted: resume with the same command plus --resume.")
+    failed = sum(n for status, n in counts.items() if status not in ("ok", "skipped"))
+    if failed and not interrupted:
+        lines.append(f"{failed} experiment(s) failed: their lines above name each log; once fixed, rerun only "
+                     "them with the same command plus --retry-failed.")
+    lines.append(f"Next: experiment_runner report {results_path}")
     return "\n".join(lines)

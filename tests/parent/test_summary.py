@@ -20,3 +20,11 @@ def test_noisy_records_are_counted_wherever_the_record_keeps_its_figures():
 
 def test_a_quiet_run_says_nothing_about_noise():
     assert "noisy" not in render_summary([record(False)], Path("r.jsonl"), "run")
+
+
+def test_the_summary_suggests_the_next_command_and_a_retry_after_failures():
+    failed = {**record(False), "status": "error"}
+    text = render_summary([record(False), failed], Path("out/results.jsonl"), "run")
+    assert "1 experiment(s) failed" in text and "--retry-failed" in text
+    assert text.splitlines()[-1] == "Next: experiment_runner report out/results.jsonl"
+    assert "--retry-failed" not in render_summary([record(False)], Path("r.jsonl"), "run")
