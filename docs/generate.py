@@ -33,7 +33,8 @@ def cli_reference() -> str:
              "", "*Read by* says which process uses the option: `planning` (which experiments), `parent` (how they",
              "run and are recorded) or `child` (inside every experiment's process). *compatibility* notes say what",
              "a flag of PyTorch/XLA's `experiment_runner.py` does here.", "",
-             "## `experiment_runner [flags]`: run a matrix", ""]
+             "## `experiment_runner [flags]`: run a matrix", "",
+             "`--help` lists the flags below by group; `--version` prints the version.", ""]
     options = list(declared(*CONFIGS))
     for group, description in GROUPS.items():
         lines += [f"### {group}", ""]
