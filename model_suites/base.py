@@ -69,6 +69,12 @@ class Suite(ABC):
         """Model × configuration combinations that cannot run, as data."""
         return []
 
+    def import_check(self) -> tuple[str, str] | None:
+        """A package the suite's models import first, and the folder to put on sys.path for it,
+        for the parent to import once in a child before planning (its own dependencies may be
+        missing); None: nothing beyond `requires`."""
+        return None
+
     def eval_precisions(self) -> dict[str, str]:
         """Models whose inference runs in another precision than the default bf16 (without
         --precision), as the references run them: model → precision ("amp" only where AMP exists)."""

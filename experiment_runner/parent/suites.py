@@ -38,13 +38,43 @@ class SuiteCatalog:
     missing_packages: tuple[str, ...] = ()
 
 
+# Imports `module` with `path` first on sys.path; exit 3 and the missing module's name if a
+# dependency of it is not installed.
+_IMPORT_CHECK = """
+import sys
+sys.path.insert(0, sys.argv[2])
+try:
+    __import__(sys.argv[1])
+except ModuleNotFoundError as exc:
+    print(exc.name)
+    sys.exit(3)
+"""
+
+
+def missing_imports_of(module: str, path: str) -> list[str]:
+    """The package `module` needs but cannot import here, found in a child (it may import torch).
+
+    Only a missing module counts: any other failure is left to the experiments, whose records
+    say what went wrong."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", _IMPORT_CHECK, module, path], capture_output=True, text=True,
+                              timeout=CATALOG_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return []
+    name = proc.stdout.strip().splitlines()[-1:] if proc.returncode == 3 else []
+    return [name[0].split(".")[0]] if name else []
+
+
 def suite_catalog(name: str) -> SuiteCatalog:
     """The catalog of suite `name`; raises UnknownSuite or CatalogError."""
     if is_builtin(name):
         suite = get_suite(name)
+        absent = missing(suite.requires)
+        check = suite.import_check()
+        if not absent and check is not None:
+            absent = missing_imports_of(*check)
         return SuiteCatalog(name, suite.model_names(), suite.skip_rules(), suite.source, suite.default_precision,
-                            suite.description, suite.eval_precisions(), suite.listing(),
-                            tuple(missing(suite.requires)))
+                            suite.description, suite.eval_precisions(), suite.listing(), tuple(absent))
     if name not in available_suites():
         get_suite(name)  # raises UnknownSuite with the list of known suites
         raise UnknownSuite(name)

@@ -155,6 +155,10 @@ class TorchBenchSuite(DataFileSuite):
             return reference_rules()
         return super().skip_rules()
 
+    def import_check(self) -> tuple[str, str] | None:
+        """torchbenchmark itself imports packages (psutil, ...) that every model then needs."""
+        return None if self._package is None else ("torchbenchmark", str(self._package.parent))
+
     def eval_precisions(self) -> dict[str, str]:
         if self._package is None:
             return {}

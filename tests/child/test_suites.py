@@ -225,7 +225,7 @@ def test_a_bad_torchbench_dir_warns_and_falls_back_to_the_builtin_set(monkeypatc
 
 def test_missing_transformers_is_one_clear_message(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)
-    with pytest.raises(MissingDependency, match=r"^transformers is needed .*experiment_runner\[huggingface\]"):
+    with pytest.raises(MissingDependency, match=r"^transformers is needed .*pip install 'transformers>=4.40' 'torch=="):
         get_suite("huggingface").load(LoadRequest("BertForMaskedLM", "eval", "cpu", "cpu", "fp32", 1))
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from experiment_runner.core.requirements import install_command
 from model_suites.torchbench import TorchBenchSuite
 
 FAKE_CHECKOUT = Path(__file__).resolve().parents[1] / "fake_torchbenchmark"
@@ -117,3 +118,22 @@ def test_a_checkouts_listing_is_every_folder_and_its_models_those_with_code(tmp_
     suite = TorchBenchSuite()
     assert suite.model_names() == ["BERT_pytorch", "alexnet"]
     assert suite.listing() == ["BERT_pytorch", "__pycache__", "alexnet", "not_a_model"]
+
+
+@pytest.mark.e2e
+def test_a_checkout_whose_own_dependency_is_missing_is_one_line_and_no_records(run_cli, tmp_path: Path) -> None:
+    """torchbenchmark imports psutil (and more) itself: one missing package fails every model,
+    so it is found once, before planning, instead of in every experiment's record."""
+    import shutil
+
+    checkout = tmp_path / "checkout"
+    shutil.copytree(FAKE_CHECKOUT, checkout)
+    init = checkout / "torchbenchmark" / "__init__.py"
+    init.write_text("import surely_not_installed_pkg  # as psutil is, for the real torchbenchmark\n" + init.read_text())
+    run = run_cli("--suite-name=torchbench", "--accelerator=cpu", "--dynamo=None", "--test=eval",
+                  env={"TORCHBENCH_DIR": str(checkout)})
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.strip().splitlines()[-1] == (
+        "experiment_runner: error: --suite-name=torchbench needs surely_not_installed_pkg, not installed here; "
+        f"install with: {install_command(['surely_not_installed_pkg'])}")
+    assert not run.results_path.exists()
