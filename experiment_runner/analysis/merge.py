@@ -29,7 +29,7 @@ from experiment_runner.core.results import (
     iter_records,
     process_index,
 )
-from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError
+from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, EXIT_USAGE, ReportError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,6 +96,12 @@ def merge(sources: Sequence[Source], run_id: str | None) -> tuple[list[dict], li
 
 
 def write_atomically(path: Path, records: Sequence[dict]) -> None:
+    """Replace `path` with the records, all or nothing. A symlink is written through (its target
+    is replaced, the link stays); anything but a regular file (a device, a FIFO, a folder) is
+    refused, never replaced by one."""
+    path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file():
+        raise ReportError(f"-o {path} is not a regular file; give a file path", EXIT_USAGE)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:

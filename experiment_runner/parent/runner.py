@@ -25,6 +25,7 @@ from experiment_runner.core.record import RecordContext
 from experiment_runner.core.results import ResultsFileError
 from experiment_runner.parent.executors import Executor, Job
 from experiment_runner.parent.store import append_record
+from experiment_runner.parent.summary import printable
 
 # The signals that stop a run as Ctrl-C does.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -121,8 +122,8 @@ class Runner:
                     if record["status"] not in ("ok", "skipped"):
                         failed.add(planned.experiment.experiment_id)
                     bar.update(1)
-                    echo(f"[{len(outcome.records)}/{total}] {self._label(planned, record)}: "
-                         f"{describe(record, self.ctx.output_dir)}")
+                    echo(printable(f"[{len(outcome.records)}/{total}] {self._label(planned, record)}: "
+                                   f"{describe(record, self.ctx.output_dir)}"))
             if self.executor.interrupt_requested:
                 outcome.stopped_by = stopped_by[0] if stopped_by else signal.SIGINT
         finally:
@@ -151,9 +152,9 @@ class Runner:
                     running.append(f"{self._name(planned)}: {phase[0]} for {now - phase[1]:.0f} s")
             doing = "; ".join(running) or "starting the next experiment"
             if self.progress_bar:
-                bar.set_postfix_str(doing[:80], refresh=True)
+                bar.set_postfix_str(printable(doing)[:80], refresh=True)
             else:
-                self.echo(f"[{len(recorded)}/{total} recorded, {now - started:.0f} s] running: {doing}")
+                self.echo(printable(f"[{len(recorded)}/{total} recorded, {now - started:.0f} s] running: {doing}"))
 
     def _write(self, planned: Planned, record: dict[str, Any]) -> None:
         exp = planned.experiment

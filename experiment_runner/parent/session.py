@@ -29,7 +29,7 @@ from experiment_runner.parent.launch.reaper import start_reaper, stop_reaper
 from experiment_runner.parent.runner import Runner
 from experiment_runner.parent.store import lock_run, new_run_id, resume_state
 from experiment_runner.parent.suites import CatalogError, SuiteCatalog, suite_catalog
-from experiment_runner.parent.summary import render_summary
+from experiment_runner.parent.summary import printable, render_summary
 from model_suites.registry import UnknownSuite
 
 logger = logging.getLogger("experiment_runner")
@@ -67,7 +67,7 @@ def print_dry_run(plan: matrix.Plan, done: set[tuple[str, int]], processes: int 
             mark = "  [already done in the run being resumed]"
         elif finished:
             mark = f"  [{finished} of {processes} processes done in the run being resumed]"
-        print(f"{i:4d}. {exp.model_name}: {exp.config.label()}{mark}")
+        print(printable(f"{i:4d}. {exp.model_name}: {exp.config.label()}{mark}"))
     if plan.dropped:
         print(f"\n{len(plan.dropped)} combination(s) dropped:")
         by_reason: dict[str, list[str]] = {}

@@ -6,6 +6,12 @@ from pathlib import Path
 from typing import Any, Iterable
 
 
+def printable(text: str) -> str:
+    """Text for the terminal with control characters escaped: a model name or an error message
+    holding an escape sequence must not reach the terminal raw."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def summary_rows(records: Iterable[dict[str, Any]]) -> list[list[Any]]:
     rows = []
     for r in records:
@@ -18,7 +24,7 @@ def summary_rows(records: Iterable[dict[str, Any]]) -> list[list[Any]]:
         process = r.get("process") or {}
         if process.get("count", 1) > 1:
             config += f" (process {process['index'] + 1}/{process['count']})"
-        rows.append([r["model"]["model_name"], config, e.get("batch_size") or "-", r["status"], median,
+        rows.append([printable(r["model"]["model_name"]), config, e.get("batch_size") or "-", r["status"], median,
                      r["verification_code"]])
     return rows
 

@@ -96,3 +96,19 @@ def test_every_process_of_an_experiment_survives_the_merge(tmp_path: Path, capsy
     merged = read(tmp_path / "all.jsonl")
     assert [(r["model"]["model_name"], r["process"]["index"]) for r in merged] == [("m1", 0), ("m1", 1), ("m1", 2),
                                                                                   ("m2", 0)]
+
+
+def test_the_output_is_written_through_a_symlink_and_never_replaces_a_device(tmp_path: Path, capsys) -> None:
+    shard = write(tmp_path / "shard0.jsonl", [record("a")])
+    target, link = tmp_path / "kept" / "all.jsonl", tmp_path / "all.jsonl"
+    target.parent.mkdir()
+    target.write_text("")
+    link.symlink_to(target)
+    code, _, err = merge(capsys, str(shard), "-o", str(link))
+    assert code == 0, err
+    assert link.is_symlink() and [json.loads(line)["model"] for line in target.read_text().splitlines()] == [
+        {"model_name": "a"}]
+    code, _, err = merge(capsys, str(shard), "-o", "/dev/null")
+    assert code == 2 and err.strip().splitlines() == [
+        "experiment_runner: error: merge: -o /dev/null is not a regular file; give a file path"]
+    assert Path("/dev/null").is_char_device()

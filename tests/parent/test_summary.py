@@ -28,3 +28,12 @@ def test_the_summary_suggests_the_next_command_and_a_retry_after_failures():
     assert "1 experiment(s) failed" in text and "--retry-failed" in text
     assert text.splitlines()[-1] == "Next: experiment_runner report out/results.jsonl"
     assert "--retry-failed" not in render_summary([record(False)], Path("r.jsonl"), "run")
+
+
+def test_control_characters_in_names_reach_the_terminal_escaped():
+    from experiment_runner.parent.summary import printable
+
+    named = {**record(False), "model": {"model_name": "evil\x1b[2Jname\n"}}
+    text = render_summary([named], Path("r.jsonl"), "run")
+    assert "\x1b" not in text and "evil\\x1b[2Jname\\n" in text
+    assert printable("résumé 名前") == "résumé 名前"
