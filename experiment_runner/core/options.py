@@ -44,16 +44,17 @@ class RunOptions:
     repeat: int = option(10, Flag("timed runs (samples) per experiment", MEASUREMENT, parse=int, metavar="N", low=1,
                                   wanted="at least 1"))
     iterations_per_run: int | None = option(None, Flag(
-        "iterations inside one timed run (sample); the record keeps the count used", MEASUREMENT, parse=int, metavar="N", low=1,
-        wanted="at least 1", default_help="calibrated after warm-up so that one sample lasts --min-sample-time",
+        "iterations inside one timed run (sample); the record keeps the count used", MEASUREMENT, parse=int,
+        metavar="N", low=1, wanted="at least 1",
+        default_help="calibrated after warm-up so that one sample lasts --min-sample-time",
         compat="the reference runs 1 iteration per sample; --iterations-per-run=1 does the same"))
     min_sample_time: float = option(DEFAULT_MIN_SAMPLE_TIME_S, Flag(
         "shortest timed run when --iterations-per-run is calibrated (the trials are kept in "
         "measurements.calibration)", MEASUREMENT, parse=float, metavar="SECONDS", low=0, high=60, low_open=True,
         wanted="in (0, 60] seconds"))
     warmup_iterations: int = option(2, Flag(
-        "untimed iterations first (they hold compilation; their times are recorded apart)", MEASUREMENT, parse=int, metavar="N",
-        low=0, wanted="0 or more"))
+        "untimed iterations first (they hold compilation; their times are recorded apart)", MEASUREMENT,
+        parse=int, metavar="N", low=0, wanted="0 or more"))
     seed: int = 1337
     randomize_input: bool = option(False, Flag("random input values of the same shapes and dtypes", MEASUREMENT,
                                                kind="switch"))

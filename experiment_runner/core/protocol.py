@@ -28,7 +28,6 @@ from typing import Any
 from experiment_runner.core.matrix import Experiment
 from experiment_runner.core.options import RunOptions
 
-
 # What a running worker can be busy with, in order; "warm-up" holds dynamo's compilation.
 PHASES: tuple[str, ...] = ("loading", "warm-up", "timing", "instrumenting", "verifying")
 PHASE_FILE = "phase"

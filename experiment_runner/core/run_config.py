@@ -157,8 +157,13 @@ class SessionConfig:
         "experiments are running, in which phase (loading, warm-up with its compilation, timing, "
         "instrumenting, verifying) and for how long", OUTPUT, parse=float, metavar="SECONDS", low=0,
         low_open=True, wanted="a positive number of seconds"))
+    wait_for_lock: float = option(0.0, Flag(
+        "when another runner is writing the same results file, wait up to SECONDS for it to finish instead "
+        "of exiting 2 (cron jobs that may overlap); then resume as usual", OUTPUT, parse=float, metavar="SECONDS",
+        low=0, wanted="0 or more seconds", default_help="0: do not wait"))
     output_dirname: str = option("output", Flag("folder for results and artifacts", OUTPUT, metavar="DIR"))
-    output_basename: str = option("results.jsonl", Flag("results file inside the folder (or an absolute path)", OUTPUT, metavar="FILE"))
+    output_basename: str = option("results.jsonl", Flag("results file inside the folder (or an absolute path)", OUTPUT,
+                                                         metavar="FILE"))
     log_level: str = option("info", Flag(
         "the runner's own messages: info shows the run's start (source, counts); warning and above only "
         "problems", OUTPUT, choices=("critical", "error", "warning", "info", "debug")))
@@ -212,6 +217,19 @@ class RunConfig:
     matrix: MatrixConfig
     session: SessionConfig
     options: RunOptions
+
+    def fingerprint(self) -> str:
+        """What the run plans, as a short hash: a rerun of the same command continues its own
+        run, another command into the same results file starts its own. The matrix-shaping
+        options count (after --experiment-config and the tiers were applied), and --processes;
+        how each experiment is measured or where records go does not."""
+        import hashlib
+        import json
+
+        shaping = {f.name: getattr(self.matrix, f.name) for f in fields(MatrixConfig)
+                   if f.name not in ("experiment_config", "model_config", "filter_by_tier", "exclude_by_tier")}
+        shaping["processes"] = self.session.processes
+        return hashlib.sha256(json.dumps(shaping, sort_keys=True, default=list).encode()).hexdigest()[:12]
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> "RunConfig":

@@ -27,7 +27,14 @@ from experiment_runner.parent.host import ProbeError, probe_capabilities, torch_
 from experiment_runner.parent.launch.forkserver_launcher import children_import_dynamo, prestart
 from experiment_runner.parent.launch.reaper import start_reaper, stop_reaper
 from experiment_runner.parent.runner import Runner
-from experiment_runner.parent.store import lock_run, new_run_id, resume_state
+from experiment_runner.parent.store import (
+    RunEntry,
+    lock_results,
+    new_run_id,
+    register_run,
+    registered_runs,
+    resume_state,
+)
 from experiment_runner.parent.suites import CatalogError, SuiteCatalog, suite_catalog
 from experiment_runner.parent.summary import printable, render_summary
 from model_suites.registry import UnknownSuite
@@ -113,6 +120,7 @@ class RunState:
     timestamp: float
     done: set[tuple[str, int]]
     failed: set[str]
+    failed_final: int = 0  # experiments whose final record is a failure
 
 
 def run(config: RunConfig) -> int:
@@ -152,48 +160,71 @@ def run(config: RunConfig) -> int:
     check_requested(m, caps)
 
     plan = build_plan(m, suite, models, caps)
-    results_path = s.results_path
-    done: set[tuple[str, int]] = set()  # (experiment_id, process index)
-    failed: set[str] = set()
-    run_id, timestamp = new_run_id(), s.timestamp
-    if s.resume:
-        state = resume_state(results_path, s.retry_failed, s.timestamp)
-        planned_ids = {p.experiment.experiment_id for p in plan.planned}
-        run_id = state.run_id or run_id
-        done = {(eid, index) for eid, index in state.done if eid in planned_ids}
-        failed = state.failed & planned_ids
-        timestamp = state.timestamp if timestamp is None else timestamp
-        if state.bad_lines:
-            where = ", ".join(str(b.lineno) for b in state.bad_lines[:5])
-            print(f"experiment_runner: warning: skipped {len(state.bad_lines)} corrupt or torn line(s) "
-                  f"of {results_path} (line {where}); they are kept as they are", file=sys.stderr)
     gpu_ids = tuple(filter(None, (s.gpu_ids or os.environ.get("CUDA_VISIBLE_DEVICES")
                                   or ",".join(map(str, range(caps.cuda_device_count)))).split(",")))
-
     if s.dry_run:
-        print_dry_run(plan, done, s.processes)
+        print_dry_run(plan, resume(config, plan).done, s.processes)
         return EXIT_OK
     if not plan.planned:
         raise UsageError("every combination was dropped as invalid here; --dry-run shows why")
-    todo = matrix.rounds(plan.planned, s.processes, done, failed)
-    if not todo:
-        print(f"experiment_runner: nothing to run: all {len(plan.planned)} experiment(s) already have "
-              f"{'a record' if s.processes == 1 else 'their records'} in run {run_id} of {results_path} "
-              "(--no-resume runs them again as a new run)")
-        return EXIT_OK
-    if (s.executor == "local" and s.launcher == "forkserver"
-            and any(p.experiment.config.xla is not None and p.skip_reason is None for p in todo)
-            and torch_xla_importable()):
-        prestart(torch=False, xla=True)
-    # Said once the run really starts, so that bad input before it stays one line.
-    about = f"{m.suite_name}: {suite.description or suite.source + ' models'}"
-    return execute(config, plan, RunState(run_id, time.time() if timestamp is None else timestamp, done, failed),
-                   suite.source, gpu_ids, about)
+    # One runner per results file, from before the choice of the run to continue until the end.
+    try:
+        lock = lock_results(s.results_path, s.wait_for_lock)
+    except OSError as exc:
+        if isinstance(exc, ResultsFileError) or exc.filename is None:
+            raise
+        raise ResultsIOError(f"cannot write {exc.filename}: {exc.strerror or exc}") from None
+    try:
+        state = resume(config, plan)
+        todo = matrix.rounds(plan.planned, s.processes, state.done, state.failed)
+        if not todo:
+            failures = (f"; {state.failed_final} of them failed (--retry-failed runs those again)"
+                        if state.failed_final else "")
+            print(f"experiment_runner: nothing to run: all {len(plan.planned)} experiment(s) already have "
+                  f"{'a record' if s.processes == 1 else 'their records'} in run {state.run_id} of "
+                  f"{s.results_path}{failures} (--no-resume runs everything again as a new run)")
+            return EXIT_OK
+        if (s.executor == "local" and s.launcher == "forkserver"
+                and any(p.experiment.config.xla is not None and p.skip_reason is None for p in todo)
+                and torch_xla_importable()):
+            prestart(torch=False, xla=True)
+        # Said once the run really starts, so that bad input before it stays one line.
+        about = f"{m.suite_name}: {suite.description or suite.source + ' models'}"
+        return execute(config, plan, state, suite.source, gpu_ids, about)
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
+def resume(config: RunConfig, plan: matrix.Plan) -> RunState:
+    """The run to continue (the default; --no-resume starts a new one) and what it already holds.
+
+    Only this command's runs are continued (RunConfig.fingerprint); when the file holds runs
+    of other commands only, a new run starts and one line says so."""
+    s = config.session
+    run_id, timestamp = new_run_id(), s.timestamp
+    if not s.resume:
+        return RunState(run_id, time.time() if timestamp is None else timestamp, set(), set())
+    state = resume_state(s.results_path, s.retry_failed, s.timestamp, config.fingerprint(),
+                         registered_runs(Path(s.output_dirname), s.results_path))
+    if state.bad_lines:
+        where = ", ".join(str(b.lineno) for b in state.bad_lines[:5])
+        print(f"experiment_runner: warning: skipped {len(state.bad_lines)} corrupt or torn line(s) "
+              f"of {s.results_path} (line {where}); they are kept as they are", file=sys.stderr)
+    if state.run_id is None and state.other_runs and not s.dry_run:
+        logger.info(f"starting a new run: the {state.other_runs} run(s) in {s.results_path} are other commands' "
+                    "(a rerun of the same command resumes its own run)")
+    planned_ids = {p.experiment.experiment_id for p in plan.planned}
+    timestamp = state.timestamp if timestamp is None else timestamp
+    return RunState(state.run_id or run_id, time.time() if timestamp is None else timestamp,
+                    {(eid, index) for eid, index in state.done if eid in planned_ids}, state.failed & planned_ids,
+                    state.failed_final)
 
 
 def execute(config: RunConfig, plan: matrix.Plan, state: RunState, source: str, gpu_ids: tuple[str, ...] = (),
             about: str = "") -> int:
-    """Take the run's lock, start its reaper, run it; the lock and the reaper end with it."""
+    """Register the run, start its reaper, run it (under the results file's lock, which the
+    caller holds); the reaper ends with it."""
     s = config.session
     results_path, output_dir = s.results_path, Path(s.output_dirname)
     created = not results_path.exists()
@@ -201,15 +232,10 @@ def execute(config: RunConfig, plan: matrix.Plan, state: RunState, source: str, 
         output_dir.mkdir(parents=True, exist_ok=True)
         with open(results_path, "ab"):
             pass
-        run_lock = lock_run(output_dir / "runs" / state.run_id)
+        register_run(output_dir, RunEntry(state.run_id, config.fingerprint(), state.timestamp,
+                                          os.path.realpath(results_path), sys.argv, time.time()))
     except OSError as exc:
         raise ResultsIOError(f"cannot write {exc.filename or results_path}: {exc.strerror or exc}") from None
-    if s.resume:  # a runner that held the lock before us may have finished some more
-        latest = resume_state(results_path, s.retry_failed, s.timestamp)
-        if latest.run_id == state.run_id:
-            planned_ids = {p.experiment.experiment_id for p in plan.planned}
-            state = dataclasses.replace(state, done={(eid, index) for eid, index in latest.done if eid in planned_ids},
-                                        failed=latest.failed & planned_ids)
     start_reaper()
     try:
         return _execute(config, plan, state, source, gpu_ids, about)
@@ -219,7 +245,6 @@ def execute(config: RunConfig, plan: matrix.Plan, state: RunState, source: str, 
         raise
     finally:
         stop_reaper()
-        os.close(run_lock)
 
 
 def _execute(config: RunConfig, plan: matrix.Plan, state: RunState, source: str, gpu_ids: tuple[str, ...],

@@ -5,14 +5,21 @@ The parent is the only writer. Each record is one JSON line written with a singl
 `os.write` under an advisory `flock`, then fsync'd, so concurrent runners never
 interleave and a crash leaves at most one torn last line, which readers skip.
 
-One runner per run: `lock_run` holds an exclusive lock on the run's folder for the whole
-run, so a second runner resuming the same run stops instead of running every remaining
-experiment a second time.
+One runner per results file: `lock_results` holds an exclusive lock keyed by the file's real
+location (symlinks resolved) for the whole run, so a second runner on the same file, whatever
+path leads to it, stops (or waits) instead of running experiments a second time.
+
+A run exists from its start: `register_run` writes `runs/<run_id>/run.json` (what it plans, as
+a fingerprint, and its command line) before any experiment starts, and `resume_state` counts
+registered runs too, so a run killed before its first record is continued, not started anew.
+A rerun continues its own command's run: runs with another fingerprint are not resumed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
+import json
 import os
 import secrets
 import socket
@@ -70,33 +77,44 @@ def append_record(path: Path, record: dict) -> None:
 
 
 class RunLocked(UsageError):
-    """Another runner holds the run; the message names it."""
+    """Another runner holds the results file; the message names it."""
 
 
-def lock_run(run_dir: Path) -> int:
-    """Take the run's exclusive lock (held until this process exits or closes the returned fd).
+# How often a runner asked to --wait-for-lock tries the lock again.
+LOCK_POLL_S = 0.2
 
-    The lock file says who holds it (pid and host), for the message a second runner prints.
-    OSError when the folder cannot be written; RunLocked when another runner holds it.
+
+def lock_results(results_path: Path, wait_s: float = 0.0) -> int | None:
+    """Take the exclusive lock of the results file's real location (held until this process
+    exits or closes the returned fd); None for a results "file" that is a device (/dev/null).
+
+    The lock is a file beside the real results file (`results.jsonl.lock`) that says who holds
+    it (pid and host), for the message a second runner prints. OSError when it cannot be
+    written; RunLocked when another runner still holds it after `wait_s` seconds.
     """
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "runner.lock"
+    real = Path(os.path.realpath(results_path))
+    if real.exists() and not real.is_file():
+        return None
+    real.parent.mkdir(parents=True, exist_ok=True)
+    path = real.with_name(real.name + ".lock")
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        # The holder writes who it is just after taking the lock: give it a moment to.
-        holder, deadline = "", time.monotonic() + 2.0
-        while not holder and time.monotonic() < deadline:
-            holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
-            time.sleep(0 if holder else 0.02)
-        holder = holder or "an unknown process"
-        os.close(fd)
-        raise RunLocked(f"run {run_dir.name} is being run by {holder} (lock {path}); "
-                        "wait for it to finish, or start a new run with --no-resume") from None
-    except OSError:
-        os.close(fd)
-        raise
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() < deadline:
+                time.sleep(LOCK_POLL_S)
+                continue
+            holder = _holder(fd)
+            os.close(fd)
+            waited = f" after waiting {wait_s:g} s" if wait_s else ""
+            raise RunLocked(f"{results_path} is being written by {holder}{waited} (lock {path}); wait for it "
+                            "(--wait-for-lock=SECONDS), or write to another file (--output-basename)") from None
+        except OSError:
+            os.close(fd)
+            raise
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode(), 0)
@@ -104,6 +122,50 @@ def lock_run(run_dir: Path) -> int:
         os.close(fd)
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
     return fd
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock, as its file says; the holder writes it just after taking the lock,
+    so give it a moment to."""
+    holder, deadline = "", time.monotonic() + 2.0
+    while not holder and time.monotonic() < deadline:
+        holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
+        time.sleep(0 if holder else 0.02)
+    return holder or "an unknown process"
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """A run as registered in its folder when it starts (runs/<run_id>/run.json)."""
+
+    run_id: str
+    fingerprint: str
+    timestamp: float
+    results: str  # the real path of the results file it appends to
+    command: list[str]
+    last_started: float  # when a runner last started (or resumed) it
+
+
+def register_run(output_dir: Path, entry: RunEntry) -> None:
+    """Write the run's entry before any of its experiments starts (atomically)."""
+    folder = output_dir / "runs" / entry.run_id
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / "run.json.tmp"
+    tmp.write_text(json.dumps(dataclasses.asdict(entry)))
+    os.replace(tmp, folder / "run.json")
+
+
+def registered_runs(output_dir: Path, results_path: Path) -> dict[str, RunEntry]:
+    """The runs registered in this output folder for this results file (by its real path)."""
+    real, found = os.path.realpath(results_path), {}
+    for path in sorted((output_dir / "runs").glob("*/run.json")) if (output_dir / "runs").is_dir() else []:
+        try:
+            entry = RunEntry(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            continue  # a folder of an older runner, or a torn entry: not a registered run
+        if entry.results == real:
+            found[entry.run_id] = entry
+    return found
 
 
 @dataclass
@@ -149,30 +211,43 @@ class ResumeState:
     failed: set[str]  # experiments with a failed process: their later processes are not run
     bad_lines: list[BadLine]
     timestamp: float | None = None
+    other_runs: int = 0  # runs of the file left alone because another command made them
+    failed_final: int = 0  # experiments of the run whose final record is a failure
 
 
-def resume_state(results_path: Path, retry_failed: bool, timestamp: float | None = None) -> ResumeState:
+def resume_state(results_path: Path, retry_failed: bool, timestamp: float | None = None,
+                 fingerprint: str | None = None, registered: dict[str, RunEntry] | None = None) -> ResumeState:
     """The run a resumed invocation continues and its finished experiments.
 
-    That run is the one stamped `timestamp` when given (a nightly job passes one per
-    night, so a rerun after a crash continues that night and a new night starts a new
-    run), else the run of the file's last record. Corrupt lines are skipped (and
-    reported by the caller); a non-empty file without a single valid record is not a
-    results file, and appending to it would be wrong.
+    Candidates are the file's runs and the runs registered for it (`registered`: a run killed
+    before its first record is one too), minus those registered with another `fingerprint`
+    (another command's run; runs of older runners, unregistered, count as this command's).
+    Of those, the one stamped `timestamp` when given (a nightly job passes one per night, so a
+    rerun after a crash continues that night and a new night starts a new run), else the
+    latest: unregistered runs in the order of their last record, then registered ones in the
+    order they last started. Corrupt lines are skipped (and reported by the caller); a
+    non-empty file without a single valid record is not a results file, and appending to it
+    would be wrong.
     """
-    if not results_path.exists():
-        return ResumeState(None, set(), set(), [])
-    if not results_path.is_file() and not results_path.is_dir():
-        # A device or a pipe (/dev/null to discard records; /dev/full, which reads as an endless
-        # line of zeros) holds no run to resume; reading it would never end.
-        return ResumeState(None, set(), set(), [])
+    registered = registered or {}
+    runs: dict[str, _RunSeen] = {}
     bad: list[BadLine] = []
-    runs = _runs_in(results_path, bad)
-    if not runs and bad:
-        raise ResultsFileError(f"{results_path} is not a results file: none of its lines is a JSON record "
-                               f"(line {bad[0].lineno}: {bad[0].reason}); nothing was written to it")
-    candidates = [run_id for run_id, seen in runs.items() if timestamp is None or seen.timestamp == timestamp]
+    if results_path.is_file():  # a device or a pipe (/dev/null, /dev/full) holds no run; reading it never ends
+        runs = _runs_in(results_path, bad)
+        if not runs and bad:
+            raise ResultsFileError(f"{results_path} is not a results file: none of its lines is a JSON record "
+                                   f"(line {bad[0].lineno}: {bad[0].reason}); nothing was written to it")
+    for run_id, entry in registered.items():
+        runs.setdefault(run_id, _RunSeen(entry.timestamp, {}))
+    ordered = sorted(runs, key=lambda run_id: (run_id in registered,
+                                               registered[run_id].last_started if run_id in registered else 0.0))
+    mine = [run_id for run_id in ordered
+            if fingerprint is None or run_id not in registered or registered[run_id].fingerprint == fingerprint]
+    candidates = [run_id for run_id in mine if timestamp is None or runs[run_id].timestamp == timestamp]
     if not candidates:
-        return ResumeState(None, set(), set(), bad)
+        return ResumeState(None, set(), set(), bad, other_runs=len(runs) - len(mine))
     run_id = candidates[-1]
-    return ResumeState(run_id, *runs[run_id].finished(retry_failed), bad, runs[run_id].timestamp)
+    done, failed = runs[run_id].finished(retry_failed)
+    failed_final = len({eid for (eid, _), status in runs[run_id].latest.items()
+                        if status in FINAL_STATUSES and status not in ("ok", "skipped")})
+    return ResumeState(run_id, done, failed, bad, runs[run_id].timestamp, len(runs) - len(mine), failed_final)

@@ -16,7 +16,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import cli_command, cli_env
 
 REPO = Path(__file__).resolve().parents[2]

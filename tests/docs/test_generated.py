@@ -29,7 +29,8 @@ def test_every_flag_of_the_parser_is_in_the_cli_reference() -> None:
     from experiment_runner.cli import build_parser
 
     page = (DOCS / "cli.md").read_text()
-    names = {name for action in build_parser()._actions for name in action.option_strings if name not in ("-h", "--help")}
+    names = {name for action in build_parser()._actions for name in action.option_strings
+             if name not in ("-h", "--help")}
     assert len(names) > 70
     assert [name for name in sorted(names) if f"`{name}`" not in page] == []
 

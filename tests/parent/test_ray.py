@@ -20,7 +20,6 @@ from typing import Iterator
 import psutil
 import pytest
 from conftest import (
-from experiment_runner.core.requirements import install_command
     SUPPORT,
     assert_no_process_left,
     cli_command,
@@ -28,6 +27,8 @@ from experiment_runner.core.requirements import install_command
     marked_processes,
     read_records,
 )
+
+from experiment_runner.core.requirements import install_command
 
 sys.path.insert(0, str(SUPPORT))
 from ray_cluster import LocalRayCluster  # noqa: E402  (tests/support)

@@ -190,7 +190,7 @@ def test_two_resume_runners_one_runs_the_other_exits_2(launcher: str, tmp_path: 
         if code == 2:
             lines = [line for line in stderr.splitlines() if "error" in line or "Traceback" in line]
             assert len(lines) == 1, stderr
-            assert "is being run by pid" in lines[0] and f"on host {os.uname().nodename}" in lines[0]
+            assert "is being written by pid" in lines[0] and f"on host {os.uname().nodename}" in lines[0]
     records = read_records(results)
     assert len({r["run_id"] for r in records}) == 1
     assert Counter(r["model"]["model_name"] for r in records) == Counter({f"nap_0{i}": 1 for i in range(8)})

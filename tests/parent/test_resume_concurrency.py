@@ -10,11 +10,20 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import assert_no_process_left, marked_processes, read_records, start_cli, wait_for
+from conftest import (
+    assert_no_process_left,
+    cli_command,
+    cli_env,
+    marked_processes,
+    read_records,
+    start_cli,
+    wait_for,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -92,18 +101,25 @@ def test_resume_retry_failed_reruns_only_failures(run_cli, tmp_path: Path) -> No
     assert Counter(r["model"]["model_name"] for r in records) == Counter({"raise_run": 2, "quick_00": 1})
 
 
-def test_two_runners_append_to_one_file(tmp_path: Path, cli_cache: Path) -> None:
+def test_two_runners_on_one_file_one_runs_and_one_waits_for_it(tmp_path: Path, cli_cache: Path) -> None:
+    """Two overlapping cron jobs: the second waits (--wait-for-lock), then resumes the first's
+    run and finds nothing left to run; without waiting it exits 2 at once."""
     out = tmp_path / "out"
-    args = [*COMMON, "--filter=^quick_", "--no-resume"]  # two runs of their own, side by side
-    runners = [start_cli(args, out, cli_cache) for _ in range(2)]
-    for proc, _ in runners:
-        _, stderr = proc.communicate(timeout=600)
-        assert proc.returncode == 0, stderr
-    records = read_records(out / "results.jsonl")  # every line parses: none torn, none interleaved
-    assert len(records) == 40
-    by_run = Counter(r["run_id"] for r in records)
-    assert sorted(by_run.values()) == [20, 20]
-    for run_id in by_run:
-        assert len({r["experiment_id"] for r in records if r["run_id"] == run_id}) == 20
-    for _, marker in runners:
+    args = [*COMMON, "--filter=^hang$", "--filter=^quick_00$", "--subprocess-timeout=15"]
+    first, first_marker = start_cli(args, out, cli_cache)
+    wait_for(lambda: any("signal.SIG_IGN" in line for line in marked_processes(first_marker)),
+             what="the first runner's hang experiment")
+    refused = subprocess.run(cli_command(args, out), env=cli_env(cli_cache, "refused"), capture_output=True,
+                             text=True, timeout=300)
+    assert refused.returncode == 2 and "is being written by pid" in refused.stderr, refused.stderr
+    waiting, waiting_marker = start_cli([*args, "--wait-for-lock=600"], out, cli_cache)
+    said = {}
+    for name, proc in (("first", first), ("waiting", waiting)):
+        said[name] = proc.communicate(timeout=600)
+        assert proc.returncode == 0, said[name][1]
+    assert ("nothing to run: all 2 experiment(s) already have a record" in said["waiting"][0]
+            and "1 of them failed (--retry-failed runs those again)" in said["waiting"][0]), said["waiting"]
+    records = read_records(out / "results.jsonl")
+    assert sorted(r["status"] for r in records) == ["ok", "timeout"] and len({r["run_id"] for r in records}) == 1
+    for marker in (first_marker, waiting_marker):
         assert_no_process_left(marker)
