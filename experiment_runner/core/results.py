@@ -6,12 +6,15 @@ everyone's: the parent resumes from it, `analysis` reports on it.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import stat
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
 
 SCHEMA_VERSION = 1
 
@@ -53,18 +56,51 @@ class BadLine:
     reason: str
 
 
+# A line longer than this is no record of this runner's (the largest, with per-op profiles, are
+# well under a MiB): it is skipped as a bad line, streaming, so /dev/zero-like input cannot
+# exhaust memory.
+MAX_LINE_BYTES = 64 * 2**20
+
+
+def open_results(path: Path) -> BinaryIO:
+    """Open a results file for reading: a regular file only (a FIFO would block the reader, a
+    device like /dev/zero never ends)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ResultsFileError(f"cannot read results file {path}: {exc.strerror or exc}") from exc
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        why = os.strerror(errno.EISDIR) if stat.S_ISDIR(mode) else "not a regular file (a FIFO, a socket or a device)"
+        raise ResultsFileError(f"cannot read results file {path}: {why}")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 def iter_records(path: Path, bad_lines: list[BadLine] | None = None) -> Iterator[dict]:
-    """Yield the records of a results file, streaming; corrupt or torn lines are skipped.
+    """Yield the records of a results file, streaming; corrupt, torn, overlong or too deeply
+    nested lines are skipped.
 
     Skipped lines go to `bad_lines` when given, else each becomes a warning naming its
     line number.
     """
-    try:
-        handle = open(path, "rb")
-    except OSError as exc:
-        raise ResultsFileError(f"cannot read results file {path}: {exc.strerror or exc}") from exc
-    with handle:
-        for lineno, raw in enumerate(handle, start=1):
+    def skip(lineno: int, reason: str) -> None:
+        bad = BadLine(lineno, reason[:200])
+        if bad_lines is not None:
+            bad_lines.append(bad)
+        else:
+            warnings.warn(f"{path}:{lineno}: skipped a corrupt or torn line ({bad.reason})", stacklevel=3)
+
+    with open_results(path) as handle:
+        lineno = 0
+        while raw := handle.readline(MAX_LINE_BYTES + 1):
+            lineno += 1
+            if len(raw) > MAX_LINE_BYTES:
+                while (rest := handle.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                    pass
+                skip(lineno, f"a line longer than {MAX_LINE_BYTES} bytes")
+                continue
             if not raw.strip():
                 continue
             try:
@@ -72,11 +108,10 @@ def iter_records(path: Path, bad_lines: list[BadLine] | None = None) -> Iterator
                 if not isinstance(record, dict):
                     raise ValueError("not a JSON object")
             except (ValueError, UnicodeDecodeError) as exc:
-                bad = BadLine(lineno, f"{type(exc).__name__}: {exc}"[:200])
-                if bad_lines is not None:
-                    bad_lines.append(bad)
-                else:
-                    warnings.warn(f"{path}:{lineno}: skipped a corrupt or torn line ({bad.reason})", stacklevel=2)
+                skip(lineno, f"{type(exc).__name__}: {exc}")
+                continue
+            except RecursionError:
+                skip(lineno, "JSON nested too deeply")
                 continue
             yield record
 

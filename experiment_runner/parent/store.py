@@ -94,7 +94,10 @@ def lock_results(results_path: Path, wait_s: float = 0.0) -> int | None:
     """
     real = Path(os.path.realpath(results_path))
     if real.exists() and not real.is_file():
-        return None
+        if not real.is_char_device():
+            raise UsageError(f"the results file {results_path} is not a regular file (a FIFO, a socket or a folder); "
+                             "a runner would block on it or fail at its first record")
+        return None  # a device: /dev/null discards the records
     real.parent.mkdir(parents=True, exist_ok=True)
     path = real.with_name(real.name + ".lock")
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -118,3 +118,25 @@ def test_a_failed_write_leaves_no_partial_line(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         signal.signal(signal.SIGXFSZ, previous)
     assert path.read_bytes() == before
+
+
+def test_readers_are_bounded_and_refuse_what_is_not_a_file(tmp_path, monkeypatch):
+    """Deep nesting and overlong lines are bad lines, not a crash or a memory blow-up; a FIFO
+    (which would block) and a device like /dev/zero (which never ends) are refused at once."""
+    import os
+    from pathlib import Path
+
+    from experiment_runner.core import results
+
+    deep, long = tmp_path / "deep.jsonl", tmp_path / "long.jsonl"
+    deep.write_bytes(b"[" * 200_000 + b"]" * 200_000 + b'\n{"ok": 1}\n')
+    long.write_bytes(b'{"x": "' + b"a" * 2000 + b'"}\n{"ok": 2}\n')
+    bad: list = []
+    assert list(iter_records(deep, bad_lines=bad)) == [{"ok": 1}]
+    monkeypatch.setattr(results, "MAX_LINE_BYTES", 1000)
+    assert list(iter_records(long, bad_lines=bad)) == [{"ok": 2}]
+    assert [(b.lineno, b.reason) for b in bad] == [(1, "JSON nested too deeply"), (1, "a line longer than 1000 bytes")]
+    os.mkfifo(tmp_path / "fifo")
+    for not_a_file in (tmp_path / "fifo", Path("/dev/zero")):
+        with pytest.raises(ResultsFileError, match="not a regular file"):
+            list(iter_records(not_a_file))
