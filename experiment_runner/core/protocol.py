@@ -72,9 +72,13 @@ class Task:
                    data["artifacts_dir"], data["attempt_id"])
 
     def write(self) -> Path:
+        """Write task.json; an OSError always names the file (a failed write alone does not)."""
         path = self.task_path
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict()))
+        try:
+            path.write_text(json.dumps(self.to_dict()))
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         return path
 
     @classmethod

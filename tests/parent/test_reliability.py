@@ -204,11 +204,17 @@ def _no_file_size() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
 
 
+def _file_size_1k() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1024, resource.RLIM_INFINITY))
+
+
 @pytest.mark.parametrize("launcher, fault", [
     # Both fail before any experiment starts: the launcher plays no part.
     ("subprocess", "runs_is_a_file"), ("forkserver", "file_size_limit_0"),
     # The first record's write fails, after an experiment ran under each launcher.
     ("subprocess", "disk_full"), ("forkserver", "disk_full"),
+    # A 1 KiB file-size limit: the registration fits, the experiment's task.json does not.
+    ("subprocess", "file_size_limit_1k"), ("forkserver", "file_size_limit_1k"),
 ])
 def test_output_io_failure_is_one_line_and_exit_3(launcher: str, fault: str, tmp_path: Path, cli_cache: Path) -> None:
     out = tmp_path / "out"
@@ -220,6 +226,9 @@ def test_output_io_failure_is_one_line_and_exit_3(launcher: str, fault: str, tmp
     elif fault == "file_size_limit_0":
         popen["preexec_fn"] = _no_file_size
         expected = (str(out), "File too large")
+    elif fault == "file_size_limit_1k":
+        popen["preexec_fn"] = _file_size_1k
+        expected = ("task.json", "File too large")
     else:
         (out / "results.jsonl").symlink_to("/dev/full")
         expected = (f"{out / 'results.jsonl'}", "No space left on device")
