@@ -93,6 +93,8 @@ class Row:
     process_medians: tuple[float, ...]
     # other processes used more than the set share of the CPUs during some of its timed runs
     noisy_host: bool = False
+    # the experiment's child.log (artifacts.log, found from the results file's folder)
+    log: str | None = None
 
     @property
     def configuration(self) -> str:
@@ -187,7 +189,7 @@ def _str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def flatten(record: dict[str, Any], file_name: str) -> Row:
+def flatten(record: dict[str, Any], file_name: str, folder: Path | None = None) -> Row:
     """One record as a Row; missing or mistyped fields become None instead of errors."""
     model = record.get("model") if isinstance(record.get("model"), dict) else {}
     exp = record.get("experiment") if isinstance(record.get("experiment"), dict) else {}
@@ -254,7 +256,18 @@ def flatten(record: dict[str, Any], file_name: str) -> Row:
         per_iter_time=samples,
         process_medians=() if median is None else (median,),
         noisy_host=figures.get("noisy_host") is True,
+        log=_log_path(record, folder),
     )
+
+
+def _log_path(record: dict[str, Any], folder: Path | None) -> str | None:
+    """Where the record's child.log is: artifacts.log is relative to the output folder, which
+    holds the results file (unless --output-basename put it elsewhere)."""
+    artifacts = record.get("artifacts")
+    log = artifacts.get("log") if isinstance(artifacts, dict) else None
+    if not isinstance(log, str):
+        return None
+    return str(folder / log) if folder is not None else log
 
 
 def combine(processes: Sequence[Row]) -> Row:
@@ -296,7 +309,7 @@ def _indexed_rows(paths: Sequence[Path],
         path = Path(path)
         sink = None if bad_lines is None else bad_lines.setdefault(path, [])
         for record in iter_records(path, bad_lines=sink):
-            yield flatten(record, path.name), process_index(record)
+            yield flatten(record, path.name, path.parent), process_index(record)
 
 
 def final_rows(rows: Iterable[tuple[Row, int]]) -> list[Row]:

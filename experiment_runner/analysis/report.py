@@ -11,12 +11,14 @@ import csv
 import io
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, NoReturn, Sequence
 
+from experiment_runner.analysis.columns import results_files
 from experiment_runner.analysis.loader import (
     CONFIG_FIELDS,
     Row,
@@ -324,9 +326,30 @@ def render_text(run: RunInfo, fixed: dict[str, str | None], summaries: Sequence[
             out.append(f"speedup per model: {' / '.join(group)}")
             out.append(tabulate(rows, headers=["model", "batch", *configs], tablefmt="simple"))
             out.append("")
+    failures = [r for r in results if r.row.status not in ("ok", "skipped")]
+    if failures and tables == "all":
+        rows = [[r.row.model, f"{r.row.accelerator} {r.row.test} {r.row.precision} {r.row.configuration}",
+                 r.row.status, _first_line(f"{r.row.error_type}: {r.row.error_message}"), _shown_path(r.row.log)]
+                for r in sorted(failures, key=lambda r: (r.row.model or "", r.row.experiment_id))]
+        out.append("failures (each log holds the experiment's own output):")
+        out.append(tabulate(rows, headers=["model", "experiment", "status", "error", "log"], tablefmt="simple"))
+        out.append("")
     out.append("speedup = baseline median / configuration median of per_iter_time (warm-up excluded); "
                "~ marks compile times estimated from the first warm-up iteration.")
     return "\n".join(out) + "\n"
+
+
+def _shown_path(path: str | None) -> str:
+    """A log's path as short as it is true: relative to the working folder when inside it."""
+    if path is None:
+        return "-"
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def _first_line(text: str, width: int = 100) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= width else line[:width - 1] + "…"
 
 
 def render_csv(records: Sequence[dict[str, Any]]) -> str:
@@ -439,7 +462,8 @@ def _save(fig: Any, plt: Any, path: Path) -> Path:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="experiment_runner report", description=DESCRIPTION,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="results files (JSONL)")
+    p.add_argument("files", nargs="+", type=Path, metavar="PATH",
+                   help="results files (JSONL), or folders searched for *.jsonl (as history takes them)")
     p.add_argument("--run-id", help="the run to report (default: the run with the latest record)")
     p.add_argument("--baseline", default=DEFAULT_BASELINE, metavar="KEY=VALUE,...",
                    help=f"baseline configuration; keys: {', '.join(BASELINE_KEYS)}. xla, xla_flags, dynamo "
@@ -462,7 +486,7 @@ def report(args: argparse.Namespace) -> str:
     tables = args.table or ("summary" if args.format == "csv" else "all")
     if args.format == "csv" and tables == "all":
         raise ReportError("csv holds one table: choose --table summary or --table models")
-    rows = read_rows(args.files)
+    rows = read_rows(results_files(args.files))
     runs = runs_of(rows)
     run = select_run(runs, args.run_id)
     selected = [r for r in rows if r.run_id == run.run_id]

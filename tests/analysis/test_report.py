@@ -282,7 +282,7 @@ def test_plot_without_matplotlib_is_one_line(tmp_path: Path, capsys: pytest.Capt
 
 
 @pytest.mark.parametrize(("flags", "code", "message"), [
-    (["/no/such/file.jsonl"], 3, "cannot read results file"),
+    (["/no/such/file.jsonl"], 3, "no such results file or folder"),
     ([RESULTS, "--run-id", "nope"], 2, "no run 'nope'"),
     ([RESULTS, "--baseline", "compiler=x"], 2, "bad --baseline item"),
     ([RESULTS, "--format", "csv", "--table", "all"], 2, "csv holds one table"),
@@ -308,3 +308,19 @@ def test_reports_never_import_torch() -> None:
               "assert 'torch' not in sys.modules, 'torch was imported'")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_folder_is_read_as_its_results_files_and_failures_name_their_logs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    night = tmp_path / "nightly" / "2025-01-02"
+    night.mkdir(parents=True)
+    failed = {**json.loads(RESULTS.read_text().splitlines()[0]), "status": "error",
+              "error": {"type": "RuntimeError", "message": "CUDA error: an illegal memory access\nmore lines"},
+              "artifacts": {"log": "runs/r/llama/child.log"}}
+    (night / "results.jsonl").write_text(json.dumps(failed) + "\n")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, Path("nightly"))
+    assert code == 0, err
+    failures = out.split("failures (each log holds the experiment's own output):\n", 1)[1]
+    assert "RuntimeError: CUDA error: an illegal memory access" in failures and "more lines" not in failures
+    assert "nightly/2025-01-02/runs/r/llama/child.log" in failures
