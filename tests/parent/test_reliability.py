@@ -58,6 +58,10 @@ def test_retry_failed_never_records_the_first_attempts_result(launcher: str, tmp
     assert "ValueError" not in retry["error"]["traceback_tail"]
     log = (retried.output_dir / retry["artifacts"]["log"]).read_text()
     assert "Segmentation fault" in log and "in _segfault" in retry["error"]["traceback_tail"]
+    # Each attempt keeps its own folder: the first record's log is still the first attempt's.
+    assert retry["artifacts"]["dir"] == f"{first_record['artifacts']['dir']}/attempt_2"
+    first_log = (retried.output_dir / first_record["artifacts"]["log"]).read_text()
+    assert first_log.startswith("experiment_runner worker:") and "Segmentation fault" not in first_log
     assert_no_process_left(retried.marker)
 
 

@@ -20,10 +20,30 @@ class Job:
     timeout_s: float | None = None
     source: str | None = None
 
-    def artifacts_dir(self, planned: Planned) -> Path:
+    def experiment_dir(self, planned: Planned) -> Path:
         """The experiment's folder; with --processes, one folder per process inside it."""
         folder = self.ctx.output_dir / "runs" / self.ctx.run_id / planned.experiment.dirname
         return folder / f"process_{planned.process_index}" if self.ctx.processes > 1 else folder
+
+    def artifacts_dir(self, planned: Planned) -> Path:
+        """The folder of the experiment's latest attempt: its own folder for the first,
+        `attempt_<n>/` inside it for the n-th (a retry, or a rerun after a kill)."""
+        base = self.experiment_dir(planned)
+        numbers = [int(p.name[len("attempt_"):]) for p in base.glob("attempt_*") if p.name[len("attempt_"):].isdigit()]
+        return base / f"attempt_{max(numbers)}" if numbers else base
+
+    def new_attempt_dir(self, planned: Planned) -> Path:
+        """A folder for a new attempt, created: the experiment's own folder the first time, then
+        `attempt_2/`, `attempt_3/`, ... so that every record's log and files are its own attempt's."""
+        latest = self.artifacts_dir(planned)
+        if not (latest / "child.log").exists() and not (latest / "task.json").exists():
+            latest.mkdir(parents=True, exist_ok=True)
+            return latest
+        base = self.experiment_dir(planned)
+        number = int(latest.name[len("attempt_"):]) + 1 if latest != base else 2
+        folder = base / f"attempt_{number}"
+        folder.mkdir(parents=True)
+        return folder
 
     def skipped(self, planned: Planned) -> dict[str, Any]:
         return build_record(self.ctx, planned.experiment, skip_reason=planned.skip_reason, source=self.source,

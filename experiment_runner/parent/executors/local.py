@@ -58,10 +58,9 @@ class LocalExecutor:
     def run_one(self, planned: Planned, job: Job, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
         if planned.skip_reason is not None:
             return job.skipped(planned)
-        artifacts_dir = job.artifacts_dir(planned)
         exp = planned.experiment
         try:
-            artifacts_dir.mkdir(parents=True, exist_ok=True)
+            artifacts_dir = job.new_attempt_dir(planned)
             task = Task(exp, job.ctx.options, str(artifacts_dir.resolve()))
             outcome = self.launcher.launch(task, artifacts_dir / "child.log", extra_env)
         except OSError as exc:  # the output side: the experiment's folder, task or log file

@@ -330,11 +330,11 @@ class RayExecutor:
         elif self._forced:
             note = f"its Ray worker did not honour the cancellation within {CANCEL_GRACE_S:.0f} s and was killed"
         outcome = ChildOutcome(None, None, interrupted=True, launcher=self.config.launcher, launcher_note=note)
+        job.new_attempt_dir(state.planned)  # this attempt's own (empty) folder: its files stayed on the node
         return job.record(state.planned, outcome, self._placement(state.where), state.where["environment"])
 
     def _finish(self, state: _InFlight, item: dict[str, Any], job: Job) -> dict[str, Any]:
-        folder = job.artifacts_dir(state.planned)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = job.new_attempt_dir(state.planned)
         for relative, data in item["files"].items():
             target = folder / relative
             target.parent.mkdir(parents=True, exist_ok=True)
