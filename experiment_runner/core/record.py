@@ -10,6 +10,9 @@ aggregate.py read our files) and `measurements` (every figure of ours: warm-up t
 compile time, peak memory, dynamo accounting, summed op profiles, ...). A failed or
 skipped experiment also gets `metrics.error`, which is how the reference's tools tell a
 failure from a success.
+
+The record's shape is core/record.schema.json's (see record_schema.py); tests validate what
+this builds against it, for every status.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from typing import Any
 
 from experiment_runner.core.matrix import Experiment, uses_cuda_graphs
 from experiment_runner.core.options import RunOptions
-from experiment_runner.core.results import SCHEMA_VERSION, verification_code
+from experiment_runner.core.record_schema import SCHEMA_VERSION
+from experiment_runner.core.results import verification_code
 from experiment_runner.core.stats import summarize
 
 # The keys PyTorch/XLA's benchmarks/experiment_runner.py puts in a record's `metrics`, each

@@ -1,4 +1,6 @@
-"""The results file, shared side: record schema, statuses, JSON encoding, tolerant reads.
+"""The results file, shared side: statuses, verification codes, JSON encoding, tolerant reads.
+
+What a record holds, and its version, is the schema's (`record_schema.py`).
 
 Writing (whole-line appends under a lock) is the parent's (`parent/store.py`); reading is
 everyone's: the parent resumes from it, `analysis` reports on it.
@@ -12,8 +14,6 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
-
-SCHEMA_VERSION = 1
 
 STATUSES = ("ok", "error", "oom", "timeout", "crashed", "skipped", "interrupted")
 # A record with one of these statuses ends its experiment for `--resume`; an interrupted
