@@ -40,10 +40,13 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from experiment_runner.core.stats import summarize
+
 CONFIGS: tuple[tuple[str | None, str], ...] = ((None, "eval"), ("inductor", "eval"), (None, "train"), ("inductor", "train"))
 FIRST_NIGHT = datetime(2025, 1, 1, 2, 0, tzinfo=timezone.utc)
+CPU_MODEL = "AMD EPYC 7763 64-Core Processor"
 ENVIRONMENT = {"hostname": "nightly-a100-07", "python": "3.12.3", "torch": "2.13.0", "torch_xla": None,
-               "transformers": "4.50.0", "timm": "1.0.15", "cpu": "AMD EPYC 7763 64-Core Processor"}
+               "transformers": "4.50.0", "timm": "1.0.15"}
 MIN_SEGMENT = 2  # nights on each side of a step: a one-night blip is noise, two nights are a change
 
 
@@ -138,19 +141,18 @@ def _records(spec: HistorySpec, night: int, medians: np.ndarray, extras: dict[st
         record: dict[str, Any] = {
             "schema_version": 1, "run_id": run_id, "experiment_id": experiment_id(model, dynamo, test),
             "model": {"suite_name": "torchbench", "model_name": model, "source": "builtin"},
-            "experiment": {"accelerator": "cpu", "accelerator_model": ENVIRONMENT["cpu"], "xla": None,
+            "experiment": {"accelerator": "cpu", "accelerator_model": CPU_MODEL, "xla": None,
                            "xla_flags": None, "dynamo": dynamo, "torch_xla2": None, "keep_model_data_on_cuda": False,
                            "test": test, "batch_size": 8, "precision": "fp32"},
             "repeat": 10, "iterations_per_run": 1, "metrics": metrics, "measurements": measurements,
-            "stats": {"per_iter_time": {"n": 10, "median": (ordered[4] + ordered[5]) / 2, "min": ordered[0],
-                                        "max": ordered[-1]}},
+            "stats": {"per_iter_time": summarize(samples)},
             "status": "ok", "error": None,
             "verification_code": "FAIL" if extras["fail_from"][e] <= night else "PASS",
             "verification": None, "artifacts": {"dir": f"{run_id}/{model}-{dynamo}-{test}", "log": "child.log"},
             "timings": {"import_s": 1.2, "wall_s": 9.5}, "environment": ENVIRONMENT, "timestamp": stamp,
         }
         if failed:
-            record.update(status="error", verification_code=None, stats={},
+            record.update(status="error", verification_code="VERIFIER_DIDNT_RUN", stats={"per_iter_time": None},
                           error={"type": "RuntimeError", "message": "CUDA error: an illegal memory access"},
                           metrics={"error": "RuntimeError: CUDA error: an illegal memory access"},
                           measurements={"peak_rss_bytes": measurements["peak_rss_bytes"],

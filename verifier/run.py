@@ -24,13 +24,11 @@ import gc
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from verifier.closeness import Comparison, compare, identical
+from verifier.subject import Subject
 from verifier.tolerances import Context, Policy, policy_for
-
-if TYPE_CHECKING:
-    from experiment_runner.child.harness import ExperimentHarness
 
 TRACEBACK_TAIL_LINES = 15
 
@@ -53,27 +51,22 @@ def _tail(exc: BaseException) -> str:
     return "\n".join(text.rstrip().splitlines()[-TRACEBACK_TAIL_LINES:])
 
 
-def reference_harness(harness: "ExperimentHarness") -> "ExperimentHarness":
+def reference_harness(harness: Subject) -> Subject:
     """Where the eager and float64 runs happen: the experiment's own device, except that an
     XLA experiment is checked against native eager (CUDA for CUDA, otherwise the CPU), since
     eager on a lazy XLA device is the very thing under test when dynamo is None."""
     config = harness.config
     if config.xla is None:
         return harness
-    from experiment_runner.child.devices import runtime_for
-    from experiment_runner.child.harness import ExperimentHarness
-
-    native = dataclasses.replace(config, xla=None, xla_flags=None, dynamo=None, torch_xla2=None,
-                                 accelerator="cuda" if config.accelerator == "cuda" else "cpu")
-    experiment = dataclasses.replace(harness.experiment, config=native)
-    return ExperimentHarness(experiment, harness.options, runtime_for(native), harness.artifacts_dir)
+    return harness.with_config(dataclasses.replace(config, xla=None, xla_flags=None, dynamo=None, torch_xla2=None,
+                                                   accelerator="cuda" if config.accelerator == "cuda" else "cpu"))
 
 
 def _error(exc: BaseException) -> dict[str, str]:
     return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback_tail": _tail(exc)}
 
 
-def context_of(harness: "ExperimentHarness") -> Context:
+def context_of(harness: Subject) -> Context:
     config = harness.config
     return Context(suite=harness.experiment.suite_name, model=harness.experiment.model_name,
                    test=config.test, precision=config.precision, accelerator=config.accelerator,
@@ -101,7 +94,7 @@ def snapshot(value: Any) -> Any:
     return value
 
 
-def run_once(harness: "ExperimentHarness", precision: str, compiled: bool) -> Any:
+def run_once(harness: Subject, precision: str, compiled: bool) -> Any:
     """Load a fresh model in `precision`, run it from the seeded RNG state, return what to compare."""
     model = harness.load(precision)
     # SGD for the verification steps, whatever the suite times with. Adam's first step moves
@@ -124,7 +117,7 @@ def run_once(harness: "ExperimentHarness", precision: str, compiled: bool) -> An
                      "params": params})
 
 
-def procedure(harness: "ExperimentHarness", policy: Policy) -> Verification:
+def procedure(harness: Subject, policy: Policy) -> Verification:
     """Steps 1 to 4 of the module docstring (may raise: verify_experiment catches)."""
     precision = harness.config.precision
     if policy.skip_reason is not None:
@@ -163,7 +156,7 @@ def procedure(harness: "ExperimentHarness", policy: Policy) -> Verification:
                         tolerance=policy.tolerance, details={**base, **outcome.details()})
 
 
-def verify_experiment(harness: "ExperimentHarness") -> dict[str, Any]:
+def verify_experiment(harness: Subject) -> dict[str, Any]:
     """Verify the harness's experiment; never raises (a broken verifier is EXCEPTION_RAISED)."""
     policy: Policy | None = None
     try:

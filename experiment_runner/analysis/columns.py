@@ -10,7 +10,8 @@ read again by `loader.iter_rows`, which skips bad lines with a warning naming ea
 both paths apply `loader.flatten`'s rules, which a test checks on the same files:
 our figures come from `measurements`, then `metrics`; compile time is recorded or estimated
 from the first warm-up iteration; records without run_id (the reference runner's) are
-grouped into runs by `results.legacy_run_id`.
+grouped into runs by `results.legacy_run_id`. Which fields DuckDB reads, and their SQL types,
+come from the record schema (`RECORD_PATHS`, core/record.schema.json).
 """
 
 from __future__ import annotations
@@ -23,25 +24,53 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES, iter_rows, legacy_experiment_id
+from experiment_runner.core.record_schema import field_schema, field_types
 from experiment_runner.core.results import BadLine, ResultsFileError, iter_records, legacy_run_id
 from experiment_runner.errors import EXIT_RESULTS_IO, ReportError
 
 if TYPE_CHECKING:
     import pyarrow
 
-_STRUCT_FIGURES = ("warmup_time DOUBLE[], compile_time_s DOUBLE, timed_peak_rss_bytes BIGINT, "
-                   "peak_allocated_bytes BIGINT")
-_COLUMNS = {
-    "run_id": "VARCHAR", "experiment_id": "VARCHAR", "timestamp": "DOUBLE", "status": "VARCHAR",
-    "verification_code": "VARCHAR",
-    "model": "STRUCT(suite_name VARCHAR, model_name VARCHAR)",
-    "experiment": "STRUCT(accelerator VARCHAR, xla VARCHAR, xla_flags VARCHAR, dynamo VARCHAR, "
-                  "torch_xla2 VARCHAR, compile_options VARCHAR, test VARCHAR, \"precision\" VARCHAR, "
-                  "batch_size BIGINT)",
-    "metrics": f"STRUCT(per_iter_time DOUBLE[], error VARCHAR, {_STRUCT_FIGURES})",
-    "measurements": f"STRUCT({_STRUCT_FIGURES})",
-}
+# Our figures, read from `measurements`, then from `metrics` (files older than the split).
+_FIGURES = ("warmup_time", "compile_time_s", "timed_peak_rss_bytes", "peak_allocated_bytes")
+# Every record field the query below reads, as a path into the record schema.
+RECORD_PATHS: tuple[str, ...] = (
+    "run_id", "experiment_id", "timestamp", "status", "verification_code", "model.suite_name", "model.model_name",
+    *(f"experiment.{name}" for name in ("accelerator", *CONFIG_FIELDS, "test", "precision", "batch_size")),
+    "metrics.per_iter_time", "metrics.error", *(f"{block}.{name}" for block in ("metrics", "measurements")
+                                                for name in _FIGURES),
+)
+_SQL_TYPES = {"string": "VARCHAR", "number": "DOUBLE", "integer": "BIGINT", "boolean": "BOOLEAN"}
+
+
+def sql_type(path: str) -> str:
+    """The DuckDB type of a record field, from its JSON type in the record schema (KeyError when
+    the schema does not name the field, so no column can read a field the record does not define)."""
+    kinds = [kind for kind in field_types(path) if kind != "null"]
+    suffix = ""
+    if kinds == ["array"]:
+        items = field_schema(path)["items"].get("type", ())
+        kinds, suffix = [kind for kind in ([items] if isinstance(items, str) else items) if kind != "null"], "[]"
+    if len(kinds) != 1 or kinds[0] not in _SQL_TYPES:
+        raise ValueError(f"record field {path!r} has no single SQL type (JSON types {kinds})")
+    return _SQL_TYPES[kinds[0]] + suffix
+
+
+def record_columns(paths: Sequence[str]) -> dict[str, str]:
+    """`read_json`'s `columns`: each top-level field read, and for a block, a STRUCT of the fields
+    read from it (paths go one level down at most, as the query's do)."""
+    nested: dict[str, list[str]] = {}
+    for path in paths:
+        top, _, rest = path.partition(".")
+        nested.setdefault(top, [])
+        if rest:
+            nested[top].append(f'"{rest}" {sql_type(path)}')
+    return {top: f"STRUCT({', '.join(fields)})" if fields else sql_type(top) for top, fields in nested.items()}
+
+
+_COLUMNS = record_columns(RECORD_PATHS)
 # What each column is, in SQL over the record fields above; the rules of loader.flatten.
+# DuckDB rejects a field that `columns` does not declare, so every field read here is in RECORD_PATHS.
 _SELECT = """
 WITH raw AS (
   SELECT filename, run_id, experiment_id, timestamp, status, verification_code,
@@ -128,6 +157,9 @@ def results_files(paths: Sequence[Path]) -> list[Path]:
             found.extend(sorted(p for p in path.rglob("*.jsonl") if p.is_file()))
         elif path.is_file():
             found.append(path)
+        elif path.exists():
+            raise ReportError(f"cannot read results file {path}: not a regular file (a FIFO, a socket or a device)",
+                              EXIT_RESULTS_IO)
         else:
             raise ReportError(f"no such results file or folder: {path}", EXIT_RESULTS_IO)
     if not found:

@@ -7,14 +7,14 @@ float64) from the same seed to judge the experiment's outputs.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from time import perf_counter
 from typing import Any, Callable
 
-from experiment_runner.child.devices import DeviceRuntime
+from experiment_runner.child.devices import DeviceRuntime, runtime_for
 from experiment_runner.core.cpus import HostLoadSample
-from experiment_runner.core.matrix import Experiment, uses_cuda_graphs
+from experiment_runner.core.matrix import Experiment, ExperimentConfig, uses_cuda_graphs
 from experiment_runner.core.options import RunOptions
 from model_suites import BenchmarkModel, LoadRequest, get_suite, map_tensors
 from model_suites.training import TrainingState
@@ -42,7 +42,8 @@ class ExperimentHarness:
     """Everything needed to run one experiment's iterations, shared by timing and the verifier.
 
     `load(dtype)` builds a fresh copy of the model from the same seed, so the verifier can
-    run eager, float64 and the experiment from identical weights and inputs.
+    run eager, float64 and the experiment from identical weights and inputs. It is the
+    verifier's `verifier.subject.Subject`.
     """
 
     experiment: Experiment
@@ -52,8 +53,14 @@ class ExperimentHarness:
     model: BenchmarkModel | None = None
 
     @property
-    def config(self):
+    def config(self) -> ExperimentConfig:
         return self.experiment.config
+
+    def with_config(self, config: ExperimentConfig) -> "ExperimentHarness":
+        """The same model and options under `config`, on its own device runtime (the verifier's
+        native reference for an XLA experiment)."""
+        return ExperimentHarness(replace(self.experiment, config=config), self.options, runtime_for(config),
+                                 self.artifacts_dir)
 
     def load(self, precision: str | None = None) -> BenchmarkModel:
         """Load the model (seeded), cast to `precision` ("fp64" for the verifier's reference)."""

@@ -28,6 +28,7 @@ from experiment_runner.child.instrument.pipeline import Instrumentation
 from experiment_runner.child.plugins import import_plugins
 from experiment_runner.core.environment import describe_environment
 from experiment_runner.core.protocol import Task, publish_result, write_phase
+from experiment_runner.core.results import verification_code
 from model_suites import ModelSkipped
 
 TRACEBACK_TAIL_LINES = 15
@@ -52,7 +53,7 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
     result: dict[str, Any] = {
         "status": "ok", "error": None, "metrics": {}, "source": None,
         "batch_size": config.batch_size, "precision": config.precision, "accelerator_model": None,
-        "verification_code": "VERIFIER_SKIPPED", "verification": None, "artifacts": {},
+        "verification": None, "artifacts": {},
         "environment": describe_environment(), "timings": {},
     }
     device: DeviceRuntime | None = None
@@ -105,14 +106,13 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
             from verifier import verify_experiment
 
             if on_timed is not None:
-                on_timed({**result, "verification_code": "VERIFIER_DIDNT_RUN",
+                on_timed({**result, "verification_code": verification_code(task.options.verify, result["status"], None),
                           "artifacts": {**result["artifacts"], **device.artifacts()},
                           "timings": dict(result["timings"])})
 
             t0 = time.perf_counter()
             write_phase(task, "verifying")
             verification = verify_experiment(harness)
-            result["verification_code"] = verification["code"]
             result["verification"] = verification
             result["timings"]["verify_s"] = time.perf_counter() - t0
     except ModelSkipped as exc:
@@ -120,8 +120,7 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
     except BaseException as exc:  # noqa: BLE001 - every failure must become data
         oom = device.is_oom(exc) if device is not None else isinstance(exc, MemoryError)
         result.update(status="oom" if oom else "error", error=error_block(exc))
-        if task.options.verify and result["verification"] is None:
-            result["verification_code"] = "VERIFIER_DIDNT_RUN"
+    result["verification_code"] = verification_code(task.options.verify, result["status"], result["verification"])
     if device is not None:
         result["artifacts"].update(device.artifacts())
         if result["metrics"]:

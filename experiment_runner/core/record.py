@@ -10,6 +10,9 @@ aggregate.py read our files) and `measurements` (every figure of ours: warm-up t
 compile time, peak memory, dynamo accounting, summed op profiles, ...). A failed or
 skipped experiment also gets `metrics.error`, which is how the reference's tools tell a
 failure from a success.
+
+The record's shape is core/record.schema.json's (see record_schema.py); tests validate what
+this builds against it, for every status.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from typing import Any
 
 from experiment_runner.core.matrix import Experiment, uses_cuda_graphs
 from experiment_runner.core.options import RunOptions
-from experiment_runner.core.results import SCHEMA_VERSION, VERIFICATION_CODES
+from experiment_runner.core.record_schema import SCHEMA_VERSION
+from experiment_runner.core.results import verification_code
 from experiment_runner.core.stats import summarize
 
 # The keys PyTorch/XLA's benchmarks/experiment_runner.py puts in a record's `metrics`, each
@@ -181,9 +185,9 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
         assert outcome is not None
         death_status, death = classify_death(outcome, timeout_s)
         status, error = result["status"], {**death, "phase": "verification"}
-        verification = {"code": "VERIFIER_DIDNT_RUN", "method": None, "tolerance": None,
-                        "details": {"reason": f"the child died during verification ({death_status}): "
-                                              f"{death['message']}"}}
+        verification = {"code": verification_code(ctx.options.verify, status, None), "method": None,
+                        "tolerance": None, "details": {"reason": f"the child died during verification "
+                                                                 f"({death_status}): {death['message']}"}}
     elif result is not None:
         status, error = result["status"], result.get("error")
         if error is not None:
@@ -192,9 +196,7 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
         assert outcome is not None
         status, error = classify_death(outcome, timeout_s)
     result = result or {}
-    code = result.get("verification_code") or (
-        "VERIFIER_DIDNT_RUN" if ctx.options.verify and status not in ("ok", "skipped") else "VERIFIER_SKIPPED")
-    assert code in VERIFICATION_CODES, code
+    code = verification_code(ctx.options.verify, status, verification)
     metrics, measurements = split_metrics(result.get("metrics", {}))
     failure = reference_error(status, error)
     if failure is not None:

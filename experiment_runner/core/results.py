@@ -1,4 +1,6 @@
-"""The results file, shared side: record schema, statuses, JSON encoding, tolerant reads.
+"""The results file, shared side: statuses, verification codes, JSON encoding, tolerant reads.
+
+What a record holds, and its version, is the schema's (`record_schema.py`).
 
 Writing (whole-line appends under a lock) is the parent's (`parent/store.py`); reading is
 everyone's: the parent resumes from it, `analysis` reports on it.
@@ -14,9 +16,7 @@ import stat
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator
-
-SCHEMA_VERSION = 1
+from typing import Any, BinaryIO, Iterable, Iterator, Mapping
 
 STATUSES = ("ok", "error", "oom", "timeout", "crashed", "skipped", "interrupted")
 # A record with one of these statuses ends its experiment for `--resume`; an interrupted
@@ -27,6 +27,25 @@ VERIFICATION_CODES = (
     "PASS", "FAIL", "EAGER_FAILED", "EXCEPTION_RAISED",
     "NONDETERMINISTIC_EAGER_RUN", "VERIFIER_SKIPPED", "VERIFIER_DIDNT_RUN",
 )
+
+
+def verification_code(verify: bool, status: str, verification: Mapping[str, Any] | None) -> str:
+    """A record's `verification_code`; the child (its result) and the record builder both ask here.
+
+    The verifier's own code when it returned a `verification` block; VERIFIER_SKIPPED when
+    nothing was to be verified (no --verify, or a skipped experiment); otherwise
+    VERIFIER_DIDNT_RUN: the experiment failed before verification, or its child died (or,
+    in an interim result, has not yet finished) verifying.
+    """
+    if verification is not None:
+        code = verification["code"]
+    elif not verify or status == "skipped":
+        code = "VERIFIER_SKIPPED"
+    else:
+        code = "VERIFIER_DIDNT_RUN"
+    if code not in VERIFICATION_CODES:
+        raise ValueError(f"unknown verification code {code!r}")
+    return code
 
 
 class ResultsFileError(OSError):

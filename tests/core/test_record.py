@@ -7,6 +7,8 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
+
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
 from experiment_runner.core.protocol import Task, publish_result, read_attempt_result
@@ -105,3 +107,26 @@ def test_a_crash_stack_in_the_log_tail_keeps_its_innermost_frame(tmp_path) -> No
     assert tail.startswith("Fatal Python error") and "faulty.py" in tail and tail.endswith("torch._C")
     log.write_text("\n".join(f"line {i}" for i in range(100)) + "\n")
     assert read_log_tail(log).splitlines() == [f"line {i}" for i in range(100 - LOG_TAIL_LINES, 100)]
+
+
+def test_verification_code_is_decided_in_one_place() -> None:
+    from experiment_runner.core.results import verification_code
+
+    assert verification_code(True, "ok", {"code": "FAIL"}) == "FAIL"
+    assert verification_code(True, "error", {"code": "PASS"}) == "PASS"  # failed after verifying
+    assert verification_code(False, "error", None) == "VERIFIER_SKIPPED"
+    assert verification_code(True, "skipped", None) == "VERIFIER_SKIPPED"
+    assert verification_code(True, "crashed", None) == "VERIFIER_DIDNT_RUN"
+    assert verification_code(True, "ok", None) == "VERIFIER_DIDNT_RUN"  # an interim result
+    with pytest.raises(ValueError, match="MAYBE"):
+        verification_code(True, "ok", {"code": "MAYBE"})
+
+
+def test_a_record_takes_its_code_from_the_same_decision(tmp_path: Path) -> None:
+    died = record(tmp_path, ChildOutcome(result=None, returncode=1))
+    assert (died["status"], died["verification_code"]) == ("crashed", "VERIFIER_DIDNT_RUN")
+    ctx = RecordContext(run_id="r", options=RunOptions(verify=True), output_dir=tmp_path)
+    skipped = build_record(ctx, experiment(), skip_reason="listed")
+    assert skipped["verification_code"] == "VERIFIER_SKIPPED"
+    verified = record(tmp_path, ChildOutcome(result={**TIMED, "verification": {"code": "PASS"}}, returncode=0))
+    assert verified["verification_code"] == "PASS"

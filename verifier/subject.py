@@ -1,0 +1,60 @@
+"""What the verifier needs of the experiment it judges, stated here so it never imports the child.
+
+The child's `ExperimentHarness` satisfies `Subject` structurally; tests and other callers
+may hand in anything else that does. The verifier depends on these few members only, so
+the child side can change how it loads, compiles and times models without the verifier
+following it (and the verifier stays importable where no child code is, e.g. by
+benchmarks/verifier_agreement.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from experiment_runner.core.matrix import Experiment, ExperimentConfig
+from experiment_runner.core.options import RunOptions
+
+if TYPE_CHECKING:
+    from model_suites import BenchmarkModel
+
+
+class Device(Protocol):
+    """The device a subject runs on: where tensors live, its RNG, and how one iteration runs."""
+
+    @property
+    def torch_device(self) -> str: ...
+
+    def reset_rng(self, seed: int) -> None: ...
+
+    def run_iteration(self, step: Callable[[], Any]) -> Any: ...
+
+    def synchronize(self) -> None: ...
+
+
+class Subject(Protocol):
+    """One experiment that the verifier can load and run again, from the same seed, as often as it needs."""
+
+    @property
+    def experiment(self) -> Experiment: ...
+
+    @property
+    def options(self) -> RunOptions: ...
+
+    @property
+    def device(self) -> Device: ...
+
+    @property
+    def config(self) -> ExperimentConfig: ...
+
+    def load(self, precision: str | None = None) -> "BenchmarkModel":
+        """A fresh copy of the model, seeded, cast to `precision`."""
+        ...
+
+    def make_step(self, model: "BenchmarkModel", compiled: bool = True, precision: str | None = None,
+                  full_output: bool | None = None) -> Callable[[], Any]:
+        """One iteration as a closure, compiled with the experiment's backend when `compiled`."""
+        ...
+
+    def with_config(self, config: ExperimentConfig) -> "Subject":
+        """The same model and options under another configuration, on that configuration's own device."""
+        ...
