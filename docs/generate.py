@@ -1,11 +1,12 @@
 """Write the documentation pages that are generated from the code, or check them.
 
-    python docs/generate.py           # rewrite docs/cli.md
+    python docs/generate.py           # rewrite docs/cli.md and docs/record.md
     python docs/generate.py --check   # exit 1 and name the page when one is out of date
 
 docs/cli.md comes from the flag table (experiment_runner/core/options.py and
 core/run_config.py, through the CLI's own help texts) and from the analysis commands'
-parsers; tests/docs/test_generated.py runs --check.
+parsers; docs/record.md from the record schema (experiment_runner/core/record.schema.json);
+tests/docs/test_generated.py runs --check.
 """
 
 from __future__ import annotations
@@ -63,7 +64,13 @@ def cli_reference() -> str:
     return "\n".join(lines)
 
 
-PAGES: dict[str, Callable[[], str]] = {"cli.md": cli_reference}
+def record_reference() -> str:
+    from experiment_runner.core.record_schema import record_reference_markdown
+
+    return record_reference_markdown()
+
+
+PAGES: dict[str, Callable[[], str]] = {"cli.md": cli_reference, "record.md": record_reference}
 
 
 def main(argv: list[str]) -> int:
