@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+from typing import NoReturn
+
 EXIT_OK = 0  # the runner did its job; failed experiments are data, not exit codes
 EXIT_INTERNAL = 1  # a bug in the runner itself
 EXIT_USAGE = 2  # bad input: flags, suite, regex, model, unavailable accelerator or backend
@@ -34,3 +37,11 @@ class ReportError(Exception):
     def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
         super().__init__(message)
         self.code = code
+
+
+class ReportParser(argparse.ArgumentParser):
+    """The analysis commands' parser: bad arguments are a ReportError (one line, exit 2), not
+    argparse's usage dump and exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ReportError(f"{message} (see {self.prog} --help)")

@@ -29,12 +29,12 @@ import sys
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Sequence
 
 from experiment_runner.analysis.loader import Row, RunInfo, comparison_key, runs_of
 from experiment_runner.analysis.report import read_rows, render_csv
 from experiment_runner.core.requirements import install_command
-from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError
+from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError, ReportParser
 
 EXACT_MAX_SAMPLES = 50
 # One process per side: a change must exceed FLOOR_FACTOR times the noise we can see.
@@ -78,11 +78,6 @@ side, and experiments that were ok in A but fail in B (new failures) or the reve
 
 Exit status: 0 no significant regression; 1 a significant regression or a new failure;
 2 bad flags, no such run or scipy missing; 3 a file cannot be read."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise ReportError(f"{message} (see --help)")
 
 
 @dataclass
@@ -402,7 +397,7 @@ def render(outcome: Outcome, args: argparse.Namespace) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="experiment_runner compare", description=DESCRIPTION,
+    p = ReportParser(prog="experiment_runner compare", description=DESCRIPTION,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("a", type=Path, metavar="A", help="results file holding run A (before)")
     p.add_argument("b", type=Path, nargs="?", metavar="B", help="results file holding run B (after); default: A")

@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, NoReturn, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from experiment_runner.analysis.columns import Factor, Records, read_back, read_
 from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES
 from experiment_runner.analysis.page import RECORDS_ON_PAGE, encode_series, link_to, render, write_page
 from experiment_runner.core.requirements import install_command
-from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError
+from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError, ReportParser
 
 METRICS = ("time", "compile_time", "memory")  # numeric series, each: higher is worse
 METRIC_COLUMNS = {"time": "median", "compile_time": "compile_time_s", "memory": "peak_memory_bytes"}
@@ -50,11 +50,6 @@ longer to compile, ok -> not ok, PASS -> not PASS) whose first bad run is among 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise ReportError(f"{message} (see --help)")
 
 
 @dataclass(frozen=True)
@@ -489,7 +484,7 @@ def page_data(analysis: Analysis, records: dict[tuple[int, int], dict], out: Pat
 
 def build_parser() -> argparse.ArgumentParser:
     d = DetectorConfig()
-    p = _Parser(prog="experiment_runner history", description=DESCRIPTION,
+    p = ReportParser(prog="experiment_runner history", description=DESCRIPTION,
                 formatter_class=_Formatter)
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                    help="results files, or folders searched for *.jsonl (e.g. one folder per night)")

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Sequence
 
 from experiment_runner.core.results import (
     FINAL_STATUSES,
@@ -29,12 +29,7 @@ from experiment_runner.core.results import (
     iter_records,
     process_index,
 )
-from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, EXIT_USAGE, ReportError
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise ReportError(f"{message} (see merge --help)")
+from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, EXIT_USAGE, ReportError, ReportParser
 
 
 @dataclass
@@ -117,7 +112,7 @@ def write_atomically(path: Path, records: Sequence[dict]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="experiment_runner merge",
+    parser = ReportParser(prog="experiment_runner merge",
                      description="Merge the results files of one run's shards into one file: one final record "
                                  "per experiment, one run_id; conflicts are reported on stderr.")
     parser.add_argument("inputs", nargs="+", type=Path, metavar="FILE", help="shard results files")

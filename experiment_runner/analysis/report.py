@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, NoReturn, Sequence
+from typing import Any, Iterable, Sequence
 
 from experiment_runner.analysis.columns import results_files
 from experiment_runner.analysis.loader import (
@@ -29,7 +29,7 @@ from experiment_runner.analysis.loader import (
 from experiment_runner.core.matrix import parse_none
 from experiment_runner.core.requirements import install_command
 from experiment_runner.core.results import BadLine, ResultsFileError
-from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError
+from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError, ReportParser
 
 DESCRIPTION = """\
 Report one run of a results file with the metrics of PyTorch's compiler dashboard, per
@@ -64,11 +64,6 @@ Exit status: 0 done, 2 bad flags or no such run, 3 a file cannot be read."""
 BASELINE_KEYS: tuple[str, ...] = ("accelerator", "test", "precision") + CONFIG_FIELDS
 DEFAULT_BASELINE = "xla=None,dynamo=None"
 MODELS_PER_PLOT = 40  # more models per bar chart are unreadable: they go to further pages
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise ReportError(f"{message} (see --help)")
 
 
 def geomean(values: Sequence[float]) -> float | None:
@@ -460,7 +455,7 @@ def _save(fig: Any, plt: Any, path: Path) -> Path:
 # ---- command -----------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="experiment_runner report", description=DESCRIPTION,
+    p = ReportParser(prog="experiment_runner report", description=DESCRIPTION,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+", type=Path, metavar="PATH",
                    help="results files (JSONL), or folders searched for *.jsonl (as history takes them)")
