@@ -203,3 +203,40 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 180, what: str = "c
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+# --- every record our runner wrote during the session follows the record schema ----------
+
+@pytest.fixture(scope="session", autouse=True)
+def records_follow_the_schema(tmp_path_factory: pytest.TempPathFactory):
+    """At the end of the session, validate every record our runner wrote under pytest's base
+    temp dir against experiment_runner/core/record.schema.json; one that does not follow it
+    fails the session, naming its file, line and what is wrong.
+
+    Which lines are ours: a JSON object with `schema_version` and `timings.finished_at`, the
+    stamp build_record puts on every record as it builds it. Skipped on purpose: torn or
+    corrupt lines (tests write them to exercise the tolerant readers), records without
+    `schema_version` (the reference runner's, which tests write as legacy input), and the
+    partial records tests write by hand to feed report, compare or --resume (they carry
+    `schema_version` but no `timings.finished_at`).
+    """
+    yield
+    from experiment_runner.core.record_schema import record_errors
+
+    failures = []
+    for path in sorted(p for p in tmp_path_factory.getbasetemp().rglob("*.jsonl") if p.is_file()):
+        with open(path, "rb") as handle:
+            for lineno, raw in enumerate(handle, start=1):
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    continue
+                if not isinstance(record, dict) or "schema_version" not in record:
+                    continue
+                timings = record.get("timings")
+                if not isinstance(timings, dict) or "finished_at" not in timings:
+                    continue
+                failures.extend(f"{path}:{lineno}: {error}" for error in record_errors(record))
+    if failures:
+        pytest.fail(f"{len(failures)} schema violation(s) in records the runner wrote "
+                    "(experiment_runner/core/record.schema.json):\n" + "\n".join(failures[:50]), pytrace=False)

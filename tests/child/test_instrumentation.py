@@ -30,7 +30,9 @@ from experiment_runner.cli import build_parser, parse_config
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
 from experiment_runner.core.protocol import Task
-from experiment_runner.core.results import iter_records
+from experiment_runner.core.record import ChildOutcome, RecordContext, build_record
+from experiment_runner.core.record_schema import record_errors
+from experiment_runner.core.results import encode, iter_records
 
 # The CLI fixture compiles with inductor three times on CPU (experiment, cold and warm probes).
 pytestmark = pytest.mark.timeout(1200)
@@ -362,6 +364,10 @@ def test_worker_records_counters_dumps_and_profiles(tmp_path, fresh_dynamo):
     dump = json.loads((tmp_path / artifacts["dynamo_counters_repeat_1"]).read_text())
     assert dump["repeat"] == 1 and dump["counters"]["stats"]["unique_graphs"] == 1
     assert dump["changed_in_this_repeat"] == {}, "no recompilation inside the timed runs"
+
+    ctx = RecordContext(run_id="r", options=task.options, output_dir=tmp_path)
+    record = build_record(ctx, task.experiment, ChildOutcome(result, 0), artifacts_dir=tmp_path)
+    assert record_errors(json.loads(encode(record))) == [], "a record of every figure follows the record schema"
 
 
 @pytest.mark.e2e
