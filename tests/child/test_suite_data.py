@@ -186,3 +186,43 @@ def test_huggingface_dry_run_on_cpu_plans_or_skips_the_harness_list_with_reasons
     assert {name for name, line in shown.items() if "[skipped: " in line} == HF_SKIP_ALL | HF_SKIP_CPU
     for name in HF_SKIP_CPU - HF_SKIP_ALL:
         assert "huggingface.yaml (skip.device.cpu)" in shown[name]
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offline, and any connection attempt fails loudly."""
+    import socket
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"network access attempted: {args}")
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+
+
+def test_every_hub_config_builds_offline_with_the_installed_transformers(no_network):
+    """The shipped configurations are valid for transformers (models are not built: gpt-oss-20b
+    has 21B parameters)."""
+    from model_suites.optional import require
+
+    transformers = require("transformers")
+    suite = get_suite("huggingface")
+    for model in suite.model_names():
+        entry = suite.entry(model)
+        if "hub_config" not in entry:
+            continue
+        values = suite._data["hub_configs"][entry["hub_config"]]["values"]
+        built = suite.build_config(entry, transformers)
+        text = built.get_text_config()
+        for key in ("num_hidden_layers", "hidden_size", "vocab_size", "d_model", "encoder_layers"):
+            if key in values:
+                assert getattr(built, key) == values[key], (model, key)
+        if "text_config" in values:
+            assert text.num_hidden_layers == values["text_config"]["num_hidden_layers"]
+
+
+def test_a_timm_pretrained_tag_downloads_nothing(no_network):
+    from model_suites.timm_models import TimmSuite
+
+    loaded = TimmSuite().load(LoadRequest("deit_tiny_patch16_224.fb_in1k", "eval", "cpu", "cpu", "fp32", batch_size=1))
+    assert loaded.args[0].shape == (1, 3, 224, 224)
