@@ -226,3 +226,14 @@ def test_a_timm_pretrained_tag_downloads_nothing(no_network):
 
     loaded = TimmSuite().load(LoadRequest("deit_tiny_patch16_224.fb_in1k", "eval", "cpu", "cpu", "fp32", batch_size=1))
     assert loaded.args[0].shape == (1, 3, 224, 224)
+
+
+def test_a_model_type_unknown_to_transformers_is_skipped_with_the_reason():
+    from types import SimpleNamespace
+
+    from model_suites.base import ModelSkipped
+
+    suite = get_suite("huggingface")
+    old = SimpleNamespace(CONFIG_MAPPING={}, __version__="4.40.0")
+    with pytest.raises(ModelSkipped, match=r"'gpt_oss' model, which transformers 4\.40\.0 does not know"):
+        suite.build_config(suite.entry("openai/gpt-oss-20b"), old)
