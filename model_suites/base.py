@@ -95,6 +95,19 @@ def tier_filter(tiers: list[int]) -> str | None:
     return f"^({'|'.join(map(re.escape, names))})$" if names else None
 
 
+def harness_batch_size(entry: dict[str, Any], request: LoadRequest) -> int:
+    """PyTorch's dynamo harness's default batch size for an entry with `list_batch_size` (its
+    GPU list's size, and its CPU list's where it has one) and an optional `divisor`: --batch-size,
+    else the CPU list's size on cpu (read with --batch-size-file, which skips the divisor), else
+    the GPU list's divided by the divisor, at least 1."""
+    if request.batch_size is not None:
+        return request.batch_size
+    sizes = entry["list_batch_size"]
+    if request.accelerator == "cpu" and "cpu" in sizes:
+        return int(sizes["cpu"])
+    return max(int(sizes["cuda"] / entry.get("divisor", 1)), 1)
+
+
 def skip_rules_from(entries: list[dict]) -> list[SkipRule]:
     return [SkipRule(**entry) for entry in entries]
 

@@ -23,7 +23,7 @@ from model_suites.training import TrainingRecipe, TrainingState, recipe_for
     ("huggingface", "OPTForCausalLM", "model_own", "SGD(lr=0.01)"),  # PyTorch's BENCHMARK_USE_SGD
     ("huggingface", "BertForMaskedLM", "model_own", "Adam(lr=0.01)"),
     ("timm", "ghostnet_100", "mean_of_first_output", "SGD(lr=0.01)"),
-    ("timm", "resnet50", "mean_of_first_output", "Adam(lr=0.01)"),
+    ("timm", "mobilenetv2_100", "mean_of_first_output", "Adam(lr=0.01)"),
     ("dummy", "dummy", "mean_per_output", "Adam(lr=0.01)"),
     ("some_plugin", "anything", "mean_per_output", "Adam(lr=0.01)"),
 ])
@@ -44,7 +44,7 @@ def test_torchbench_loss_is_torchs_reduce_to_scalar_loss_not_a_sum():
 
 
 def test_timm_reduces_its_logits_as_pytorchs_harness_does():
-    loaded = get_suite("timm").load(LoadRequest("resnet50", "train", "cpu", "cpu", "fp32", batch_size=1))
+    loaded = get_suite("timm").load(LoadRequest("mobilenetv2_100", "train", "cpu", "cpu", "fp32", batch_size=1))
     logits = torch.randn(1, 1000)
     assert torch.equal(loaded.compute_loss(logits), logits.sum() / logits.numel())
     assert torch.equal(loaded.compute_loss((logits, torch.ones(3))), logits.sum() / logits.numel())
