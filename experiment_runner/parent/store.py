@@ -93,9 +93,11 @@ def lock_results(results_path: Path, wait_s: float = 0.0) -> int | None:
     written; RunLocked when another runner still holds it after `wait_s` seconds.
     """
     real = Path(os.path.realpath(results_path))
+    if real.is_dir():
+        raise ResultsFileError(f"cannot read results file {results_path}: Is a directory")
     if real.exists() and not real.is_file():
         if not real.is_char_device():
-            raise UsageError(f"the results file {results_path} is not a regular file (a FIFO, a socket or a folder); "
+            raise UsageError(f"the results file {results_path} is not a regular file (a FIFO or a socket); "
                              "a runner would block on it or fail at its first record")
         return None  # a device: /dev/null discards the records
     real.parent.mkdir(parents=True, exist_ok=True)

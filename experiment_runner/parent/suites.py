@@ -47,7 +47,7 @@ try:
     __import__(sys.argv[1])
 except ModuleNotFoundError as exc:
     print(exc.name)
-    sys.exit(3)
+    raise SystemExit(3)
 """
 
 

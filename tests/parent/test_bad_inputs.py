@@ -23,7 +23,7 @@ def test_a_fifo_as_the_results_file_is_refused_not_waited_on(tmp_path: Path, cli
                           text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
-    assert "is not a regular file (a FIFO, a socket or a folder)" in line
+    assert "is not a regular file (a FIFO or a socket)" in line
 
 
 @pytest.mark.e2e

@@ -21,12 +21,15 @@ FAILING_TEST = textwrap.dedent('''
     import sys
     from pathlib import Path
 
+    import pytest
+
     sys.path.insert(0, {tests!r})
     pytest_plugins = ["conftest"]
 
     from conftest import marked_processes, start_cli, wait_for
 
 
+    @pytest.mark.e2e
     def test_fails_with_a_stubborn_grandchild_running(tmp_path, cli_cache):
         proc, marker = start_cli(["--suite-name=faulty", "--filter=^hang$", "--accelerator=cpu", "--dynamo=None",
                                   "--test=eval", "--subprocess-timeout=600"], tmp_path / "out", cli_cache)
