@@ -22,7 +22,7 @@ rm -rf "$venv"
 "$venv/bin/python" -m pip install --quiet torch==2.9.0 torch_xla==2.9.0
 "$venv/bin/python" -m pip install --quiet --no-deps -e .
 # jsonschema: tests/conftest.py validates every record the tests' runs wrote against the record schema.
-"$venv/bin/python" -m pip install --quiet -c "$pins" numpy tqdm tabulate pytest pytest-timeout jsonschema
+"$venv/bin/python" -m pip install --quiet -c "$pins" numpy tqdm tabulate pytest pytest-timeout jsonschema psutil
 "$venv/bin/python" -c "import torch, torch_xla; print('xla: torch', torch.__version__, 'torch_xla', torch_xla.__version__)"
 
 echo "xla: PJRT_DEVICE=CPU pytest -m xla tests/child/test_xla.py tests/core/test_reference_keys.py"
