@@ -21,7 +21,8 @@ rm -rf "$venv"
 "${PYTHON:-python3}" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet torch==2.9.0 torch_xla==2.9.0
 "$venv/bin/python" -m pip install --quiet --no-deps -e .
-# jsonschema: tests/conftest.py validates every record the tests' runs wrote against the record schema.
+# jsonschema: tests/conftest.py validates every record the tests' runs wrote against the record schema;
+# psutil: it also ends, after every test, the processes that test started.
 "$venv/bin/python" -m pip install --quiet -c "$pins" numpy tqdm tabulate pytest pytest-timeout jsonschema psutil
 "$venv/bin/python" -c "import torch, torch_xla; print('xla: torch', torch.__version__, 'torch_xla', torch_xla.__version__)"
 
