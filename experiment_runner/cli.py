@@ -217,11 +217,12 @@ def apply_single_config(config: MatrixConfig) -> MatrixConfig:
 
 
 def _single_batch_size(value: Any, given: int | None) -> int | None:
-    """An --experiment-config batch_size, held to --batch-size's own rules."""
+    """An --experiment-config batch_size, held to --batch-size's own declaration."""
     if value is None:
         return given
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"--experiment-config: batch_size must be an integer, at least 1, got {value!r}")
+    flag = next(option.flag for option in declared(MatrixConfig) if option.name == "batch_size")
+    if isinstance(value, bool) or not isinstance(value, int) or flag.out_of_range(value):
+        raise UsageError(f"--experiment-config: batch_size must be an integer, {flag.wanted}, got {value!r}")
     return value
 
 

@@ -229,7 +229,7 @@ class RunConfig:
         shaping = {f.name: getattr(self.matrix, f.name) for f in fields(MatrixConfig)
                    if f.name not in ("experiment_config", "model_config", "filter_by_tier", "exclude_by_tier")}
         shaping["processes"] = self.session.processes
-        return hashlib.sha256(json.dumps(shaping, sort_keys=True, default=list).encode()).hexdigest()[:12]
+        return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:12]
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> "RunConfig":

@@ -11,6 +11,7 @@ are killed, each gets an `interrupted` record, and the run returns which signal 
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -139,13 +140,22 @@ class Runner:
         """What is running and in which phase: on the progress bar, or a line every heartbeat_s.
 
         Running experiments are those without a record whose folder holds a phase file the
-        worker wrote during this run (read_phase); on Ray, folders fill only as records arrive."""
+        worker wrote during this run (read_phase); on Ray, folders fill only as records arrive.
+        One listing of the run's folder per beat: only experiments that were launched (their
+        folder exists) and are not recorded yet are read, so a long plan costs no I/O while an
+        experiment is timed."""
         started, total = time.time(), len(todo)
         interval = BAR_REFRESH_S if self.progress_bar else self.heartbeat_s
+        run_dir = self.ctx.output_dir / "runs" / self.ctx.run_id
         while not stop.wait(interval):
             now, running = time.time(), []
+            try:
+                launched = {entry.name for entry in os.scandir(run_dir)}
+            except OSError:
+                launched = set()
             for planned in todo:
-                if (planned.experiment.experiment_id, planned.process_index) in recorded or planned.skip_reason:
+                if ((planned.experiment.experiment_id, planned.process_index) in recorded or planned.skip_reason
+                        or planned.experiment.dirname not in launched):
                     continue
                 phase = read_phase(job.artifacts_dir(planned))
                 if phase is not None and phase[1] >= started:
