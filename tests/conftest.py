@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -89,11 +90,25 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 
 # The markers handed out during the current test: `end_marked_processes` ends what carries them.
 _MARKERS: list[str] = []
+# A marker is matched against every command line on the machine, and what matches is killed:
+# a word such as "x" or "second" would match (and kill) the CI's own processes.
+_UNIQUE_MARKER = re.compile(r"(?:[a-z][a-z-]*-)?[0-9a-f]{32}")
+
+
+def new_marker(label: str = "run") -> str:
+    """A marker no process outside this test can carry: `label-<uuid>`."""
+    return f"{label}-{uuid.uuid4().hex}"
+
+
+def unique_marker(marker: str) -> str:
+    if not _UNIQUE_MARKER.fullmatch(marker):
+        raise ValueError(f"test marker {marker!r} is not unique (use new_marker()): it could match other processes")
+    return marker
 
 
 def cli_env(cache_dir: Path, marker: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a CLI run whose processes carry `marker` (and are ended after the test)."""
-    _MARKERS.append(marker)
+    _MARKERS.append(unique_marker(marker))
     env = dict(os.environ)
     env.update({
         "XDG_CACHE_HOME": str(cache_dir),
@@ -141,6 +156,7 @@ def marked_processes(marker: str) -> list[str]:
     or a virtual environment deep in the file system) must not push them out of view."""
     import psutil
 
+    unique_marker(marker)
     found = []
     for proc in psutil.process_iter(["pid", "cmdline", "status"]):
         try:

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import cli_command, cli_env
+from conftest import cli_command, cli_env, new_marker
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
@@ -61,7 +61,7 @@ def run(line: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess:
         if not args or args[0] not in SUBCOMMANDS:
             args.append("--dry-run")
         command = cli_command(args, cwd / "output")[:-1]  # keep the README's own output options
-        proc = subprocess.run(command, cwd=cwd, env=cli_env(cache, "first-hour", env), capture_output=True,
+        proc = subprocess.run(command, cwd=cwd, env=cli_env(cache, new_marker("first-hour"), env), capture_output=True,
                               text=True, timeout=300)
     if out is not None:
         out.write_text(proc.stdout)
@@ -81,7 +81,7 @@ def test_the_readme_commands_run_here(tmp_path: Path, cli_cache: Path) -> None:
     for extra in ([], ["--no-resume"]):
         quick = subprocess.run(cli_command(["--suite-name=dummy", "--accelerator=cpu", "--dynamo=None",
                                             "--test=eval", "--repeat=2", *extra], tmp_path / "output"),
-                               cwd=tmp_path, env=cli_env(cli_cache, "first-hour"), capture_output=True, text=True,
+                               cwd=tmp_path, env=cli_env(cli_cache, new_marker("first-hour")), capture_output=True, text=True,
                                timeout=300)
         assert quick.returncode == 0, quick.stderr
     results = tmp_path / "output" / "results.jsonl"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_command, cli_env
+from conftest import cli_command, cli_env, new_marker
 from experiment_runner.cli import main as cli_main
 
 COMMON = ("--suite-name=faulty", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--filter=^quick_0[01]$")
@@ -19,7 +19,7 @@ def test_a_fifo_as_the_results_file_is_refused_not_waited_on(tmp_path: Path, cli
     out = tmp_path / "out"
     out.mkdir()
     os.mkfifo(out / "results.jsonl")
-    proc = subprocess.run(cli_command(list(COMMON), out), env=cli_env(cli_cache, "fifo"), capture_output=True,
+    proc = subprocess.run(cli_command(list(COMMON), out), env=cli_env(cli_cache, new_marker("fifo")), capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
@@ -29,7 +29,7 @@ def test_a_fifo_as_the_results_file_is_refused_not_waited_on(tmp_path: Path, cli
 @pytest.mark.e2e
 def test_shard_durations_from_a_device_are_one_line(tmp_path: Path, cli_cache: Path) -> None:
     proc = subprocess.run(cli_command([*COMMON, "--total-partitions=2", "--shard-by=duration:/dev/zero"],
-                                      tmp_path / "out"), env=cli_env(cli_cache, "zero"), capture_output=True,
+                                      tmp_path / "out"), env=cli_env(cli_cache, new_marker("zero")), capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 3, proc.stderr
     assert proc.stderr.strip().splitlines() == [

@@ -16,7 +16,7 @@ from itertools import combinations
 from pathlib import Path
 
 import pytest
-from conftest import assert_no_process_left, cli_env
+from conftest import assert_no_process_left, cli_env, new_marker
 
 pytestmark = pytest.mark.e2e
 
@@ -67,7 +67,7 @@ def test_one_experiment_per_gpu_pinned(run_cli, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     extra = {"EXPERIMENT_RUNNER_PLUGINS": "faulty_suite", "FAULTY_TRACE_DIR": str(traces),
              "XDG_CACHE_HOME": str(cache), "CUDA_VISIBLE_DEVICES": ""}
-    fake_two_gpus(cli_env(cache, "probe", {**extra, "FAULTY_TRACE_DIR": ""}))
+    fake_two_gpus(cli_env(cache, new_marker("probe"), {**extra, "FAULTY_TRACE_DIR": ""}))
     run = run_cli("--suite-name=faulty", "--filter=^quick_0[0-3]$", "--accelerator=cuda", "--dynamo=None",
                   "--test=eval", "--repeat=1", "--max-parallel=2", "--gpu-ids=3,5", env=extra)
     assert run.returncode == 0, run.stderr

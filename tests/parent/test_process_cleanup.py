@@ -74,14 +74,28 @@ def test_a_failing_process_test_from_a_deep_path_leaves_no_process(tmp_path: Pat
 
 def test_marked_processes_show_whole_command_lines(tmp_path: Path) -> None:
     """A word far into a long command line is still there to be found."""
-    from conftest import MARKER_ENV
+    from conftest import MARKER_ENV, new_marker
 
+    marker = new_marker("whole-line")
     code = "import time; x = '" + "p" * 300 + "'; time.sleep(600)  # signal.SIG_IGN"
-    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, MARKER_ENV: "whole-line-test"})
+    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, MARKER_ENV: marker})
     try:
-        wait_for(lambda: marked_processes("whole-line-test"), timeout=30, what="the process")
-        (line,) = marked_processes("whole-line-test")
+        wait_for(lambda: marked_processes(marker), timeout=30, what="the process")
+        (line,) = marked_processes(marker)
         assert line.endswith("signal.SIG_IGN") and line.startswith(f"{proc.pid} ")
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_word_is_refused_as_a_marker(tmp_path: Path) -> None:
+    """Markers are matched against every command line and what matches is killed: a word such
+    as "x" would match the CI's own processes, so only new_marker()'s tokens are accepted."""
+    from conftest import cli_env, new_marker
+
+    for word in ("x", "second", "probe-1234"):
+        with pytest.raises(ValueError, match="is not unique"):
+            marked_processes(word)
+        with pytest.raises(ValueError, match="is not unique"):
+            cli_env(tmp_path, word)
+    assert marked_processes(new_marker("fresh")) == []

@@ -24,6 +24,7 @@ from conftest import (
     assert_no_process_left,
     cli_command,
     cli_env,
+    new_marker,
     marked_processes,
     read_records,
 )
@@ -257,7 +258,7 @@ def test_cluster_without_the_resource_is_one_line_and_exit_2(two_nodes, tmp_path
 
 
 def test_without_ray_address_cluster_or_ray_is_one_line_and_exit_2(tmp_path: Path, cli_cache: Path) -> None:
-    env = cli_env(cli_cache, "x")
+    env = cli_env(cli_cache, new_marker("no-ray"))
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.run(cli_command(["--suite-name=dummy", "--accelerator=cpu", "--executor=ray"], tmp_path),
                           env=env, capture_output=True, text=True, timeout=120)

@@ -19,6 +19,7 @@ from conftest import (
     assert_no_process_left,
     cli_command,
     cli_env,
+    new_marker,
     marked_processes,
     read_records,
     start_cli,
@@ -109,7 +110,7 @@ def test_two_runners_on_one_file_one_runs_and_one_waits_for_it(tmp_path: Path, c
     first, first_marker = start_cli(args, out, cli_cache)
     wait_for(lambda: any("signal.SIG_IGN" in line for line in marked_processes(first_marker)),
              what="the first runner's hang experiment")
-    refused = subprocess.run(cli_command(args, out), env=cli_env(cli_cache, "refused"), capture_output=True,
+    refused = subprocess.run(cli_command(args, out), env=cli_env(cli_cache, new_marker("refused")), capture_output=True,
                              text=True, timeout=300)
     assert refused.returncode == 2 and "is being written by pid" in refused.stderr, refused.stderr
     waiting, waiting_marker = start_cli([*args, "--wait-for-lock=600"], out, cli_cache)

@@ -9,7 +9,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import assert_no_process_left, cli_command, cli_env, marked_processes, read_records, start_cli, wait_for
+from conftest import (
+    assert_no_process_left,
+    cli_command,
+    cli_env,
+    marked_processes,
+    new_marker,
+    read_records,
+    start_cli,
+    wait_for,
+)
 
 COMMON = ("--suite-name=faulty", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=1",
           "--warmup-iterations=0")
@@ -49,7 +58,7 @@ def test_a_results_file_reached_through_a_symlink_has_one_runner(tmp_path: Path,
     args = [*COMMON, "--filter=^hang$", "--subprocess-timeout=600"]
     proc, marker = start_cli(args, first_out, cli_cache)
     wait_for(lambda: hang_running(marker), what="the first runner's experiment")
-    second = subprocess.run(cli_command(args, second_out), env=cli_env(cli_cache, "second"), capture_output=True,
+    second = subprocess.run(cli_command(args, second_out), env=cli_env(cli_cache, new_marker("second")), capture_output=True,
                             text=True, timeout=300)
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=300)

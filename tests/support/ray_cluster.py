@@ -37,35 +37,58 @@ def _free_port() -> int:
 
 @dataclass
 class Node:
+    """One `ray start --block` process and the processes it started. Descendants are kept as
+    psutil handles, which check the process's start time before signalling: a remembered pid
+    that was reused by an unrelated process is never signalled."""
+
     proc: subprocess.Popen
     log: Path
-    descendants: set[int] = field(default_factory=set)
+    descendants: dict[int, "psutil.Process"] = field(default_factory=dict)
     killed: bool = False
 
     def remember_descendants(self) -> None:
         import psutil
 
         try:
-            self.descendants |= {p.pid for p in psutil.Process(self.proc.pid).children(recursive=True)}
+            for child in psutil.Process(self.proc.pid).children(recursive=True):
+                self.descendants.setdefault(child.pid, child)
         except psutil.NoSuchProcess:
             pass
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Signal the node's process group and every process it started (Ray's workers run
         in groups of their own)."""
-        self.remember_descendants()
-        self.killed = True
-        for send in (lambda: os.killpg(self.proc.pid, sig), *(lambda p=p: os.kill(p, sig) for p in self.descendants)):
-            try:
-                send()
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def alive(self) -> list[int]:
         import psutil
 
-        pids = [self.proc.pid, *self.descendants]
-        return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        self.remember_descendants()
+        self.killed = True
+        if self.proc.returncode is None:  # not reaped: the group id cannot belong to anyone else
+            try:
+                os.killpg(self.proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for process in self.descendants.values():
+            try:
+                process.send_signal(sig)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+
+    def alive(self) -> bool:
+        import psutil
+
+        def running(process: psutil.Process) -> bool:
+            try:
+                return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                return False
+
+        processes = list(self.descendants.values())
+        if self.proc.returncode is None:  # alive or a zombie: never reaped here, so killpg stays safe
+            try:
+                processes.append(psutil.Process(self.proc.pid))
+            except psutil.NoSuchProcess:
+                pass
+        return any(running(p) for p in processes)
 
 
 @dataclass
