@@ -24,8 +24,8 @@ from conftest import (
     assert_no_process_left,
     cli_command,
     cli_env,
-    new_marker,
     marked_processes,
+    new_marker,
     read_records,
 )
 

@@ -18,6 +18,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psutil
 
 # Fast failure detection, so a killed node is declared dead in a few seconds.
 HEALTH_CHECK_ENV = {
@@ -43,7 +47,7 @@ class Node:
 
     proc: subprocess.Popen
     log: Path
-    descendants: dict[int, "psutil.Process"] = field(default_factory=dict)
+    descendants: dict[int, psutil.Process] = field(default_factory=dict)
     killed: bool = False
 
     def remember_descendants(self) -> None:
