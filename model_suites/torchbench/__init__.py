@@ -16,7 +16,8 @@ whose own requirements are missing fails with the `pip install -r` line that ins
 
 Without it, the built-in models of `model_suites.torchbench.models` run, with
 torchbench's architectures and default batch sizes, so `--suite-name=torchbench` works on
-a fresh machine. `source` ("torchbenchmark" or "builtin") tells which ran.
+a fresh machine: torchbench's torchvision models as torchbench builds them (random
+weights), and re-implementations of a few others. `source` ("torchbenchmark" or "builtin") tells which ran.
 """
 
 from __future__ import annotations
@@ -176,10 +177,14 @@ class TorchBenchSuite(DataFileSuite):
         return self._load_builtin(request)
 
     def _load_builtin(self, request: LoadRequest) -> BenchmarkModel:
-        from model_suites.torchbench.models import BUILDERS
+        from model_suites.torchbench.models import BUILDERS, build_torchvision
 
         batch_size = self.batch_size(request)
-        built = BUILDERS[request.model_name](batch_size, request.device)
+        constructor = self.entry(request.model_name).get("torchvision")
+        if constructor is not None:
+            built = build_torchvision(constructor, batch_size, request.device)
+        else:
+            built = BUILDERS[request.model_name](batch_size, request.device)
         return BenchmarkModel(module=built.module, args=built.args, batch_size=batch_size,
                               source=self.source, recipe=recipe_for(self.name, request.model_name))
 

@@ -437,6 +437,16 @@ def build_resnet50(batch_size: int, device: str) -> Built:
     return Built(ResNet50().to(device), (images,))
 
 
+def build_torchvision(constructor: str, batch_size: int, device: str) -> Built:
+    """torchbench's TorchVisionModel: `torchvision.models.<constructor>` on a (batch, 3, 224, 224)
+    input, with random weights (weights=None) where torchbench downloads ImageNet ones."""
+    from model_suites.optional import require
+
+    models = require("torchvision").models
+    module = getattr(models, constructor)(weights=None).to(device)
+    return Built(module, (torch.randn(batch_size, 3, 224, 224, device=device),))
+
+
 BUILDERS: dict[str, Callable[[int, str], Built]] = {
     "BERT_pytorch": build_bert,
     "dlrm": build_dlrm,

@@ -110,11 +110,30 @@ def test_dry_run_lists_every_model_of_the_data_file(run_cli, suite):
 
 
 def test_data_files_cover_the_required_models_with_cpu_batch_sizes():
-    required = {"llama", "nanogpt", "BERT_pytorch", "dlrm", "resnet50"}
+    required = {"llama", "nanogpt", "BERT_pytorch", "dlrm", "resnet50", "alexnet", "densenet121", "mnasnet1_0",
+                "mobilenet_v2", "mobilenet_v3_large", "resnet18", "resnet152", "resnext50_32x4d",
+                "shufflenet_v2_x1_0", "squeezenet1_1", "vgg16"}
     assert required <= set(listed("torchbench")), required - set(listed("torchbench"))
     for entry in read_data(DATA_FILES["torchbench"])["models"]:
         for table in entry["batch_size"].values():
-            assert 1 <= table["cpu"] <= table["cuda"], entry["name"]
+            assert table["cpu"] >= 1 and table["cuda"] >= 1 and table["tpu"] == table["cuda"], entry["name"]
+            if "torchvision" not in entry:  # our own cpu sizes, smaller than an A100's
+                assert table["cpu"] <= table["cuda"], entry["name"]
+
+
+def test_builtin_torchvision_models_build_with_torchbench_inputs():
+    """Every torchvision entry names a torchvision constructor that takes torchbench's input
+    (built on the meta device: shapes only, no weights initialised)."""
+    import torch
+
+    from model_suites.torchbench.models import build_torchvision
+
+    entries = [e for e in read_data(DATA_FILES["torchbench"])["models"] if "torchvision" in e]
+    assert len(entries) == 11
+    for entry in entries:
+        with torch.device("meta"):
+            built = build_torchvision(entry["torchvision"], 2, "meta")
+            assert built.module(*built.args).shape == (2, 1000), entry["name"]
 
 
 def test_skip_list_is_data_and_no_skip_overrides_it():
@@ -152,6 +171,12 @@ def test_timm_mobilenetv2_runs_end_to_end(run_cli):
 def test_builtin_torchbench_nanogpt_runs_end_to_end(run_cli):
     run = run_cli("--suite-name=torchbench", "--filter=^nanogpt$", *QUICK_RUN)
     assert ok_record(run, "torchbench", "nanogpt")["model"]["source"] == "builtin"
+
+
+@pytest.mark.e2e
+def test_builtin_torchbench_torchvision_model_runs_end_to_end(run_cli):
+    run = run_cli("--suite-name=torchbench", "--filter=^squeezenet1_1$", *QUICK_RUN)
+    assert ok_record(run, "torchbench", "squeezenet1_1")["model"]["source"] == "builtin"
 
 
 @pytest.mark.e2e
