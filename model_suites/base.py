@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from experiment_runner.core.matrix import SkipRule
+from experiment_runner.core.matrix import ACCELERATORS, TESTS, SkipRule
 from model_suites.data_files import read_data
 
 if TYPE_CHECKING:
@@ -75,6 +75,16 @@ class Suite(ABC):
         missing); None: nothing beyond `requires`."""
         return None
 
+    def default_batch_size(self, model_name: str, test: str, accelerator: str) -> int | None:
+        """The batch size a model runs at without --batch-size, read from the catalog (no torch);
+        None: the model's own default, known only once it is built."""
+        return None
+
+    def batch_size_table(self) -> dict[str, dict[str, dict[str, int | None]]]:
+        """default_batch_size of every model, test and accelerator: model → test → accelerator."""
+        return {model: {test: {acc: self.default_batch_size(model, test, acc) for acc in ACCELERATORS}
+                        for test in TESTS} for model in self.model_names()}
+
     def eval_precisions(self) -> dict[str, str]:
         """Models whose inference runs in another precision than the default bf16 (without
         --precision), as the references run them: model → precision ("amp" only where AMP exists)."""
@@ -133,6 +143,9 @@ class DataFileSuite(Suite):
             return self._entries[model_name]
         except KeyError:
             raise ModelNotFound(model_name) from None
+
+    def default_batch_size(self, model_name: str, test: str, accelerator: str) -> int | None:
+        return self.batch_size(LoadRequest(model_name, test, accelerator, accelerator, "fp32"))
 
     def batch_size(self, request: LoadRequest) -> int:
         """--batch-size, else the data file's default. `batch_size` may be split by test, then

@@ -1,4 +1,4 @@
-"""A suite's catalog (models, listing, skip rules, source, per-model precisions) as JSON, for plugin suites.
+"""A suite's catalog (models, listing, skip rules, source, per-model precisions and batch sizes) as JSON, for plugin suites.
 
 The parent never imports a plugin suite's module (it may import torch at module level),
 so it asks this child instead: `python -m experiment_runner.child.catalog SUITE`.
@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     suite = get_suite(argv[0])
     print(json.dumps({"models": suite.model_names(), "skip_rules": [asdict(r) for r in suite.skip_rules()],
                       "source": suite.source, "default_precision": suite.default_precision,
-                      "eval_precisions": suite.eval_precisions(), "listing": suite.listing()}))
+                      "eval_precisions": suite.eval_precisions(), "listing": suite.listing(),
+                      "batch_sizes": suite.batch_size_table()}))
     return 0
 
 

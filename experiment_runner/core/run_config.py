@@ -140,6 +140,9 @@ class SessionConfig:
 
     dry_run: bool = option(False, Flag("print the expanded matrix and what was dropped and why; run nothing",
                                        MATRIX, kind="switch"))
+    list_models: bool = option(False, Flag(
+        "print the suite's models that the filters select, one line per model and accelerator: the batch size "
+        "of each test, the source, and why an experiment would be skipped; run nothing", MATRIX, kind="switch"))
     processes: int = option(1, Flag(
         "measure each experiment in N fresh processes, interleaved pyperf-style (round 1 runs every "
         "experiment once, round 2 again, ...); one record per process, with process.index and process.count. "

@@ -87,6 +87,44 @@ def print_dry_run(plan: matrix.Plan, done: set[tuple[str, int]], processes: int 
             print(f"  - {reason}: {examples}")
 
 
+def print_models(plan: matrix.Plan, suite: SuiteCatalog, models: list[str], batch_size: int | None) -> None:
+    """--list-models: per model and accelerator, the batch size of each test (what the run would
+    use), the source, and the skip reasons of its experiments."""
+    rows: dict[tuple[str, str], dict[str, set[str]]] = {}
+    tests: list[str] = []
+    for p in plan.planned:
+        config = p.experiment.config
+        tests += [config.test] if config.test not in tests else []
+        skips = rows.setdefault((p.experiment.model_name, config.accelerator), {})
+        skips.setdefault(config.test, set()).update([p.skip_reason] if p.skip_reason else [])
+    tests.sort(key=matrix.TESTS.index)
+
+    def size(model: str, test: str, accelerator: str) -> str:
+        found = batch_size or suite.batch_sizes.get(model, {}).get(test, {}).get(accelerator)
+        return str(found) if found is not None else "own"
+
+    table = [("model", "accelerator", *(f"{t} batch" for t in tests), "source", "skipped")]
+    for model in models:
+        accelerators = [acc for (name, acc) in rows if name == model]
+        if not accelerators:
+            table.append((model, "-", *("-" for _ in tests), suite.source, "no valid configuration here"))
+        for acc in accelerators:
+            skips = rows[(model, acc)]
+            reasons = sorted(set().union(*skips.values()))
+            said = "; ".join(
+                reason if all(reason in skips.get(t, ()) for t in tests)
+                else f"{', '.join(t for t in tests if reason in skips.get(t, ()))}: {reason}" for reason in reasons)
+            table.append((model, acc, *(size(model, t, acc) if t in skips else "-" for t in tests), suite.source,
+                          said))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
+    print(f"{suite.name}: {len(models)} model(s); {suite.description or suite.source + ' models'}")
+    for row in table:
+        cells = [cell.ljust(width) if i in (0, 1) or i == len(widths) - 1 else cell.rjust(width)
+                 for i, (cell, width) in enumerate(zip(row, widths))]
+        print(printable("  ".join([*cells, row[-1]]).rstrip()))
+    print("batch: the default without --batch-size; own: the model's own default, known once it is built")
+
+
 def select_shard(config: MatrixConfig, names: list[str], listing: list[str] | None = None) -> list[str]:
     """This host's models: the reference's contiguous blocks of the suite's listing (default),
     round-robin, or balanced by earlier durations."""
@@ -132,7 +170,7 @@ def run(config: RunConfig) -> int:
                         stream=sys.stderr, force=True)
     # A file-size limit must fail a write with EFBIG (exit 3, one line), not kill the runner.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    if s.executor == "local" and s.launcher == "forkserver" and not s.dry_run:
+    if s.executor == "local" and s.launcher == "forkserver" and not (s.dry_run or s.list_models):
         # Its imports overlap with ours: probing, planning, resuming. The XLA server starts
         # once the plan is known to hold XLA experiments (below).
         prestart(torch=m.xla is None or None in m.xla, dynamo=children_import_dynamo(m.dynamo, m.test))
@@ -162,6 +200,9 @@ def run(config: RunConfig) -> int:
     plan = build_plan(m, suite, models, caps)
     gpu_ids = tuple(filter(None, (s.gpu_ids or os.environ.get("CUDA_VISIBLE_DEVICES")
                                   or ",".join(map(str, range(caps.cuda_device_count)))).split(",")))
+    if s.list_models:
+        print_models(plan, suite, models, m.batch_size)
+        return EXIT_OK
     if s.dry_run:
         print_dry_run(plan, resume(config, plan).done, s.processes)
         return EXIT_OK

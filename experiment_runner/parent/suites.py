@@ -36,6 +36,8 @@ class SuiteCatalog:
     listing: list[str] | None = None
     # The suite's packages that are not installed here.
     missing_packages: tuple[str, ...] = ()
+    # Default batch sizes, model → test → accelerator; None: the model's own (Suite.default_batch_size).
+    batch_sizes: dict[str, dict[str, dict[str, int | None]]] = field(default_factory=dict)
 
 
 # Imports `module` with `path` first on sys.path; exit 3 and the missing module's name if a
@@ -74,7 +76,8 @@ def suite_catalog(name: str) -> SuiteCatalog:
         if not absent and check is not None:
             absent = missing_imports_of(*check)
         return SuiteCatalog(name, suite.model_names(), suite.skip_rules(), suite.source, suite.default_precision,
-                            suite.description, suite.eval_precisions(), suite.listing(), tuple(absent))
+                            suite.description, suite.eval_precisions(), suite.listing(), tuple(absent),
+                            suite.batch_size_table())
     if name not in available_suites():
         get_suite(name)  # raises UnknownSuite with the list of known suites
         raise UnknownSuite(name)
@@ -89,4 +92,5 @@ def suite_catalog(name: str) -> SuiteCatalog:
         raise CatalogError(f"cannot load plugin suite {name!r}: {tail}")
     data = json.loads(proc.stdout.strip().splitlines()[-1])
     return SuiteCatalog(name, data["models"], [SkipRule(**r) for r in data["skip_rules"]], data["source"],
-                        data["default_precision"], eval_precisions=data["eval_precisions"], listing=data["listing"])
+                        data["default_precision"], eval_precisions=data["eval_precisions"], listing=data["listing"],
+                        batch_sizes=data["batch_sizes"])

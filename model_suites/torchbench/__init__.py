@@ -160,6 +160,15 @@ class TorchBenchSuite(DataFileSuite):
         """torchbenchmark itself imports packages (psutil, ...) that every model then needs."""
         return None if self._package is None else ("torchbenchmark", str(self._package.parent))
 
+    def default_batch_size(self, model_name: str, test: str, accelerator: str) -> int | None:
+        """A checkout's models: torchbench.yaml's size, else the model's own (None)."""
+        if self._package is None:
+            return super().default_batch_size(model_name, test, accelerator)
+        rules = read_data("torchbench_rules.json")
+        if model_name in rules["dont_change_batch_size"]:
+            return None
+        return rules["batch_size"].get(test, {}).get(model_name)
+
     def eval_precisions(self) -> dict[str, str]:
         if self._package is None:
             return {}

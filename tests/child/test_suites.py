@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+from conftest import FAULTY_SUITE, SUPPORT
 
 from model_suites.base import LoadRequest, ModelSkipped
 from model_suites.data_files import read_data
@@ -107,6 +108,35 @@ def test_dry_run_lists_every_model_of_the_data_file(run_cli, suite):
     assert run.returncode == 0, run.stderr
     shown = {line.split(". ", 1)[1].split(":", 1)[0] for line in run.stdout.splitlines() if ". " in line}
     assert shown == set(listed(suite))
+
+
+@pytest.mark.e2e
+def test_list_models_shows_each_models_batch_sizes_source_and_skip_rule(run_cli):
+    from model_suites.base import harness_batch_size
+
+    run = run_cli("--suite-name=huggingface", "--list-models", "--accelerator=cpu")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("huggingface: 39 model(s)")
+    rows = {line.split()[0]: line for line in lines[2:-1]}
+    assert set(rows) == set(listed("huggingface"))
+    for entry in read_data(DATA_FILES["huggingface"])["models"]:
+        expected = [str(harness_batch_size(entry, LoadRequest(entry["name"], test, "cpu", "cpu", "fp32")))
+                    for test in ("eval", "train")]
+        assert rows[entry["name"]].split()[1:5] == ["cpu", *expected, "transformers"], rows[entry["name"]]
+    assert rows["GPTJForCausalLM"].endswith("(skip.all: fails even at batch size 1)")
+    assert rows["BertForMaskedLM"].split()[-1] == "transformers", "nothing skips it on cpu"
+    assert not (run.output_dir / "results.jsonl").exists()
+
+    run = run_cli("--suite-name=faulty", "--list-models", "--accelerator=cpu", "--test=eval", "--filter=^quick_0[01]$",
+                  env={"PYTHONPATH": os.pathsep.join(filter(None, [str(SUPPORT), os.environ.get("PYTHONPATH")])),
+                       "EXPERIMENT_RUNNER_SUITES": FAULTY_SUITE})
+    assert run.returncode == 0, run.stderr
+    assert [line.split() for line in run.stdout.splitlines()[2:4]] == [["quick_00", "cpu", "own", "builtin"],
+                                                                       ["quick_01", "cpu", "own", "builtin"]]
+    run = run_cli("--suite-name=timm", "--list-models", "--accelerator=cpu", "--batch-size=3", "--test=train")
+    assert run.returncode == 0, run.stderr
+    assert {line.split()[2] for line in run.stdout.splitlines()[2:-1]} == {"3"}
 
 
 def test_data_files_cover_the_required_models_with_cpu_batch_sizes():
