@@ -140,13 +140,24 @@ def reference_error(status: str, error: dict[str, Any] | None) -> str | None:
 
 
 def usable_result(outcome: ChildOutcome | None) -> dict[str, Any] | None:
-    """The child's result if it may describe this outcome: none for an interrupted child,
-    only an interim one (timings published before verification) for a timed-out child."""
+    """The child's result if it may describe this outcome: none for an interrupted child. A
+    timed-out child's result stands too: an interim one (timings published before
+    verification) says how far it got, and a final one is the experiment's whole answer,
+    whatever kept the child from exiting (see lingered)."""
     if outcome is None or outcome.result is None or outcome.interrupted:
         return None
-    if outcome.timed_out and outcome.result.get("final", True):
-        return None
     return outcome.result
+
+
+def lingered(outcome: ChildOutcome | None, timeout_s: float | None) -> str | None:
+    """The note for a child that published its final result but was still there at the
+    timeout (a non-daemon thread, a hung exit): the record is its result, and says so."""
+    if outcome is None or not outcome.timed_out or outcome.result is None or outcome.interrupted:
+        return None
+    if not outcome.result.get("final", True):
+        return None
+    return (f"the child published its final result but had not exited after --subprocess-timeout={timeout_s}s; "
+            "its process group was killed")
 
 
 @dataclass
@@ -177,6 +188,7 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
     """
     config = exp.config
     result = usable_result(outcome)
+    note = lingered(outcome, timeout_s) or (outcome.launcher_note if outcome is not None else None)
     verification = result.get("verification") if result is not None else None
     if skip_reason is not None:
         status, error = "skipped", {"type": "Skipped", "message": skip_reason}
@@ -256,6 +268,7 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
         "placement": {"executor": "local", "host": ctx.host_environment.get("hostname"), "node_id": None,
                       **(placement or {}),
                       "launcher": outcome.launcher if outcome else None,
+                      **({"launcher_note": note} if note else {}),
                       "cuda_visible_devices": outcome.cuda_visible_devices if outcome else None,
                       "shard": ctx.shard},
         "environment": result.get("environment") or ctx.host_environment,

@@ -11,7 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import CliRun, assert_no_process_left, invoke_cli
+from conftest import (
+    CliRun,
+    assert_no_process_left,
+    invoke_cli,
+    marked_processes,
+    read_records,
+    start_cli,
+    wait_for,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -92,6 +100,61 @@ def test_exit_status_is_a_crash_with_its_returncode(runs) -> None:
     assert record["error"]["returncode"] == 3
     assert record["error"]["signal"] is None
     assert record["verification_code"] == "VERIFIER_DIDNT_RUN"
+
+
+EXIT_TIMEOUT_S = 20  # time for a plain subprocess to import torch and publish, even on a loaded host
+
+
+@pytest.fixture(scope="module", params=LAUNCHERS)
+def exits(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, cli_cache: Path) -> CliRun:
+    """A child with a never-ending non-daemon thread, and one that never exits after its result."""
+    return invoke_cli([*COMMON, f"--launcher={request.param}", f"--subprocess-timeout={EXIT_TIMEOUT_S}",
+                       "--filter=^linger$", "--filter=^exit_hang$"],
+                      tmp_path_factory.mktemp(f"exits-{request.param}") / "out", cli_cache)
+
+
+def test_a_published_result_is_the_record_whatever_keeps_the_child_alive(exits) -> None:
+    """Same outcome under both launchers: a lingering thread does not delay the exit, and a
+    child that cannot exit after its final result is killed at the timeout, its result kept."""
+    assert exits.returncode == 0, exits.stderr
+    linger, exit_hang = one_record(exits, "linger"), one_record(exits, "exit_hang")
+    assert linger["status"] == "ok" and "launcher_note" not in linger["placement"], linger
+    assert exit_hang["status"] == "ok" and exit_hang["verification_code"] == linger["verification_code"]
+    assert exit_hang["placement"]["launcher_note"] == (
+        f"the child published its final result but had not exited after --subprocess-timeout={EXIT_TIMEOUT_S:.1f}s; "
+        "its process group was killed")
+    assert_no_process_left(exits.marker)
+
+
+def test_a_stopped_fork_server_cannot_hold_the_timeout(tmp_path: Path, cli_cache: Path) -> None:
+    """SIGSTOP the fork server while its child hangs: the timeout still kills the child, the
+    stopped server (which can no longer report it) is killed and replaced, the record says
+    `timeout` and why, and the next experiment runs on a new server."""
+    import psutil
+
+    args = [*COMMON, "--launcher=forkserver", f"--subprocess-timeout={HANG_TIMEOUT_S}", "--filter=^hang$",
+            "--filter=^quick_02$"]
+    runner, marker = start_cli(args, tmp_path / "out", cli_cache)
+
+    def servers() -> list[int]:
+        """Fork servers, not their forked children (which carry the same command line)."""
+        forked = {int(line.split()[0]) for line in marked_processes(marker)
+                  if "experiment_runner.child.forkserver" in line}
+        return [pid for pid in forked if psutil.Process(pid).ppid() not in forked]
+
+    wait_for(lambda: any("signal.SIG_IGN" in line for line in marked_processes(marker)), what="the hang experiment")
+    (server,) = servers()
+    psutil.Process(server).suspend()
+    _, stderr = runner.communicate(timeout=300)  # before the fix: blocked until the server was resumed
+    assert runner.returncode == 0, stderr
+    records = {r["model"]["model_name"]: r for r in read_records(tmp_path / "out" / "results.jsonl")}
+    assert records["hang"]["status"] == "timeout"
+    assert records["hang"]["placement"]["launcher_note"].startswith("the fork server was stopped when it owed the "
+                                                                    "status of the experiment it had timed out")
+    assert records["quick_02"]["status"] == "ok" and records["quick_02"]["placement"]["launcher"] == "forkserver"
+    assert "the fork server (torch) was stopped" in stderr
+    assert not psutil.pid_exists(server) or psutil.Process(server).status() == psutil.STATUS_ZOMBIE
+    assert_no_process_left(marker)
 
 
 def test_hang_is_killed_at_the_timeout(runs) -> None:

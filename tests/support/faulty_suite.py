@@ -110,6 +110,20 @@ def _kill_fork_server(_: Any) -> Any:
     _sleep_forever(None)
 
 
+def _linger(request: LoadRequest) -> BenchmarkModel:
+    """A non-daemon thread that never ends: a Python exit would wait for it forever."""
+    import threading
+
+    threading.Thread(target=_sleep_forever, args=(None,), name="lingering", daemon=False).start()
+    return _tiny(request)
+
+
+def _hang_at_exit(request: LoadRequest) -> BenchmarkModel:
+    """Publish the final result, then never exit (as a child stuck in a driver's teardown)."""
+    os._exit = lambda code: _sleep_forever(None)  # type: ignore[assignment]
+    return _tiny(request)
+
+
 def _hang(_: Any) -> Any:
     subprocess.Popen([sys.executable, "-c", _STUBBORN])
     while True:
@@ -123,9 +137,10 @@ class FaultySuite(Suite):
     FAULTS = ("big_output", "exit3", "grandchild", "hang", "oom", "raise_load", "raise_run", "segfault")
     # escape_hang: a hang whose descendant left the process group; sigkill: killed from
     # outside, no OOM; verify_*: die in the float64 verification run, after timing;
-    # retry_*: the first attempt fails one way (raises; hangs verifying), every retry segfaults.
+    # retry_*: the first attempt fails one way (raises; hangs verifying), every retry segfaults;
+    # linger: a non-daemon thread outlives the work; exit_hang: never exits after its result.
     MORE_FAULTS = ("kill_server", "retry_raise", "retry_hang_verify", "escape_hang", "sigkill",
-                   "verify_segfault", "verify_hang")
+                   "verify_segfault", "verify_hang", "linger", "exit_hang")
     QUICK = tuple(f"quick_{i:02d}" for i in range(20))
     NAPS = tuple(f"nap_{i:02d}" for i in range(8))
 
@@ -148,6 +163,10 @@ class FaultySuite(Suite):
                     stream.write(chunk)
                 stream.flush()
             return _tiny(request)
+        if name == "linger":
+            return _linger(request)
+        if name == "exit_hang":
+            return _hang_at_exit(request)
         if name == "grandchild":
             subprocess.Popen([sys.executable, "-c", _STUBBORN])
             return _tiny(request)

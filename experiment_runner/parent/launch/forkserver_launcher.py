@@ -60,6 +60,10 @@ from experiment_runner.parent.launch.subprocess_launcher import (
 SERVER_START_TIMEOUT_S = 300.0
 # How long a launch interrupted before it saw its child's pid waits for it, to kill that child.
 LATE_PID_S = 5.0
+# How long a server may stay silent when it owes a reply (a requested fork; the status of a child
+# the parent killed). A server silent for longer, or stopped (SIGSTOP, a debugger), is wedged:
+# it is killed and replaced, so a stopped server cannot hold a run beyond its timeouts.
+SERVER_REPLY_S = 10.0
 # After this many server deaths in one run, experiments run as plain subprocesses.
 MAX_SERVER_DEATHS = 3
 # Environment variables that torch, torch_xla, their compilers or native libraries may read
@@ -142,13 +146,16 @@ class _Pending:
     pid: int | None = None
     forked: threading.Event = field(default_factory=threading.Event)
 
-    def next_reply(self, timeout_s: float | None = None) -> dict[str, Any]:
-        """The next reply, waited for in slices (see subprocess.WAIT_SLICE_S); queue.Empty after timeout_s."""
+    def next_reply(self, timeout_s: float | None = None,
+                   stalled: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+        """The next reply, waited for in slices (see subprocess.WAIT_SLICE_S); queue.Empty after
+        timeout_s, or as soon as `stalled()` says no reply can come."""
         for slice_s in wait_slices(timeout_s):
             try:
                 return self.replies.get(timeout=slice_s)
             except queue.Empty:
-                continue
+                if stalled():
+                    break
         return self.replies.get_nowait()
 
 
@@ -168,6 +175,7 @@ class Server:
         )
         self.ready = threading.Event()
         self.gone = False
+        self.wedged: str | None = None  # why the launcher killed it, if it did
         self._write_lock = threading.Lock()
         self._pending: dict[int, _Pending] = {}
         self._next_id = 0
@@ -209,8 +217,29 @@ class Server:
                 pending.replies.put({"gone": True})
         return request_id, pending
 
+    def stopped(self) -> bool:
+        """Whether the server is stopped (SIGSTOP, a debugger): it can neither fork nor reap."""
+        try:
+            state = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        return state in ("T", "t")
+
+    def await_reply(self, pending: _Pending, owed: str) -> dict[str, Any]:
+        """The reply the server owes now (`owed`, in words); if it is stopped or silent for
+        SERVER_REPLY_S, it is killed (its forked children die with it) and {"gone": True} returned."""
+        try:
+            return pending.next_reply(SERVER_REPLY_S, stalled=self.stopped)
+        except queue.Empty:
+            how = "was stopped" if self.stopped() else f"was silent for {SERVER_REPLY_S:g} s"
+            self.wedged = f"{how} when it owed {owed}; the runner killed it"
+            signal_group(self.process.pid, signal.SIGKILL)
+            return {"gone": True}
+
     def death(self) -> str:
         """How the server ended, in words (once it is gone: its stdout closed)."""
+        if self.wedged is not None:
+            return self.wedged
         try:
             code = self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -297,7 +326,7 @@ class ForkServerLauncher(SubprocessLauncher):
         died MAX_SERVER_DEATHS times in this run. Each death is one warning."""
         with self._servers_lock:
             server = self._servers.get(kind)
-            if server is not None and server.gone:
+            if server is not None and (server.gone or server.wedged is not None):
                 self._deaths += 1
                 death = server.death()
                 server.close(self._server_log)
@@ -342,7 +371,7 @@ class ForkServerLauncher(SubprocessLauncher):
         except ServerGone:
             return self.launch(task, log_path, extra_env)
         try:
-            reply = pending.next_reply()
+            reply = server.await_reply(pending, "the fork of an experiment")
             if "pid" in reply:
                 returncode, timed_out, interrupted, note = self._wait(reply["pid"], task, pending, log_path, server)
         except KeyboardInterrupt:  # cancelled (Ray), wherever it landed: the child must not outlive the launch
@@ -371,7 +400,7 @@ class ForkServerLauncher(SubprocessLauncher):
             except queue.Empty:
                 timed_out = True
                 kill_experiment(pid, task.attempt_id, grace_s=KILL_GRACE_S)
-                reply = pending.next_reply()
+                reply = server.await_reply(pending, "the status of the experiment it had timed out")
         finally:
             kill_experiment(pid, task.attempt_id)  # whatever the child left, in its group or not
             interrupted = self.unregister(pid)
@@ -379,6 +408,8 @@ class ForkServerLauncher(SubprocessLauncher):
                 follower.stop()
         if "status" in reply:
             return os.waitstatus_to_exitcode(reply["status"]), timed_out, interrupted, None
+        if server.wedged is not None:
+            return None, timed_out, interrupted, f"the fork server {server.wedged}"
         # The server died; the child died with it (its parent-death signal).
         return None, timed_out, interrupted, (f"the fork server {server.death()} while this experiment ran; "
                                               "the experiment was killed with it")
