@@ -169,7 +169,8 @@ class Runner:
     def _write(self, planned: Planned, record: dict[str, Any]) -> None:
         exp = planned.experiment
         try:
-            append_record(self.results_path, record)
+            append_record(self.results_path, record, stopping=lambda: self.executor.interrupt_requested,
+                          warn=lambda line: self.echo(f"experiment_runner: warning: {printable(line)}"))
         except ResultsFileError as exc:
             raise ResultsFileError(f"{exc}; the record of {exp.model_name} {exp.config.label()} "
                                    "was not written, earlier records are intact "

@@ -27,6 +27,7 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from experiment_runner.core.results import (
     FINAL_STATUSES,
@@ -43,8 +44,18 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
-def append_record(path: Path, record: dict) -> None:
-    """Append one record as one whole line: lock, single write, flush, fsync, unlock."""
+# How long a record waits for a results file that another program (not a runner: those take
+# lock_results first) holds flock'd, a backup or a reader of its own; then exit 3, one line.
+APPEND_LOCK_WAIT_S = 300.0
+
+
+def append_record(path: Path, record: dict, stopping: Callable[[], bool] = lambda: False,
+                  warn: Callable[[str], None] = lambda line: None) -> None:
+    """Append one record as one whole line: lock, single write, flush, fsync, unlock.
+
+    The lock is taken by polling, so a foreign holder is said at once (`warn`), waited for at
+    most APPEND_LOCK_WAIT_S, and given up on as soon as the run is stopping (SIGTERM), never
+    blocking the runner in a system call that signals cannot end."""
     line = encode(record)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -52,7 +63,7 @@ def append_record(path: Path, record: dict) -> None:
     except OSError as exc:
         raise ResultsFileError(f"cannot open results file {path} for appending: {exc.strerror or exc}") from exc
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _flock_polling(fd, path, stopping, warn)
         try:
             size = os.fstat(fd).st_size
             if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
@@ -74,6 +85,47 @@ def append_record(path: Path, record: dict) -> None:
         raise ResultsFileError(f"cannot write results file {path}: {exc.strerror or exc}") from exc
     finally:
         os.close(fd)
+
+
+def _flock_polling(fd: int, path: Path, stopping: Callable[[], bool], warn: Callable[[str], None]) -> None:
+    deadline = time.monotonic() + APPEND_LOCK_WAIT_S
+    warned = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            holder = flock_holder(fd)
+            if stopping():
+                raise ResultsFileError(f"the run was stopped while {path} was locked by {holder}") from None
+            if time.monotonic() >= deadline:
+                raise ResultsFileError(f"{path} stayed locked by {holder} for {APPEND_LOCK_WAIT_S:g} s") from None
+            if not warned:
+                warn(f"{path} is locked by {holder}; waiting up to {APPEND_LOCK_WAIT_S:g} s to write the next "
+                     "record")
+                warned = True
+            time.sleep(LOCK_POLL_S)
+
+
+def flock_holder(fd: int) -> str:
+    """The process holding a flock on fd's file, from /proc/locks: "pid N (command)"."""
+    inode = os.fstat(fd).st_ino
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        fields = line.split()
+        if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK":
+            continue
+        if fields[5].rsplit(":", 1)[-1] == str(inode) and fields[4].isdigit() and int(fields[4]) != os.getpid():
+            try:
+                command = Path(f"/proc/{fields[4]}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+                    "utf-8", "replace").strip()
+            except OSError:
+                command = ""
+            return f"pid {fields[4]}" + (f" ({command[:80]})" if command else "")
+    return "another process"
 
 
 class RunLocked(UsageError):

@@ -157,6 +157,20 @@ def test_a_stopped_fork_server_cannot_hold_the_timeout(tmp_path: Path, cli_cache
     assert_no_process_left(marker)
 
 
+def test_a_full_disk_for_the_fork_servers_log_is_a_warning_not_a_crash() -> None:
+    """The server's output is copied to the run's folder at close; a full disk there must not
+    raise over the run's own first error (it is said once, as a warning)."""
+    from experiment_runner.parent.launch.forkserver_launcher import ForkServerLauncher, default_kind
+
+    warnings: list[str] = []
+    launcher = ForkServerLauncher(server_log=Path("/dev/full"), warn=warnings.append)
+    server = launcher.server_for(default_kind(False, dynamo=False))
+    assert server is not None and server.wait_ready()
+    launcher.close()
+    assert warnings == ["the fork server's output was not saved to /dev/full: No space left on device"]
+    assert server.process.poll() is not None
+
+
 def test_hang_is_killed_at_the_timeout(runs) -> None:
     _, _, hang = runs
     record = one_record(hang, "hang")

@@ -275,3 +275,38 @@ def test_sigkill_is_not_called_oom_without_evidence(launcher: str, run_cli) -> N
     [record] = run.records()
     assert (record["status"], record["error"]["type"]) == ("crashed", "Killed"), record["error"]
     assert record["error"]["message"].startswith("killed by SIGKILL, not by the runner")
+
+
+def test_a_foreign_lock_on_the_results_file_is_said_and_sigterm_ends_the_wait(tmp_path: Path,
+                                                                              cli_cache: Path) -> None:
+    """Another program holding the results file flock'd (a backup, a reader of its own): the
+    runner says who, waits without blocking in a system call, and SIGTERM ends it with one
+    line (exit 3), the file untouched."""
+    import fcntl
+    import threading
+
+    out = tmp_path / "out"
+    out.mkdir()
+    results = out / "results.jsonl"
+    results.write_bytes(b"")
+    holder = os.open(results, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        runner, marker = start_cli([*COMMON, "--filter=^quick_00$"], out, cli_cache)
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(runner.stderr), daemon=True)
+        reader.start()
+        wait_for(lambda: any("is locked by" in line for line in lines), what="the lock warning")
+        (warning,) = [line for line in lines if "is locked by" in line]
+        assert warning.startswith(f"experiment_runner: warning: {results} is locked by pid {os.getpid()} (")
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(timeout=120) == 3
+        reader.join(timeout=30)
+    finally:
+        os.close(holder)
+    errors = [line for line in lines if line.startswith("experiment_runner: error:")]
+    assert len(errors) == 1 and "Traceback" not in "".join(lines), lines
+    assert errors[0].startswith(f"experiment_runner: error: the run was stopped while {results} was locked by pid "
+                                f"{os.getpid()}") and "the record of quick_00" in errors[0]
+    assert results.read_bytes() == b""
+    assert_no_process_left(marker)

@@ -256,8 +256,10 @@ class Server:
     def forget(self, request_id: int) -> None:
         self._pending.pop(request_id, None)
 
-    def close(self, log: Path | None) -> None:
-        """Stop it (it kills whatever children are left and exits); append its stderr to `log`."""
+    def close(self, log: Path | None) -> str | None:
+        """Stop it (it kills whatever children are left and exits); append its stderr to `log`.
+        That copy is diagnostics: when it cannot be written (a full disk), the reason is
+        returned, never raised over the run's own first error."""
         try:
             if self.process.stdin is not None:
                 self.process.stdin.close()
@@ -269,12 +271,17 @@ class Server:
             signal_group(self.process.pid, signal.SIGKILL)
             self.process.wait()
         self._reader.join(timeout=5)
-        if log is not None:
-            self.stderr.seek(0)
-            with open(log, "ab") as handle:
-                handle.write(f"--- fork server ({self.kind.label}) ---\n".encode())
-                shutil.copyfileobj(self.stderr, handle)
-        self.stderr.close()
+        try:
+            if log is not None:
+                self.stderr.seek(0)
+                with open(log, "ab") as handle:
+                    handle.write(f"--- fork server ({self.kind.label}) ---\n".encode())
+                    shutil.copyfileobj(self.stderr, handle)
+        except OSError as exc:
+            return f"the fork server's output was not saved to {log}: {exc.strerror or exc}"
+        finally:
+            self.stderr.close()
+        return None
 
 
 _prestarted: dict[ServerKind, Server] = {}
@@ -329,7 +336,7 @@ class ForkServerLauncher(SubprocessLauncher):
             if server is not None and (server.gone or server.wedged is not None):
                 self._deaths += 1
                 death = server.death()
-                server.close(self._server_log)
+                self._warn_unsaved(server.close(self._server_log))
                 del self._servers[kind]
                 if self._deaths >= MAX_SERVER_DEATHS:
                     self._warn(f"the fork server ({kind.label}) {death}, the {self._deaths}th server death in "
@@ -422,6 +429,10 @@ class ForkServerLauncher(SubprocessLauncher):
             if server.gone:  # died after its last experiment began: not warned about yet
                 self._warn(f"the fork server ({server.kind.label}) {server.death()}; the records of the "
                            "experiments it was running say so")
-            server.close(self._server_log)
+            self._warn_unsaved(server.close(self._server_log))
         super().close()
+
+    def _warn_unsaved(self, problem: str | None) -> None:
+        if problem is not None:
+            self._warn(problem)
 
