@@ -50,6 +50,9 @@ class Suite(ABC):
     default_precision: ClassVar[str | None] = None
     # Packages the suite's models need beyond torch, checked once in the parent before planning.
     requires: ClassVar[tuple[str, ...]] = ()
+    # Whether `load` may run once more on the meta device (shapes only) to size a model before
+    # building it for real: only for loads without side effects (no downloads, files, processes).
+    meta_buildable: ClassVar[bool] = False
 
     @property
     def description(self) -> str:

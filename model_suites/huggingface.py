@@ -81,6 +81,7 @@ class HuggingFaceSuite(DataFileSuite):
     name = "huggingface"
     source = "transformers"
     requires = ("transformers",)
+    meta_buildable = True
     data_file = "huggingface.json"
 
     def skip_rules(self) -> list[SkipRule]:

@@ -29,6 +29,7 @@ class TimmSuite(DataFileSuite):
     name = "timm"
     source = "timm"
     requires = ("timm",)
+    meta_buildable = True
     data_file = "timm.json"
 
     def batch_size(self, request: LoadRequest) -> int:

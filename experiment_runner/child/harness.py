@@ -13,6 +13,7 @@ from time import perf_counter
 from typing import Any, Callable
 
 from experiment_runner.child.devices import DeviceRuntime, runtime_for
+from experiment_runner.child.weights_fit import check_weights_fit
 from experiment_runner.core.cpus import HostLoadSample
 from experiment_runner.core.matrix import Experiment, ExperimentConfig, uses_cuda_graphs
 from experiment_runner.core.options import RunOptions
@@ -66,14 +67,17 @@ class ExperimentHarness:
         """Load the model (seeded), cast to `precision` ("fp64" for the verifier's reference)."""
         import torch
 
-        precision = precision or self.config.precision
-        self.device.reset_rng(self.options.seed)
         suite = get_suite(self.experiment.suite_name)
-        model = suite.load(LoadRequest(
+        request = LoadRequest(
             model_name=self.experiment.model_name, test=self.config.test,
             device=self.device.build_device, accelerator=self.config.accelerator,
             precision=self.config.precision, batch_size=self.config.batch_size,
-        ))
+        )
+        if precision is None and not self.options.no_skip:  # the experiment's own load, not the verifier's
+            check_weights_fit(suite, request, self.device.memory_capacity())
+        precision = precision or self.config.precision
+        self.device.reset_rng(self.options.seed)
+        model = suite.load(request)
         if precision in _DTYPES and precision != "fp32":
             dtype = getattr(torch, _DTYPES[precision])
             model.module = model.module.to(dtype)

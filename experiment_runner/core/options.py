@@ -33,14 +33,17 @@ DEFAULT_NOISY_HOST_SHARE = 0.10
 # The IR formats --save-ir-format offers (PyTorch lazy IR text, HLO, StableHLO).
 SAVE_IR_FORMATS: tuple[str, ...] = ("text", "hlo", "stablehlo")
 
-MEASUREMENT, VERIFICATION, XLA_ARTIFACTS, INSTRUMENTATION = (
-    "measurement", "verification", "PyTorch/XLA artifacts", "instrumentation")
+MATRIX, MEASUREMENT, VERIFICATION, XLA_ARTIFACTS, INSTRUMENTATION = (
+    "matrix", "measurement", "verification", "PyTorch/XLA artifacts", "instrumentation")
 
 
 @dataclass(frozen=True)
 class RunOptions:
     """Per-experiment options from the command line that the worker needs."""
 
+    no_skip: bool = option(False, Flag(
+        "run models the suite's skip list excludes, and models whose weights alone cannot fit the device's "
+        "memory (the child sizes each model on the meta device before building it)", MATRIX, kind="switch"))
     repeat: int = option(10, Flag("timed runs (samples) per experiment", MEASUREMENT, parse=int, metavar="N", low=1,
                                   wanted="at least 1"))
     iterations_per_run: int | None = option(None, Flag(

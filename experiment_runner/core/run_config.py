@@ -16,9 +16,9 @@ from typing import Any, Mapping
 
 from experiment_runner.core import matrix
 from experiment_runner.core.flags import Flag, option, required
-from experiment_runner.core.options import COMPILE_TIME_DOC, MEASUREMENT, RunOptions
+from experiment_runner.core.options import COMPILE_TIME_DOC, MATRIX, MEASUREMENT, RunOptions
 
-MATRIX, OUTPUT, HOSTS, COMPAT = "matrix", "output and resume", "executors and hosts", "reference compatibility"
+OUTPUT, HOSTS, COMPAT = "output and resume", "executors and hosts", "reference compatibility"
 
 # --help sections in order, with what each says above its flags.
 GROUPS: dict[str, str] = {
@@ -118,7 +118,6 @@ class MatrixConfig:
                                            wanted="at least 1"))
     partition_id: int = option(0, Flag("which shard this host runs (0-based)", HOSTS, parse=int, metavar="I", low=0,
                                        wanted="0 or more"))
-    no_skip: bool = option(False, Flag("run models the suite's skip list excludes", MATRIX, kind="switch"))
     shard_by: str | None = option(None, Flag(
         "balance the --total-partitions shards by each model's duration in an earlier results file (longest "
         "first onto the least loaded shard; unknown models count as the median); round-robin: deal the "
@@ -232,6 +231,7 @@ class RunConfig:
         shaping = {f.name: getattr(self.matrix, f.name) for f in fields(MatrixConfig)
                    if f.name not in ("experiment_config", "model_config", "filter_by_tier", "exclude_by_tier")}
         shaping["processes"] = self.session.processes
+        shaping["no_skip"] = self.options.no_skip
         return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:12]
 
     @classmethod

@@ -138,7 +138,7 @@ def select_shard(config: MatrixConfig, names: list[str], listing: list[str] | No
 
 
 def build_plan(config: MatrixConfig, suite: SuiteCatalog, models: list[str],
-               caps: matrix.HostCapabilities) -> matrix.Plan:
+               caps: matrix.HostCapabilities, no_skip: bool = False) -> matrix.Plan:
     """The experiments the validated flags ask for on a host with `caps` (tests simulate hosts)."""
     choices = matrix.MatrixChoices(
         accelerators=config.accelerator, xla=config.xla, dynamo=config.dynamo, tests=config.test,
@@ -147,7 +147,7 @@ def build_plan(config: MatrixConfig, suite: SuiteCatalog, models: list[str],
         enable_functionalization=config.enable_functionalization, default_precision=suite.default_precision,
         compile_options=config.compile_options, eval_precisions=suite.eval_precisions,
     )
-    return matrix.expand(config.suite_name, models, choices, caps, suite.skip_rules, config.no_skip)
+    return matrix.expand(config.suite_name, models, choices, caps, suite.skip_rules, no_skip)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +197,7 @@ def run(config: RunConfig) -> int:
         caps = dataclasses.replace(caps, cuda=True)  # the cluster's GPUs, checked once connected
     check_requested(m, caps)
 
-    plan = build_plan(m, suite, models, caps)
+    plan = build_plan(m, suite, models, caps, config.options.no_skip)
     gpu_ids = tuple(filter(None, (s.gpu_ids or os.environ.get("CUDA_VISIBLE_DEVICES")
                                   or ",".join(map(str, range(caps.cuda_device_count)))).split(",")))
     if s.list_models:

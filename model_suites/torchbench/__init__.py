@@ -134,6 +134,7 @@ class TorchBenchSuite(DataFileSuite):
         super().__init__()
         self._package = torchbenchmark_package_dir()
         self.source = "builtin" if self._package is None else "torchbenchmark"
+        self.meta_buildable = self._package is None  # a checkout's models may read data files at load
 
     @property
     def description(self) -> str:

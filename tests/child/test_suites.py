@@ -139,6 +139,27 @@ def test_list_models_shows_each_models_batch_sizes_source_and_skip_rule(run_cli)
     assert {line.split()[2] for line in run.stdout.splitlines()[2:-1]} == {"3"}
 
 
+@pytest.mark.e2e
+def test_a_model_too_big_for_the_host_is_skipped_before_it_is_built(run_cli):
+    """Sized on the meta device in the child: a `skipped` record with the estimate and the
+    memory it exceeds, not an out-of-memory kill; --no-skip builds it for real (and fails)."""
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(SUPPORT), os.environ.get("PYTHONPATH")])),
+           "EXPERIMENT_RUNNER_SUITES": "sized=faulty_suite:SizedSuite"}
+    run = run_cli("--suite-name=sized", *QUICK_RUN, env=env)
+    assert run.returncode == 0, run.stderr
+    records = {r["model"]["model_name"]: r for r in run.records()}
+    assert records["small"]["status"] == "ok"
+    huge = records["huge"]
+    assert huge["status"] == "skipped" and huge["error"]["type"] == "ModelSkipped", huge
+    assert huge["error"]["message"].startswith(
+        "its weights alone need 4096.0 GiB (1,099,511,627,776 parameters built in float32), more than ")
+    assert huge["error"]["message"].endswith("; --no-skip runs it anyway")
+
+    run = run_cli("--suite-name=sized", "--filter=^huge$", "--no-skip", *QUICK_RUN, env=env)
+    (record,) = run.records()[-1:]
+    assert record["status"] in ("error", "oom") and "weights alone" not in (record["error"]["message"] or "")
+
+
 def test_data_files_cover_the_required_models_with_cpu_batch_sizes():
     required = {"llama", "nanogpt", "BERT_pytorch", "dlrm", "resnet50", "alexnet", "densenet121", "mnasnet1_0",
                 "mobilenet_v2", "mobilenet_v3_large", "resnet18", "resnet152", "resnext50_32x4d",

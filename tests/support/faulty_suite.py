@@ -198,3 +198,26 @@ def _trace() -> None:
 
 
 _trace()
+
+
+class SizedSuite(Suite):
+    """`sized`: a model whose weights cannot fit any host (2^40 parameters, 4 TiB in float32)
+    and a small one; loads without side effects, so the child may size them on the meta device."""
+
+    name = "sized"
+    source = "builtin"
+    meta_buildable = True
+
+    def model_names(self) -> list[str]:
+        return ["huge", "small"]
+
+    def load(self, request: LoadRequest) -> BenchmarkModel:
+        import torch
+
+        if request.model_name == "small":
+            return _tiny(request)
+        if request.model_name != "huge":
+            raise ModelNotFound(request.model_name)
+        module = torch.nn.Embedding(1 << 20, 1 << 20, device=request.device)
+        inputs = torch.zeros(2, 4, dtype=torch.long, device=request.device)
+        return BenchmarkModel(module=module, args=(inputs,), batch_size=2, source=self.source)

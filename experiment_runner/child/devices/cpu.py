@@ -97,6 +97,22 @@ class DeviceRuntime:
             return {}
         return {"timed_peak_rss_bytes": int(match.group(1)) * 1024} if match else {}
 
+    def memory_capacity(self) -> tuple[int, str] | None:
+        """How much memory a model on this device can use at most, and what it is: the host's
+        RAM, or its cgroup's limit when that is lower (a container). XLA runtimes keep this:
+        their models are built on the host first."""
+        import os
+
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+            try:
+                limit = Path(limit_file).read_text().strip()
+            except OSError:
+                continue
+            if limit.isdigit() and int(limit) < total:
+                return int(limit), "this container's memory limit"
+        return total, "this host's RAM"
+
     def lifetime_peak_memory(self) -> dict[str, int]:
         """`lifetime_peak_rss_bytes`: the child's resident peak over its whole life (interpreter,
         imports, compilation, timed runs, profiling, verification); read at the very end."""

@@ -53,6 +53,10 @@ class CudaRuntime(DeviceRuntime):
             "peak_reserved_bytes": int(self.cuda.max_memory_reserved()),
         }
 
+    def memory_capacity(self) -> tuple[int, str] | None:
+        device = self.cuda.current_device()
+        return int(self.cuda.get_device_properties(device).total_memory), f"the memory of GPU {device}"
+
     def profiler_activities(self) -> list[Any]:
         from torch.profiler import ProfilerActivity
 
