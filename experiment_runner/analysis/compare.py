@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Sequence
 
 from experiment_runner.analysis.loader import Row, RunInfo, comparison_key, runs_of
+from experiment_runner.analysis.repro import repro_of
 from experiment_runner.analysis.report import read_rows, render_csv
 from experiment_runner.core.requirements import install_command
 from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError, ReportParser
@@ -101,6 +102,7 @@ class ExperimentChange:
     q_value: float | None  # Benjamini-Hochberg adjusted over every experiment tested
     noise_floor: float | None  # one process on a side: |change| must exceed this too
     verdict: str
+    repro: str  # the command that runs B's experiment again, alone (analysis.repro)
 
 
 PROCESS_TEST, SAMPLE_TEST = "welch-processes", "mann-whitney-samples"
@@ -214,7 +216,7 @@ def judge(a: Row, b: Row, test: str | None, p: float | None, q: float | None, fl
         return ExperimentChange(a.experiment_id, a.model, f"{a.accelerator} {a.configuration} {a.test} {a.precision}",
                                 a.status, b.status, a.n_samples, b.n_samples, a.processes, b.processes,
                                 a.median_per_iter_time_s, b.median_per_iter_time_s, change,
-                                test if change is not None else None, p, q, floor, verdict)
+                                test if change is not None else None, p, q, floor, verdict, repro_of(b))
 
     if a.status == "ok" and b.status != "ok":
         return make(None, "new failure")
@@ -362,6 +364,11 @@ def render_text(outcome: Outcome, args: argparse.Namespace) -> str:
               "-" if c.noise_floor is None else f"{c.noise_floor:.1%}", c.verdict] for c in shown],
             headers=["model", "configuration", "processes", "A ms", "B ms", "change", "q", "floor", "verdict"],
             tablefmt="simple"))
+        out.append("")
+    flagged = [c for c in shown if c.verdict in ("regression", "new failure")]
+    if flagged:
+        out.append("to see each regression again, alone:")
+        out.extend(f"  {c.model} {c.configuration}: {c.repro}" for c in flagged)
         out.append("")
     for label, keys in (("only in A", outcome.only_a), ("only in B", outcome.only_b)):
         if keys:

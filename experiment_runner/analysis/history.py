@@ -27,6 +27,7 @@ import math
 import sys
 import time
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -34,6 +35,7 @@ import numpy as np
 
 from experiment_runner.analysis.columns import Factor, Records, read_back, read_records
 from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES
+from experiment_runner.analysis.repro import repro_command
 from experiment_runner.analysis.page import RECORDS_ON_PAGE, encode_series, link_to, render, write_page
 from experiment_runner.core.requirements import install_command
 from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError, ReportParser
@@ -92,6 +94,10 @@ class History:
     info: list[dict[str, Any]]  # per experiment: suite, model, configuration fields, batch size
     row: np.ndarray  # record number of each (experiment, run), -1 where absent
     series: dict[str, np.ndarray]  # METRICS, NaN where absent or not ok
+
+    @cached_property
+    def experiment_index(self) -> dict[str, int]:
+        return {e: i for i, e in enumerate(self.experiment_ids)}
 
     def status(self) -> tuple[np.ndarray, list[str]]:
         return self._codes("status")
@@ -289,7 +295,13 @@ def change_json(change: Change, history: History) -> dict[str, Any]:
         if isinstance(out[name], float):
             out[name] = _num(out[name])
     out["records"] = [{"file": str(history.records.files[f]), "record": int(r)} for f, r in change.records]
+    out["repro"] = repro(change, history)
     return out
+
+
+def repro(change: Change, history: History) -> str:
+    """The command that runs the changed experiment again, alone (analysis.repro)."""
+    return repro_command(change.experiment_id, history.info[history.experiment_index[change.experiment_id]])
 
 
 def _records_of(history: History, e: int, runs: Sequence[int]) -> tuple[tuple[int, int], ...]:
@@ -425,7 +437,10 @@ def render_text(analysis: Analysis) -> str:
     h = analysis.history
     out = [f"history: {len(h.run_ids)} runs ({_when(h.run_times[0])} .. {_when(h.run_times[-1])}), "
            f"{len(h.experiment_ids)} experiments, {len(analysis.changes)} changes, newest first"]
-    out.extend(describe(c, h) for c in newest_first(analysis.changes))
+    for change in newest_first(analysis.changes):
+        out.append(describe(change, h))
+        if change.kind == "regression":
+            out.append(f"    to see it again: {repro(change, h)}")
     bad = analysis.regressions_in_window()
     out.append(f"{len(bad)} regression(s) in the newest {analysis.window} run(s)")
     return "\n".join(out) + "\n"
@@ -452,17 +467,17 @@ def page_data(analysis: Analysis, records: dict[tuple[int, int], dict], out: Pat
                     "noise": {m: None if math.isnan(analysis.noise[m][i]) else round(float(analysis.noise[m][i]), 5)
                               for m in METRICS}}
                    for i, e in enumerate(h.experiment_ids)]
-    index = {e: i for i, e in enumerate(h.experiment_ids)}
     changes, embedded = [], {}
     for n, change in enumerate(newest_first(analysis.changes)):
         item = change_json(change, h)
         keys = [f"{f}:{r}" for f, r in change.records]
         if n < limit:
             embedded.update({f"{f}:{r}": records[(f, r)] for f, r in change.records if (f, r) in records})
-        changes.append({"e": index[change.experiment_id], "metric": change.metric, "kind": change.kind,
+        changes.append({"e": h.experiment_index[change.experiment_id], "metric": change.metric, "kind": change.kind,
                         "run": change.run_index, "good": h.run_ids.index(change.last_good_run),
                         "size": item["size"], "before": item["before"], "after": item["after"],
-                        "noise": item["noise"], "records": keys, "text": describe(change, h)})
+                        "noise": item["noise"], "records": keys, "text": describe(change, h),
+                        "repro": item["repro"]})
     data = {
         "kind": "history",
         "title": f"experiment_runner history: {len(h.run_ids)} runs, {len(h.experiment_ids)} experiments",
@@ -475,7 +490,7 @@ def page_data(analysis: Analysis, records: dict[tuple[int, int], dict], out: Pat
         "series": {m: [encode_series(h.series[m][i]) for i in range(len(h.experiment_ids))] for m in METRICS},
         "changes": changes,
         "records": embedded,
-        "dashboard": [{**row, "experiments": [index[e] for e in row["experiments"]]} for row in analysis.dashboard],
+        "dashboard": [{**row, "experiments": [h.experiment_index[e] for e in row["experiments"]]} for row in analysis.dashboard],
     }
     return data
 

@@ -142,6 +142,9 @@ def test_a_ten_percent_slowdown_is_flagged(tmp_path: Path, capsys: pytest.Captur
     assert "regression" in next(line for line in out.splitlines() if line.startswith("resnet50"))
     assert "Benjamini-Hochberg" in out and "Welch's t-test on the logs of the per-process medians" in out
     assert "result: REGRESSION (exit 1)" in out
+    repro = out.split("to see each regression again, alone:\n", 1)[1].splitlines()
+    assert repro[0].startswith("  resnet50 ") and "experiment_runner --suite-name=torchbench --filter='^resnet50$' " in repro[0]
+    assert not repro[1].strip(), "only the regression gets a line"
     code, found = verdicts(capsys, a, b)
     assert found["resnet50"] == "regression"
     assert not FLAGGED & {v for m, v in found.items() if m != "resnet50"}

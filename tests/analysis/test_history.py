@@ -55,7 +55,12 @@ def test_text_json_and_html_give_the_same_changes(capsys: pytest.CaptureFixture[
     assert code_text == code_json
     document = json.loads(out)
     from_json = [(c["experiment_id"], c["metric"], c["kind"], c["first_bad_run"]) for c in document["changes"]]
-    lines = [line for line in text.splitlines()[1:-1]]
+    lines = [line for line in text.splitlines()[1:-1] if not line.startswith("    to see it again: ")]
+    regressions = [i for i, line in enumerate(text.splitlines()) if " REGRESSION " in line]
+    for i in regressions:  # each regression is followed by the command that runs it again
+        again = text.splitlines()[i + 1]
+        assert again.startswith("    to see it again: experiment_runner --suite-name="), again
+    assert all(c["repro"].startswith("experiment_runner --suite-name=") for c in document["changes"])
     from_text = [(m.group(3), m.group(2), m.group(1).lower(), m.group(4)) for m in (
         re.search(r"(REGRESSION|IMPROVEMENT|CHANGE)\s+(\S+)\s+(\S+): .*first bad run (\S+),", line) for line in lines)]
     page = page_data(tmp_path / "page.html")
