@@ -191,7 +191,8 @@ class Score:
 def score(injected: Sequence[Injected], changes: Sequence[dict[str, Any]], histories: int,
           run_ids: Sequence[str], tolerance: int = 1) -> Score:
     """Time steps found within `tolerance` nights of where they were injected; every other
-    time change found is a false one. `changes` are `history --format json` changes."""
+    time change found is a false one (a step suspected in the newest run is neither). `changes`
+    are `history --format json` changes."""
     night_of = {run_id: i for i, run_id in enumerate(run_ids)}
     truth: dict[str, list[int]] = {}
     for item in injected:
@@ -200,7 +201,7 @@ def score(injected: Sequence[Injected], changes: Sequence[dict[str, Any]], histo
     matched: set[tuple[str, int]] = set()
     false_changes = 0
     for change in changes:
-        if change["metric"] != "time":
+        if change["metric"] != "time" or change["kind"] == "suspected":  # the newest run alone: not a change yet
             continue
         night = night_of[change["first_bad_run"]]
         near = [n for n in truth.get(change["experiment_id"], []) if abs(n - night) <= tolerance]

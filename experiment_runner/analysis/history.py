@@ -45,9 +45,11 @@ METRIC_COLUMNS = {"time": "median", "compile_time": "compile_time_s", "memory": 
 GROUP_FIELDS = ("suite", "accelerator", "test", "precision")
 
 DESCRIPTION = "What changed over the nights, since when, and is it real?\n\n" + __doc__.split("\n\n", 1)[1] + """
-Exit status: 0 no regression in the newest --window runs; 1 a regression (slower, larger,
-longer to compile, ok -> not ok, PASS -> not PASS) whose first bad run is among them;
-2 bad flags; 3 a file cannot be read."""
+Exit status: 0 no regression found in the newest --window runs; 1 a regression (slower,
+larger, longer to compile, ok -> not ok, PASS -> not PASS) that the history without those runs
+did not show: a step needs --min-runs runs after it, so it alerts once, the night it is found;
+a step in the newest run alone is `suspected` (shown, never exit 1); 2 bad flags; 3 a file
+cannot be read."""
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -98,6 +100,11 @@ class History:
     @cached_property
     def experiment_index(self) -> dict[str, int]:
         return {e: i for i, e in enumerate(self.experiment_ids)}
+
+    def first_runs(self, n: int) -> "History":
+        """The history as it was after its first `n` runs (same experiments)."""
+        return History(self.records, self.run_ids[:n], self.run_times[:n], self.experiment_ids, self.info,
+                       self.row[:, :n], {m: series[:, :n] for m, series in self.series.items()})
 
     def status(self) -> tuple[np.ndarray, list[str]]:
         return self._codes("status")
@@ -209,7 +216,12 @@ def segment(logs: np.ndarray, z: np.ndarray, noise: float, config: DetectorConfi
         before, after = np.median(logs[edges[i]:cut]), np.median(logs[cut:edges[i + 2]])
         step = after - before
         if abs(step) >= config.min_effect * scale and abs(math.expm1(step)) >= config.min_change:
-            found.append((cut, float(math.exp(before)), float(math.exp(after))))
+            # Each of the first min_runs runs after the cut must have moved (half the threshold, in the
+            # step's direction): a two-run segment of one old and one new value has a median halfway,
+            # which would date a step in the newest run one run too early.
+            threshold = 0.5 * max(config.min_effect * scale, math.log1p(config.min_change))
+            if all(math.copysign(1.0, step) * (v - before) >= threshold for v in logs[cut:cut + config.min_runs]):
+                found.append((cut, float(math.exp(before)), float(math.exp(after))))
     return found
 
 
@@ -220,6 +232,22 @@ def change_points(values: np.ndarray, config: DetectorConfig) -> tuple[list[tupl
     logs = np.log(values)
     noise, z = normalize(logs[None, :], config)
     return segment(logs, z[0], float(noise[0]), config), float(noise[0])
+
+
+def _newest_step(values: np.ndarray, cuts: list[int], noise: float,
+                 config: DetectorConfig) -> tuple[float, float] | None:
+    """A step in the newest run alone, which a change cannot show yet (it needs `min_runs` on each
+    side): (median before, newest) when the newest value is `min_effect` noise units and
+    `min_change` away from the median of the segment it follows (at least `min_runs` runs)."""
+    start = cuts[-1] if cuts else 0
+    segment_ = values[start:-1]
+    if len(segment_) < config.min_runs or not math.isfinite(noise):
+        return None
+    before, newest = float(np.median(segment_)), float(values[-1])
+    step = math.log(newest / before)
+    if abs(step) >= config.min_effect * max(noise, config.noise_floor) and abs(math.expm1(step)) >= config.min_change:
+        return before, newest
+    return None
 
 
 def _series_steps(matrix: np.ndarray, config: DetectorConfig) -> Iterator[tuple[int, np.ndarray, float, list]]:
@@ -249,9 +277,11 @@ class Analysis:
     window: int
     dashboard: list[dict[str, Any]]  # per configuration, series over the runs (see `dashboard`)
 
+    alerts: list[Change]  # regressions first found in the newest `window` runs (see detect)
+    config: DetectorConfig = DetectorConfig()
+
     def regressions_in_window(self) -> list[Change]:
-        newest = len(self.history.run_ids) - self.window
-        return [c for c in self.changes if c.kind == "regression" and c.run_index >= newest]
+        return self.alerts
 
     def as_json(self) -> dict[str, Any]:
         h = self.history
@@ -310,9 +340,25 @@ def _records_of(history: History, e: int, runs: Sequence[int]) -> tuple[tuple[in
 
 
 def detect(history: History, config: DetectorConfig = DetectorConfig(), window: int = 3) -> Analysis:
+    """Every change of `history`, and which regressions were first found in its newest `window`
+    runs: those the same search over the history without those runs did not find (a change
+    needs `min_runs` runs after it, so a step is found a run or more after its first bad run,
+    and it alerts then, once)."""
+    changes, noise = find_changes(history, config)
+    earlier, _ = find_changes(history.first_runs(max(len(history.run_ids) - window, 0)), config)
+    known = {(c.experiment_id, c.metric, c.run_index) for c in earlier if c.kind == "regression"}
+    alerts = [c for c in changes if c.kind == "regression"
+              and not any((c.experiment_id, c.metric, c.run_index + d) in known for d in (-1, 0, 1))]
+    return Analysis(history, changes, noise, window, dashboard(history), alerts, config)
+
+
+def find_changes(history: History, config: DetectorConfig) -> tuple[list[Change], dict[str, np.ndarray]]:
+    """Steps of every series, a suspected step in the newest run, and status and verification
+    changes (oldest first); and each metric's per-experiment noise."""
     changes: list[Change] = []
     n_exp = len(history.experiment_ids)
     noise = {m: np.full(n_exp, np.nan) for m in METRICS}
+    newest = len(history.run_ids) - 1
     for metric in METRICS:
         for e, valid, noise[metric][e], steps in _series_steps(history.series[metric], config):
             for cut, before, after in steps:
@@ -321,6 +367,16 @@ def detect(history: History, config: DetectorConfig = DetectorConfig(), window: 
                     history.experiment_ids[e], metric, "regression" if after > before else "improvement",
                     first_bad, history.run_ids[first_bad], history.run_ids[last_good], before, after,
                     after / before - 1, noise[metric][e], _records_of(history, e, (last_good, first_bad))))
+            if len(valid) and int(valid[-1]) == newest:
+                suspected = _newest_step(history.series[metric][e, valid], [c for c, _, _ in steps],
+                                         noise[metric][e], config)
+                if suspected is not None:
+                    before, after = suspected
+                    last_good = int(valid[-2])
+                    changes.append(Change(
+                        history.experiment_ids[e], metric, "suspected", newest, history.run_ids[newest],
+                        history.run_ids[last_good], before, after, after / before - 1, noise[metric][e],
+                        _records_of(history, e, (last_good, newest))))
     changes.extend(_code_changes(history, "status", *history.status(), good="ok"))
     verification, labels = history.verification()
     verified = {i for i, label in enumerate(labels) if label not in UNVERIFIED_CODES}
@@ -328,8 +384,7 @@ def detect(history: History, config: DetectorConfig = DetectorConfig(), window: 
     ok_code = status_labels.index("ok") if "ok" in status_labels else -3
     verification = np.where((status == ok_code) & np.isin(verification, list(verified)), verification, -2)
     changes.extend(_code_changes(history, "verification", verification, labels, good="PASS"))
-    return Analysis(history, sorted(changes, key=lambda c: (c.run_index, c.metric, c.experiment_id)), noise,
-                    window, dashboard(history))
+    return sorted(changes, key=lambda c: (c.run_index, c.metric, c.experiment_id)), noise
 
 
 def _code_changes(history: History, metric: str, codes: np.ndarray, labels: list[str], good: str) -> list[Change]:
@@ -439,10 +494,19 @@ def render_text(analysis: Analysis) -> str:
            f"{len(h.experiment_ids)} experiments, {len(analysis.changes)} changes, newest first"]
     for change in newest_first(analysis.changes):
         out.append(describe(change, h))
-        if change.kind == "regression":
+        if change.kind == "suspected":
+            out.append("    the newest run alone: a change once the next run agrees")
+        if change.kind in ("regression", "suspected"):
             out.append(f"    to see it again: {repro(change, h)}")
     bad = analysis.regressions_in_window()
-    out.append(f"{len(bad)} regression(s) in the newest {analysis.window} run(s)")
+    suspected = sum(c.kind == "suspected" for c in analysis.changes)
+    out.append(f"{len(bad)} regression(s) first found in the newest {analysis.window} run(s)"
+               + (f"; {suspected} suspected in the newest run (the next run confirms or clears them)"
+                  if suspected else ""))
+    needed = 2 * analysis.config.min_runs
+    if len(h.run_ids) < needed:
+        out.append(f"note: {len(h.run_ids)} run(s): a step needs {needed} runs to be found as a change "
+                   "(two on each side); until then a step in the newest run is shown as suspected")
     return "\n".join(out) + "\n"
 
 
@@ -506,7 +570,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json"), default="text", help="what goes to stdout")
     p.add_argument("--html", type=Path, metavar="OUT.html", help="also write the self-contained page there")
     p.add_argument("--window", type=int, default=3,
-                   help="exit 1 when a regression's first bad run is among the newest N runs")
+                   help="exit 1 for a regression first found in the newest N runs (the cron recipe: 1)")
     g = p.add_argument_group("change points")
     g.add_argument("--penalty", type=float, default=d.penalty, help="PELT penalty per change, x log(runs)")
     g.add_argument("--min-runs", type=int, default=d.min_runs, help="runs on each side of a change")

@@ -55,14 +55,16 @@ def test_text_json_and_html_give_the_same_changes(capsys: pytest.CaptureFixture[
     assert code_text == code_json
     document = json.loads(out)
     from_json = [(c["experiment_id"], c["metric"], c["kind"], c["first_bad_run"]) for c in document["changes"]]
-    lines = [line for line in text.splitlines()[1:-1] if not line.startswith("    to see it again: ")]
+    lines = [line for line in text.splitlines()[1:]
+             if not line.startswith(("    ", "note: ")) and " first found in the newest " not in line]
     regressions = [i for i, line in enumerate(text.splitlines()) if " REGRESSION " in line]
     for i in regressions:  # each regression is followed by the command that runs it again
         again = text.splitlines()[i + 1]
         assert again.startswith("    to see it again: experiment_runner --suite-name="), again
     assert all(c["repro"].startswith("experiment_runner --suite-name=") for c in document["changes"])
     from_text = [(m.group(3), m.group(2), m.group(1).lower(), m.group(4)) for m in (
-        re.search(r"(REGRESSION|IMPROVEMENT|CHANGE)\s+(\S+)\s+(\S+): .*first bad run (\S+),", line) for line in lines)]
+        re.search(r"(REGRESSION|IMPROVEMENT|CHANGE|SUSPECTED)\s+(\S+)\s+(\S+): .*first bad run (\S+),", line)
+        for line in lines)]
     page = page_data(tmp_path / "page.html")
     from_html = [(page["experiments"][c["e"]]["id"], c["metric"], c["kind"], page["runs"][c["run"]]["id"])
                  for c in page["changes"]]
@@ -105,7 +107,7 @@ def test_exit_1_only_for_a_regression_within_the_newest_window(capsys: pytest.Ca
                                    error=None if n < first_error else "RuntimeError: boom") for n in range(8)))
     got, out, _ = history(capsys, path, "--window", window)
     assert got == code
-    assert f"{code} regression(s) in the newest {window} run(s)" in out
+    assert f"{code} regression(s) first found in the newest {window} run(s)" in out
 
 
 def test_columns_agree_with_the_loader(tmp_path: Path) -> None:

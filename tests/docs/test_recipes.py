@@ -71,3 +71,46 @@ def test_ci_extracts_the_readme_test_command():
     command = proc.stdout.strip()
     assert command.startswith("python3 -m venv .venv") and command.endswith("python -m pytest"), command
     assert len(command.splitlines()) == 1
+
+
+def test_the_cron_recipe_alerts_once_on_the_night_after_a_step(tmp_path, capsys):
+    """The history command of the docs' crontab line, run night by night over synthetic nights
+    with a 20% step at night K on one experiment: exit 0 before K; at K the step is shown as
+    suspected (exit 0: one night is not yet a change); exit 1 at K+1, the night it is found;
+    exit 0 after, though the regression is still listed."""
+    import json
+    import shlex
+
+    from benchmarks.nightly_history import HistorySpec, night_folder, write_history
+    from experiment_runner.cli import main as cli_main
+
+    (crontab,) = [line for block in fenced_blocks("history: nights, not pairs", "bash")
+                  for line in block.splitlines() if line.startswith("0 2 * * *")]
+    command = shlex.split(crontab.rsplit("; ", 1)[1])
+    assert command[:3] == ["experiment_runner", "history", "nightly/"], command
+    nights, step_night, stepped = 16, 12, "torchbench/model0001/cpu-None-inductor-eval-fp32-bsdefault"
+    source = tmp_path / "generated"
+    write_history(source, HistorySpec(nights=nights, models=3, seed=5, step_fraction=0.0, failure_fraction=0.0))
+    for night in range(nights):  # compile times held constant: the step is the only change
+        path = source / night_folder(night) / "results.jsonl"
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        for record in records:
+            record["measurements"]["compile_time_s"] = 10.0
+            if record["experiment_id"] == stepped and night >= step_night:
+                record["metrics"]["per_iter_time"] = [t * 1.2 for t in record["metrics"]["per_iter_time"]]
+                record.pop("stats", None)
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    codes = {}
+    for tonight in range(8, nights):
+        folder = tmp_path / f"upto{tonight}" / "nightly"
+        for night in range(tonight + 1):
+            shutil.copytree(source / night_folder(night), folder / night_folder(night))
+        argv = [str(folder) if arg == "nightly/" else str(folder / "index.html") if arg == "nightly/index.html"
+                else arg for arg in command[1:]]
+        codes[tonight] = cli_main(argv)
+        out = capsys.readouterr().out
+        if tonight == step_night:
+            line = next(line for line in out.splitlines() if f"time         {stepped}:" in line)
+            assert line.split()[2] == "SUSPECTED" and "first bad run 20250113T020000Z-00000c," in line, line
+            assert 15 < float(line.split(": +", 1)[1].split("%")[0]) < 25, line
+    assert codes == {n: int(n == step_night + 1) for n in range(8, nights)}, codes
