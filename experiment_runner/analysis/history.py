@@ -26,7 +26,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -34,6 +34,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from experiment_runner.analysis.columns import Factor, Records, read_back, read_records
+from experiment_runner.analysis.evidence import Difference, Event, differences, events
 from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES
 from experiment_runner.analysis.repro import repro_command
 from experiment_runner.analysis.page import RECORDS_ON_PAGE, encode_series, link_to, render, write_page
@@ -279,6 +280,13 @@ class Analysis:
 
     alerts: list[Change]  # regressions first found in the newest `window` runs (see detect)
     config: DetectorConfig = DetectorConfig()
+    # What else differed between each change's last good and first bad record (add_evidence):
+    # only for changes whose records were read back.
+    evidence: dict[Change, list[Difference]] = field(default_factory=dict)
+
+    def events(self) -> list[Event]:
+        ordered = newest_first(self.changes)
+        return events(ordered, [self.evidence.get(c) for c in ordered])
 
     def regressions_in_window(self) -> list[Change]:
         return self.alerts
@@ -291,7 +299,8 @@ class Analysis:
                      for i, run_id in enumerate(h.run_ids)],
             "window": self.window,
             "regressions_in_window": len(self.regressions_in_window()),
-            "changes": [change_json(c, h) for c in newest_first(self.changes)],
+            "changes": [change_json(c, h, self.evidence.get(c)) for c in newest_first(self.changes)],
+            "events": [event_json(e, newest_first(self.changes), h) for e in self.events()],
             "experiments": [{"experiment_id": e, **h.info[i], "configuration": configuration(h.info[i]),
                              "noise": {m: _num(self.noise[m][i]) for m in METRICS},
                              "series": {m: _floats(h.series[m][i]) for m in METRICS}}
@@ -318,7 +327,27 @@ def newest_first(changes: Sequence[Change]) -> list[Change]:
     return sorted(changes, key=lambda c: (-c.run_index, c.kind != "regression", c.metric, c.experiment_id))
 
 
-def change_json(change: Change, history: History) -> dict[str, Any]:
+def add_evidence(analysis: Analysis, records: dict[tuple[int, int], dict]) -> None:
+    """Fill analysis.evidence for the changes whose two records (last good, first bad) are in
+    `records`; a status or verification change does not list itself."""
+    for change in analysis.changes:
+        if len(change.records) == 2 and all(key in records for key in change.records):
+            found = differences(records[change.records[0]], records[change.records[1]])
+            analysis.evidence[change] = [d for d in found if d.field != change.metric]
+
+
+def _differences_json(found: list[Difference] | None) -> list[dict[str, Any]] | None:
+    return None if found is None else [asdict(d) for d in found]
+
+
+def event_json(event: Event, ordered: Sequence[Change], history: History) -> dict[str, Any]:
+    return {"run_id": event.run_id, "timestamp": _stamp(history.run_times[event.run_index]),
+            "environment": _differences_json(list(event.environment)), "changes": len(event.members),
+            "time_geomean_change": _num(event.time_geomean) if event.time_geomean is not None else None,
+            "experiments": sorted({ordered[i].experiment_id for i in event.members})}
+
+
+def change_json(change: Change, history: History, evidence: list[Difference] | None = None) -> dict[str, Any]:
     out = asdict(change)
     out["timestamp"] = _stamp(history.run_times[change.run_index])
     for name in ("before", "after", "size", "noise"):
@@ -326,6 +355,7 @@ def change_json(change: Change, history: History) -> dict[str, Any]:
             out[name] = _num(out[name])
     out["records"] = [{"file": str(history.records.files[f]), "record": int(r)} for f, r in change.records]
     out["repro"] = repro(change, history)
+    out["evidence"] = _differences_json(evidence)
     return out
 
 
@@ -492,8 +522,20 @@ def render_text(analysis: Analysis) -> str:
     h = analysis.history
     out = [f"history: {len(h.run_ids)} runs ({_when(h.run_times[0])} .. {_when(h.run_times[-1])}), "
            f"{len(h.experiment_ids)} experiments, {len(analysis.changes)} changes, newest first"]
+    found = [e for e in analysis.events() if len(e.members) > 1 or e.environment]
+    if found:
+        out.append(f"{len(found)} event(s): changes of one run that share what changed in the environment")
+        for event in found:
+            effect = "" if event.time_geomean is None else f", time geomean {event.time_geomean:+.1%}"
+            what = "; ".join(map(str, event.environment)) or "no environment change"
+            out.append(f"  {_when(h.run_times[event.run_index])} run {event.run_id}: {len(event.members)} "
+                       f"change(s){effect}; {what}")
+        out.append("changes:")
     for change in newest_first(analysis.changes):
         out.append(describe(change, h))
+        if change in analysis.evidence:
+            found_here = analysis.evidence[change]
+            out.append(f"    what else changed: {'; '.join(map(str, found_here)) or 'nothing the records show'}")
         if change.kind == "suspected":
             out.append("    the newest run alone: a change once the next run agrees")
         if change.kind in ("regression", "suspected"):
@@ -533,7 +575,7 @@ def page_data(analysis: Analysis, records: dict[tuple[int, int], dict], out: Pat
                    for i, e in enumerate(h.experiment_ids)]
     changes, embedded = [], {}
     for n, change in enumerate(newest_first(analysis.changes)):
-        item = change_json(change, h)
+        item = change_json(change, h, analysis.evidence.get(change))
         keys = [f"{f}:{r}" for f, r in change.records]
         if n < limit:
             embedded.update({f"{f}:{r}": records[(f, r)] for f, r in change.records if (f, r) in records})
@@ -541,7 +583,7 @@ def page_data(analysis: Analysis, records: dict[tuple[int, int], dict], out: Pat
                         "run": change.run_index, "good": h.run_ids.index(change.last_good_run),
                         "size": item["size"], "before": item["before"], "after": item["after"],
                         "noise": item["noise"], "records": keys, "text": describe(change, h),
-                        "repro": item["repro"]})
+                        "repro": item["repro"], "evidence": item["evidence"]})
     data = {
         "kind": "history",
         "title": f"experiment_runner history: {len(h.run_ids)} runs, {len(h.experiment_ids)} experiments",
@@ -607,8 +649,10 @@ def main(argv: Sequence[str]) -> int:
         config = _config(args)
         _check_dependencies()
         analysis = detect(load_history(args.paths), config, args.window)
+        records = load_change_records(analysis)
+        add_evidence(analysis, records)
         if args.html is not None:
-            write_page(args.html, render(page_data(analysis, load_change_records(analysis), args.html)))
+            write_page(args.html, render(page_data(analysis, records, args.html)))
             print(f"wrote {args.html}", file=sys.stderr)
         if args.format == "json":
             sys.stdout.write(json.dumps(analysis.as_json(), separators=(",", ":")) + "\n")

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.nightly_history import HistorySpec, score, write_history
+from benchmarks.nightly_history import ENVIRONMENT, HistorySpec, score, write_history
 from experiment_runner.analysis.columns import read_records
 from experiment_runner.analysis.loader import iter_rows
 from experiment_runner.cli import main as cli_main
 
 GOLDEN = Path(__file__).parents[1] / "golden"
 NIGHTLY = GOLDEN / "nightly"
+ENVIRONMENT_TORCH = ENVIRONMENT["torch"]
 GOLDEN_SPEC = HistorySpec(nights=12, models=2, seed=1, step_fraction=0.4, failure_fraction=0.13)
 
 
@@ -55,12 +56,12 @@ def test_text_json_and_html_give_the_same_changes(capsys: pytest.CaptureFixture[
     assert code_text == code_json
     document = json.loads(out)
     from_json = [(c["experiment_id"], c["metric"], c["kind"], c["first_bad_run"]) for c in document["changes"]]
-    lines = [line for line in text.splitlines()[1:]
-             if not line.startswith(("    ", "note: ")) and " first found in the newest " not in line]
+    body = text.split("\nchanges:\n", 1)[-1].splitlines()[1 if "\nchanges:\n" not in text else 0:]
+    lines = [line for line in body if not line.startswith(("    ", "note: ")) and " first found in the newest " not in line]
     regressions = [i for i, line in enumerate(text.splitlines()) if " REGRESSION " in line]
     for i in regressions:  # each regression is followed by the command that runs it again
-        again = text.splitlines()[i + 1]
-        assert again.startswith("    to see it again: experiment_runner --suite-name="), again
+        details = [line for line in text.splitlines()[i + 1:i + 4] if line.startswith("    ")]
+        assert any(line.startswith("    to see it again: experiment_runner --suite-name=") for line in details), details
     assert all(c["repro"].startswith("experiment_runner --suite-name=") for c in document["changes"])
     from_text = [(m.group(3), m.group(2), m.group(1).lower(), m.group(4)) for m in (
         re.search(r"(REGRESSION|IMPROVEMENT|CHANGE|SUSPECTED)\s+(\S+)\s+(\S+): .*first bad run (\S+),", line)
@@ -220,3 +221,55 @@ def test_the_dashboard_of_the_latest_run_is_reports(capsys: pytest.CaptureFixtur
         assert (d["models"][-1], d["passed"][-1]) == (s["models"], s["passed"])
         for name in ("compile_time_mean_s",) + (() if s["baseline"] else ("speedup_geomean", "memory_ratio_geomean")):
             assert d[name][-1] == (None if s[name] is None else pytest.approx(s[name], rel=1e-5)), (name, d, s)
+
+
+def test_a_torch_bump_is_one_event_with_its_evidence(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Night K: torch 2.13.0 -> 2.14.0 on every record, a 25% step on a third of the experiments,
+    and graph breaks on the compiled ones among them; night J: one step with nothing else changed.
+    The K changes are one event naming the torch versions, each change lists its graph breaks;
+    the J step is its own event with no environment difference."""
+    spec = HistorySpec(nights=16, models=6, seed=3, step_fraction=0.0, failure_fraction=0.0)
+    write_history(tmp_path, spec)
+    from benchmarks.nightly_history import night_folder
+
+    bump, lone_night = 10, 6
+    ids = sorted({json.loads(line)["experiment_id"]
+                  for line in (tmp_path / night_folder(0) / "results.jsonl").read_text().splitlines()})
+    stepped, lone = set(ids[::3]), ids[1]
+    for night in range(spec.nights):
+        path = tmp_path / night_folder(night) / "results.jsonl"
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        for record in records:
+            eid = record["experiment_id"]
+            record["measurements"]["compile_time_s"] = 10.0
+            if "inductor" in eid:
+                broken = night >= bump and eid in stepped
+                record["measurements"]["graph_breaks"] = {"total": 3 if broken else 0, "unique_graphs": 4 if broken else 1}
+            if night >= bump:
+                record["environment"]["torch"] = "2.14.0"
+            if (night >= bump and eid in stepped) or (night >= lone_night and eid == lone):
+                record["metrics"]["per_iter_time"] = [t * 1.25 for t in record["metrics"]["per_iter_time"]]
+                record.pop("stats", None)
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    _, out, _ = history(capsys, tmp_path, "--format", "json")
+    document = json.loads(out)
+    time_changes = [c for c in document["changes"] if c["metric"] == "time" and c["kind"] == "regression"]
+    assert {c["experiment_id"] for c in time_changes} == stepped | {lone}
+    events = {e["run_id"]: e for e in document["events"]}
+    bump_run = next(c["first_bad_run"] for c in time_changes if c["experiment_id"] in stepped)
+    event = events[bump_run]
+    assert event["environment"] == [{"field": "torch", "before": ENVIRONMENT_TORCH, "after": "2.14.0",
+                                     "environment": True}]
+    assert set(event["experiments"]) == stepped and event["changes"] == len(stepped)
+    assert 0.2 < event["time_geomean_change"] < 0.3
+    for change in time_changes:
+        fields = {d["field"]: (d["before"], d["after"]) for d in change["evidence"]}
+        if change["experiment_id"] == lone:
+            assert fields == {}
+        elif "inductor" in change["experiment_id"]:
+            assert fields["graph breaks"] == (0, 3) and fields["unique graphs"] == (1, 4)
+    lone_event = events[next(c["first_bad_run"] for c in time_changes if c["experiment_id"] == lone)]
+    assert lone_event["environment"] == [] and lone_event["experiments"] == [lone]
+    _, text, _ = history(capsys, tmp_path)
+    assert f"run {bump_run}: {len(stepped)} change(s), time geomean +" in text
+    assert f"; torch {ENVIRONMENT_TORCH} -> 2.14.0" in text
