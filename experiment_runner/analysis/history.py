@@ -67,6 +67,7 @@ class DetectorConfig:
     min_change: float = 0.02  # relative change, whatever the noise
     clip: float = 3.0  # noise units from the running median before a run counts as an outlier
     noise_floor: float = 1e-3  # relative: identical values every night still have rounding
+    flaky_threshold: float = 0.10  # a status or verification flip is `flaky` above this failure rate
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,8 @@ class Change:
     size: float | None  # after / before - 1 for series
     noise: float | None  # relative night-to-night noise of the series
     records: tuple[tuple[int, int], ...] = ()  # (file index, record index): last good, first bad
+    # flaky flips: (posterior mean pass rate, 90% credible interval) over the runs before it
+    pass_rate: tuple[float, float, float] | None = None
 
 
 @dataclass
@@ -407,20 +410,37 @@ def find_changes(history: History, config: DetectorConfig) -> tuple[list[Change]
                         history.experiment_ids[e], metric, "suspected", newest, history.run_ids[newest],
                         history.run_ids[last_good], before, after, after / before - 1, noise[metric][e],
                         _records_of(history, e, (last_good, newest))))
-    changes.extend(_code_changes(history, "status", *history.status(), good="ok"))
+    changes.extend(_code_changes(history, "status", *history.status(), good="ok", config=config))
     verification, labels = history.verification()
     verified = {i for i, label in enumerate(labels) if label not in UNVERIFIED_CODES}
     status, status_labels = history.status()
     ok_code = status_labels.index("ok") if "ok" in status_labels else -3
     verification = np.where((status == ok_code) & np.isin(verification, list(verified)), verification, -2)
-    changes.extend(_code_changes(history, "verification", verification, labels, good="PASS"))
+    changes.extend(_code_changes(history, "verification", verification, labels, good="PASS", config=config))
     return sorted(changes, key=lambda c: (c.run_index, c.metric, c.experiment_id)), noise
 
 
-def _code_changes(history: History, metric: str, codes: np.ndarray, labels: list[str], good: str) -> list[Change]:
+# How many runs before a flip its experiment's pass rate is estimated over.
+FLAKY_RUNS = 30
+
+
+def pass_rate(good: int, bad: int) -> tuple[float, float, float]:
+    """Posterior mean and 90% credible interval of a pass probability after `good` passes and
+    `bad` failures, under a uniform prior (Beta(1 + good, 1 + bad))."""
+    from scipy.special import betaincinv
+
+    a, b = 1 + good, 1 + bad
+    return a / (a + b), float(betaincinv(a, b, 0.05)), float(betaincinv(a, b, 0.95))
+
+
+def _code_changes(history: History, metric: str, codes: np.ndarray, labels: list[str], good: str,
+                  config: DetectorConfig = DetectorConfig()) -> list[Change]:
     """Every run whose code differs from the same experiment's previous run that has one (-2: none):
-    a regression when it leaves `good`, an improvement when it reaches it, else a change."""
+    a regression when it leaves `good`, an improvement when it reaches it, else a change; and
+    `flaky` instead when, over the FLAKY_RUNS runs before it, the experiment had already come back
+    to `good` after failing and failed more often than `config.flaky_threshold`."""
     found = []
+    good_code = labels.index(good) if good in labels else -3
     for e in range(codes.shape[0]):
         present = np.flatnonzero(codes[e] != -2)
         if len(present) < 2:
@@ -429,10 +449,16 @@ def _code_changes(history: History, metric: str, codes: np.ndarray, labels: list
         for j in np.flatnonzero(values[1:] != values[:-1]).tolist():
             old, new = (labels[v] if v >= 0 else None for v in (values[j], values[j + 1]))
             kind = "regression" if old == good else "improvement" if new == good else "change"
+            prior = values[max(0, j + 1 - FLAKY_RUNS):j + 1] == good_code
+            recovered = bool(np.any(~prior[:-1] & prior[1:]))
+            rate = pass_rate(int(prior.sum()), int((~prior).sum())) if recovered else None
+            if rate is not None and 1.0 - rate[0] > config.flaky_threshold:
+                kind = "flaky"
             last_good, first_bad = int(present[j]), int(present[j + 1])
             found.append(Change(history.experiment_ids[e], metric, kind, first_bad, history.run_ids[first_bad],
                                 history.run_ids[last_good], old, new, None, None,
-                                _records_of(history, e, (last_good, first_bad))))
+                                _records_of(history, e, (last_good, first_bad)),
+                                rate if kind == "flaky" else None))
     return found
 
 
@@ -510,7 +536,10 @@ def _value(value: Any, metric: str) -> str:
 
 def describe(change: Change, history: History) -> str:
     """One line per change; the same words the page shows."""
-    what = f"{change.before} -> {change.after}" if change.size is None else (
+    flaky = "" if change.pass_rate is None else (
+        f" (flaky: passes {change.pass_rate[0]:.0%} of runs, 90% interval {change.pass_rate[1]:.0%}-"
+        f"{change.pass_rate[2]:.0%})")
+    what = f"{change.before} -> {change.after}{flaky}" if change.size is None else (
         f"{change.size:+.1%} ({_value(change.before, change.metric)} -> {_value(change.after, change.metric)}, "
         f"noise {change.noise:.1%})")
     return (f"{_when(history.run_times[change.run_index])}  {change.kind.upper():<11} {change.metric:<12} "
@@ -619,6 +648,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--min-effect", type=float, default=d.min_effect,
                    help="smallest step in units of the experiment's night-to-night noise")
     g.add_argument("--min-change", type=float, default=d.min_change, help="smallest relative step (0.02 = 2%%)")
+    g.add_argument("--flaky-threshold", type=float, default=d.flaky_threshold,
+                   help="a status or verification flip of an experiment that already failed and recovered in "
+                        f"its last {FLAKY_RUNS} runs, and failed in more than this share of them, is `flaky` "
+                        "(shown with its pass rate, never exit 1)")
     return p
 
 
@@ -631,8 +664,10 @@ def _config(args: argparse.Namespace) -> DetectorConfig:
         value = getattr(args, name)
         if not (math.isfinite(value) and value >= 0):
             raise ReportError(f"--{name.replace('_', '-')} must be a finite number >= 0")
+    if not 0.0 <= args.flaky_threshold <= 1.0:
+        raise ReportError("--flaky-threshold must be between 0 and 1")
     return DetectorConfig(penalty=args.penalty, min_runs=args.min_runs, min_effect=args.min_effect,
-                          min_change=args.min_change)
+                          min_change=args.min_change, flaky_threshold=args.flaky_threshold)
 
 
 def _check_dependencies() -> None:

@@ -273,3 +273,46 @@ def test_a_torch_bump_is_one_event_with_its_evidence(capsys: pytest.CaptureFixtu
     _, text, _ = history(capsys, tmp_path)
     assert f"run {bump_run}: {len(stepped)} change(s), time geomean +" in text
     assert f"; torch {ENVIRONMENT_TORCH} -> 2.14.0" in text
+
+
+def test_a_flaky_experiment_never_alerts_and_a_real_failure_does(capsys: pytest.CaptureFixture[str],
+                                                                 tmp_path: Path) -> None:
+    """One experiment's verification passes 70% of nights at random (after failing and recovering
+    early on); another passes until night 25, then fails every night. Run night by night with
+    --window 1, as cron would: exit 1 on night 25 only; the random one's flips are `flaky`."""
+    import random
+
+    from benchmarks.nightly_history import night_folder
+
+    spec = HistorySpec(nights=30, models=2, seed=9, step_fraction=0.0, failure_fraction=0.0)
+    write_history(tmp_path / "all", spec)
+    ids = sorted({json.loads(line)["experiment_id"]
+                  for line in (tmp_path / "all" / night_folder(0) / "results.jsonl").read_text().splitlines()})
+    flaky, broken = ids[0], ids[1]
+    coin = random.Random(4)
+    passes = {n: n not in (2, 4) and (n < 5 or coin.random() < 0.7) for n in range(spec.nights)}
+    for night in range(spec.nights):
+        path = tmp_path / "all" / night_folder(night) / "results.jsonl"
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        for record in records:
+            record["measurements"]["compile_time_s"] = 10.0
+            if record["experiment_id"] == flaky and not passes[night]:
+                record["verification_code"] = "FAIL"
+            if record["experiment_id"] == broken and night >= 25:
+                record["verification_code"] = "FAIL"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    codes = {}
+    for tonight in range(10, spec.nights):
+        folder = tmp_path / f"upto{tonight}"
+        for night in range(tonight + 1):
+            shutil.copytree(tmp_path / "all" / night_folder(night), folder / night_folder(night))
+        codes[tonight], out, _ = history(capsys, folder, "--window", 1, "--format", "json")
+    assert codes == {n: int(n == 25) for n in range(10, spec.nights)}, codes
+    changes = json.loads(out)["changes"]
+    flips = [c for c in changes if c["experiment_id"] == flaky and c["metric"] == "verification"]
+    assert len(flips) >= 6 and [c["kind"] for c in flips][-1] == "regression"  # newest first: night 2 is last
+    assert all(c["kind"] == "flaky" and 0.4 < c["pass_rate"][0] < 0.95 for c in flips[:-2])
+    (real,) = [c for c in changes if c["experiment_id"] == broken and c["metric"] == "verification"]
+    assert real["kind"] == "regression" and real["pass_rate"] is None
+    _, text, _ = history(capsys, tmp_path / "upto29")
+    assert "FLAKY       verification " in text and "(flaky: passes " in text
