@@ -34,6 +34,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from experiment_runner.analysis.columns import Factor, Records, read_back, read_records
+from experiment_runner.analysis.confirm import DEFAULT_PROCESSES, Verdict, confirm, suspects
 from experiment_runner.analysis.evidence import Difference, Event, differences, events
 from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES
 from experiment_runner.analysis.repro import repro_command
@@ -42,6 +43,10 @@ from experiment_runner.core.requirements import install_command
 from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError, ReportParser
 
 METRICS = ("time", "compile_time", "memory")  # numeric series, each: higher is worse
+# Steps smaller than this, in the metric's own unit, are no change whatever the noise: an eager
+# experiment's "compile time" (first iteration minus a steady one) is a fraction of a millisecond
+# and moves by multiples of itself from night to night.
+ABSOLUTE_FLOORS = {"compile_time": 0.05, "memory": float(1 << 20)}
 METRIC_COLUMNS = {"time": "median", "compile_time": "compile_time_s", "memory": "peak_memory_bytes"}
 GROUP_FIELDS = ("suite", "accelerator", "test", "precision")
 
@@ -393,7 +398,9 @@ def find_changes(history: History, config: DetectorConfig) -> tuple[list[Change]
     noise = {m: np.full(n_exp, np.nan) for m in METRICS}
     newest = len(history.run_ids) - 1
     for metric in METRICS:
+        floor = ABSOLUTE_FLOORS.get(metric, 0.0)
         for e, valid, noise[metric][e], steps in _series_steps(history.series[metric], config):
+            steps = [(cut, before, after) for cut, before, after in steps if abs(after - before) >= floor]
             for cut, before, after in steps:
                 first_bad, last_good = int(valid[cut]), int(valid[cut - 1])
                 changes.append(Change(
@@ -403,7 +410,7 @@ def find_changes(history: History, config: DetectorConfig) -> tuple[list[Change]
             if len(valid) and int(valid[-1]) == newest:
                 suspected = _newest_step(history.series[metric][e, valid], [c for c, _, _ in steps],
                                          noise[metric][e], config)
-                if suspected is not None:
+                if suspected is not None and abs(suspected[1] - suspected[0]) >= floor:
                     before, after = suspected
                     last_good = int(valid[-2])
                     changes.append(Change(
@@ -648,6 +655,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--min-effect", type=float, default=d.min_effect,
                    help="smallest step in units of the experiment's night-to-night noise")
     g.add_argument("--min-change", type=float, default=d.min_change, help="smallest relative step (0.02 = 2%%)")
+    p.add_argument("--confirm", action="store_true",
+                   help="rerun each suspect now (a slowdown suspected in the newest run, a regression that would "
+                        "alert) with --confirm-processes processes, into confirm/ beside its newest results file, "
+                        "and exit 1 only for those the reruns uphold")
+    p.add_argument("--confirm-processes", type=int, default=DEFAULT_PROCESSES, metavar="N",
+                   help="fresh processes per rerun (default %(default)s)")
     g.add_argument("--flaky-threshold", type=float, default=d.flaky_threshold,
                    help="a status or verification flip of an experiment that already failed and recovered in "
                         f"its last {FLAKY_RUNS} runs, and failed in more than this share of them, is `flaky` "
@@ -664,6 +677,8 @@ def _config(args: argparse.Namespace) -> DetectorConfig:
         value = getattr(args, name)
         if not (math.isfinite(value) and value >= 0):
             raise ReportError(f"--{name.replace('_', '-')} must be a finite number >= 0")
+    if args.confirm_processes < 1:
+        raise ReportError("--confirm-processes must be at least 1")
     if not 0.0 <= args.flaky_threshold <= 1.0:
         raise ReportError("--flaky-threshold must be between 0 and 1")
     return DetectorConfig(penalty=args.penalty, min_runs=args.min_runs, min_effect=args.min_effect,
@@ -686,16 +701,43 @@ def main(argv: Sequence[str]) -> int:
         analysis = detect(load_history(args.paths), config, args.window)
         records = load_change_records(analysis)
         add_evidence(analysis, records)
+        verdicts = run_confirmation(analysis, args.confirm_processes) if args.confirm else None
         if args.html is not None:
             write_page(args.html, render(page_data(analysis, records, args.html)))
             print(f"wrote {args.html}", file=sys.stderr)
         if args.format == "json":
-            sys.stdout.write(json.dumps(analysis.as_json(), separators=(",", ":")) + "\n")
+            document = {**analysis.as_json(), **({"confirmation": [asdict(v) for v in verdicts]}
+                                                 if verdicts is not None else {})}
+            sys.stdout.write(json.dumps(document, separators=(",", ":")) + "\n")
         else:
-            sys.stdout.write(render_text(analysis))
+            sys.stdout.write(render_text(analysis) + render_confirmation(verdicts, args.confirm_processes))
     except ReportError as exc:
         print(f"experiment_runner history: error: {exc}", file=sys.stderr)
         return exc.code
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
+    if verdicts is not None:
+        return EXIT_REGRESSION if any(v.upheld for v in verdicts) else EXIT_OK
     return EXIT_REGRESSION if analysis.regressions_in_window() else EXIT_OK
+
+
+def run_confirmation(analysis: Analysis, processes: int) -> list[Verdict]:
+    """--confirm: rerun the suspects (analysis.confirm) and judge each on its reruns."""
+    h = analysis.history
+    targets = [c for c in suspects(analysis.changes, analysis.alerts) if c.records]
+    newest_file = {c.experiment_id: Path(h.records.files[c.records[-1][0]]) for c in targets}
+    info = {c.experiment_id: h.info[h.experiment_index[c.experiment_id]] for c in targets}
+    return confirm(targets, info, newest_file, processes, analysis.config.min_effect, analysis.config.min_change)
+
+
+def render_confirmation(verdicts: list[Verdict] | None, processes: int) -> str:
+    if verdicts is None:
+        return ""
+    if not verdicts:
+        return "confirmation: nothing to confirm (no suspected slowdown, no regression to alert on)\n"
+    upheld = sum(v.upheld for v in verdicts)
+    out = [f"confirmation: {len(verdicts)} suspect(s) rerun with --processes {processes}; {upheld} upheld "
+           f"({'exit 1' if upheld else 'exit 0'})"]
+    out += [f"  {'CONFIRMED' if v.upheld else 'NOT CONFIRMED'}  {v.metric:<12} {v.experiment_id}: {v.reason} "
+            f"(reruns in {v.output})" for v in verdicts]
+    return "\n".join(out) + "\n"

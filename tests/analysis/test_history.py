@@ -316,3 +316,46 @@ def test_a_flaky_experiment_never_alerts_and_a_real_failure_does(capsys: pytest.
     assert real["kind"] == "regression" and real["pass_rate"] is None
     _, text, _ = history(capsys, tmp_path / "upto29")
     assert "FLAKY       verification " in text and "(flaky: passes " in text
+
+
+@pytest.mark.e2e
+def test_confirm_upholds_a_real_slowdown_and_clears_a_noisy_night(capsys: pytest.CaptureFixture[str],
+                                                                  tmp_path: Path, cli_cache: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five real nights of two paced models; on the fifth, paced_b is slowed on purpose (its
+    sleep 1.5x, and it stays so) and paced_a's record is inflated 1.5x as a noisy night would.
+    `history --confirm --window 1` reruns both: paced_b is upheld, paced_a is not; exit 1."""
+    import subprocess
+
+    from conftest import FAULTY_SUITE, SUPPORT, cli_command
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(SUPPORT), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("EXPERIMENT_RUNNER_SUITES", FAULTY_SUITE)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cli_cache))
+    args = ["--suite-name=faulty", "--filter=^paced_[ab]$", "--accelerator=cpu", "--dynamo=None", "--test=eval",
+            "--precision=fp32", "--repeat=5", "--no-progress-bar"]
+    nightly = tmp_path / "nightly"
+    for night in range(5):
+        if night == 4:
+            monkeypatch.setenv("FAULTY_PACE_PACED_B", "0.006")
+        proc = subprocess.run(cli_command(args, nightly / f"night{night}"), capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    newest = nightly / "night4" / "results.jsonl"
+    records = [json.loads(line) for line in newest.read_text().splitlines()]
+    for record in records:
+        if record["model"]["model_name"] == "paced_a":
+            record["metrics"]["per_iter_time"] = [t * 1.5 for t in record["metrics"]["per_iter_time"]]
+            stats = record["stats"]["per_iter_time"]
+            stats.update({k: stats[k] * 1.5 for k in ("median", "min", "max", "q1", "q3")})
+    newest.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    code, out, err = history(capsys, nightly, "--window", 1, "--confirm", "--confirm-processes", 3)
+    assert code == 1, out + err
+    confirmation = out.split("confirmation: ", 1)[1].splitlines()
+    assert confirmation[0] == "2 suspect(s) rerun with --processes 3; 1 upheld (exit 1)", out
+    verdicts = {("paced_b" if "/paced_b/" in line else "paced_a"): line.split() for line in confirmation[1:]}
+    assert verdicts["paced_b"][:2] == ["CONFIRMED", "time"], out
+    assert verdicts["paced_a"][:3] == ["NOT", "CONFIRMED", "time"], out
+    rerun = nightly / "night4" / "confirm" / "results.jsonl"
+    assert {json.loads(line)["process"]["count"] for line in rerun.read_text().splitlines()} == {3}

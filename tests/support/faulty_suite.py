@@ -22,6 +22,7 @@ from model_suites.base import LoadRequest, ModelNotFound, Suite
 from model_suites.model import BenchmarkModel
 
 TRACE_DIR_ENV = "FAULTY_TRACE_DIR"
+PACE_S = 0.004
 # Where models that behave differently on a retry count their attempts.
 STATE_DIR_ENV = "FAULTY_STATE_DIR"
 # A grandchild that survives SIGTERM: only a SIGKILL to the whole group ends it.
@@ -142,15 +143,20 @@ class FaultySuite(Suite):
     MORE_FAULTS = ("kill_server", "retry_raise", "retry_hang_verify", "escape_hang", "sigkill",
                    "verify_segfault", "verify_hang", "linger", "exit_hang")
     QUICK = tuple(f"quick_{i:02d}" for i in range(20))
+    # paced_*: each forward sleeps FAULTY_PACE_<NAME> seconds (default PACE_S): a model slowed on purpose.
+    PACED = ("paced_a", "paced_b")
     NAPS = tuple(f"nap_{i:02d}" for i in range(8))
 
     def model_names(self) -> list[str]:
-        return sorted(self.FAULTS + self.MORE_FAULTS + self.QUICK + self.NAPS)
+        return sorted(self.FAULTS + self.MORE_FAULTS + self.QUICK + self.NAPS + self.PACED)
 
     def load(self, request: LoadRequest) -> BenchmarkModel:
         name = request.model_name
         if name.startswith("quick_"):
             return _tiny(request)
+        if name in self.PACED:
+            pace = float(os.environ.get(f"FAULTY_PACE_{name.upper()}", PACE_S))
+            return _tiny(request, lambda output: (time.sleep(pace), output)[1])
         if name.startswith("nap_"):
             time.sleep(0.4)
             return _tiny(request)
