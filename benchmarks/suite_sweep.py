@@ -2,11 +2,14 @@
 eval and train, compile with inductor, and verify? The table of docs/benchmarks/suite_sweep.md.
 
     python benchmarks/suite_sweep.py --output /tmp/sweep                    # eager, eval and train
+    python benchmarks/suite_sweep.py --output /tmp/sweep --test train --no-verify
     python benchmarks/suite_sweep.py --output /tmp/sweep --dynamo inductor  # adds the inductor column
     python benchmarks/suite_sweep.py --output /tmp/sweep --markdown         # the table of what ran
 
-Each suite is one `experiment_runner` run (so reruns resume, and every experiment has its own
-child and record) with `--accelerator=cpu --batch-size=1 --verify`. What the harness's rules
+Each suite is one `experiment_runner` run per invocation (so reruns resume, and every experiment
+has its own child and record) with `--accelerator=cpu --batch-size=1 --verify` (`--no-verify`
+skips verification: its float64 copy doubles the time and memory of the big models). Several
+invocations into one --output (eval verified, then train without) make one table. What the harness's rules
 skip on CPU is `skipped` with the rule, as in a nightly run. A failure's cause is said from its
 record: the rule or the check that skipped it, oom and timeout (the host's: a 2-core VM), or
 the error's own first line; docs/benchmarks/suite_sweep.md says whose each one is.
@@ -30,10 +33,11 @@ SUITES = ("torchbench", "huggingface", "timm")
 COLUMNS = ("eval", "train", "inductor eval", "inductor train")
 
 
-def run_suite(suite: str, output: Path, dynamo: list[str], tests: list[str], timeout_s: int) -> float:
+def run_suite(suite: str, output: Path, dynamo: list[str], tests: list[str], timeout_s: int, verify: bool) -> float:
     """One run of the suite; the seconds it took."""
     command = [sys.executable, "-m", "experiment_runner", f"--suite-name={suite}", "--accelerator=cpu",
-               "--batch-size=1", "--verify", "--repeat=2", "--warmup-iterations=1", "--no-progress-bar",
+               "--batch-size=1", *(["--verify"] if verify else []), "--repeat=2", "--warmup-iterations=1",
+               "--no-progress-bar",
                f"--subprocess-timeout={timeout_s}", f"--output-dirname={output / suite}",
                *(f"--dynamo={d}" for d in dynamo), *(f"--test={t}" for t in tests)]
     started = time.monotonic()
@@ -91,6 +95,8 @@ def main() -> int:
                         help="None and/or inductor (default: None); repeat for both")
     parser.add_argument("--test", action="append", choices=("eval", "train"), help="default: both")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per experiment")
+    parser.add_argument("--no-verify", action="store_true",
+                        help="skip verification (its float64 copy doubles the time and memory of big models)")
     parser.add_argument("--markdown", action="store_true", help="print the table of what the runs hold; run nothing")
     args = parser.parse_args()
     if args.markdown:
@@ -98,7 +104,7 @@ def main() -> int:
         return 0
     for suite in args.suite or SUITES:
         seconds = run_suite(suite, args.output, args.dynamo or ["None"], args.test or ["eval", "train"],
-                            args.timeout)
+                            args.timeout, not args.no_verify)
         print(f"suite_sweep: {suite}: {seconds:.0f} s, load average {os.getloadavg()[0]:.2f} at the end",
               file=sys.stderr)
     return 0
