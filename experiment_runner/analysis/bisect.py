@@ -1,0 +1,318 @@
+"""`experiment_runner bisect`: from a change between two builds to the first bad one.
+
+Environments are Python interpreters in build order (a virtual environment per nightly, say);
+the experiment runs in each through that interpreter (`PYTHON -m experiment_runner`, so the
+runner must be importable there: installed, or this checkout on its path), with `--processes N`,
+into `<output>/<name>/`. The two ends are measured first and must differ; then each step halves
+the range. A step is judged against the ends as `compare` judges two runs: Welch's t-test on the
+logs of the per-process medians, and the step belongs to the end it cannot be told apart from
+while it differs from the other (status and verification questions: the step ends ok or not,
+PASS or not). A step that is neither is measured once more with twice the processes, then
+called undecided and skipped. An environment that cannot run the experiment is skipped and
+named, as `git bisect skip` does; the answer then says on which side of it the change may lie.
+
+Every step's records stay in its folder (their `environment` says which interpreter and
+versions ran), so `report`, `compare` and `history` read them, and rerunning the same command
+reuses every finished step: the runner's own resume finds them done.
+
+Exit status: 0 a first bad environment was named; 1 it could not be (the ends do not differ, or
+environments in between could not be judged: the output names the range); 2 bad input or an
+end that cannot run the experiment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from experiment_runner.analysis.compare import welch_log_ps
+from experiment_runner.analysis.loader import Row, load_rows
+from experiment_runner.errors import EXIT_OK, EXIT_USAGE, ReportError, ReportParser
+
+QUESTIONS = ("time", "status", "verification")
+# Exit status when no single first bad environment could be named (a range, or no change).
+EXIT_UNDETERMINED = 1
+DEFAULT_PROCESSES = 5
+
+
+@dataclass(frozen=True)
+class Environment:
+    name: str
+    python: str
+
+
+@dataclass
+class Step:
+    index: int
+    environment: Environment
+    verdict: str  # good, bad, skipped, undecided
+    row: Row | None = None
+    p_good: float | None = None
+    p_bad: float | None = None
+    reason: str = ""
+
+
+@dataclass
+class Bisection:
+    environments: list[Environment]
+    steps: list[Step] = field(default_factory=list)
+    last_good: int | None = None
+    first_bad: int | None = None
+    skipped_between: list[int] = field(default_factory=list)
+    message: str = ""
+
+
+def read_environments(pairs: Sequence[str], envs_file: Path | None) -> list[Environment]:
+    """--env NAME=PYTHON (repeated) or --envs FILE (`NAME PYTHON` per line, oldest first)."""
+    found = []
+    for pair in pairs:
+        name, sep, python = pair.partition("=")
+        if not sep or not name or not python:
+            raise ReportError(f"--env {pair!r}: expected NAME=PATH/bin/python")
+        found.append(Environment(name, python))
+    if envs_file is not None:
+        try:
+            lines = envs_file.read_text().splitlines()
+        except OSError as exc:
+            raise ReportError(f"cannot read --envs {envs_file}: {exc.strerror or exc}", 3) from None
+        for number, line in enumerate(lines, 1):
+            if line.strip() and not line.lstrip().startswith("#"):
+                parts = line.split()
+                if len(parts) != 2:
+                    raise ReportError(f"{envs_file}:{number}: expected `NAME PYTHON`, got {line.strip()!r}")
+                found.append(Environment(*parts))
+    names = [e.name for e in found]
+    if len(found) < 2:
+        raise ReportError("bisect needs at least two environments, oldest first (--env NAME=PYTHON or --envs FILE)")
+    if len(set(names)) != len(names):
+        raise ReportError(f"environment names must be unique: {names}")
+    return found
+
+
+class StepRunner:
+    """Runs the experiment in one environment (or reuses its finished records) and reads them."""
+
+    def __init__(self, run_flags: list[str], output: Path, processes: int) -> None:
+        self.run_flags = run_flags
+        self.output = output
+        self.processes = processes
+
+    def command(self, environment: Environment, processes: int) -> list[str]:
+        return [environment.python, "-m", "experiment_runner", *self.run_flags, f"--processes={processes}",
+                f"--output-dirname={self.output / environment.name}", "--no-progress-bar"]
+
+    def measure(self, environment: Environment, processes: int) -> tuple[Row | None, str]:
+        """The experiment's row in this environment (its newest run), or None and why not."""
+        try:
+            proc = subprocess.run(self.command(environment, processes), capture_output=True, text=True, check=False)
+        except OSError as exc:
+            return None, f"cannot start {environment.python}: {exc.strerror or exc}"
+        results = self.output / environment.name / "results.jsonl"
+        if proc.returncode not in (0, 1) or not results.is_file():
+            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            return None, f"exit status {proc.returncode}: {tail}"
+        rows = load_rows([results])
+        row = rows[-1] if rows else None
+        if row is None:
+            return None, "no record"
+        if row.status in ("error", "crashed") and (row.error_type or "").endswith(("ImportError", "NotFoundError",
+                                                                                   "MissingDependency")):
+            return None, f"{row.error_type}: {(row.error_message or '').splitlines()[0][:160]}"
+        return row, ""
+
+
+def judge(question: str, row: Row, good: Row, bad: Row, alpha: float) -> tuple[str, float | None, float | None]:
+    """good, bad or undecided, with the p-values against each end (time only)."""
+    if question == "status":
+        return ("good" if row.status == good.status else "bad"), None, None
+    if question == "verification":
+        return ("good" if row.verification_code == good.verification_code else "bad"), None, None
+    if row.status != "ok" or len(row.process_medians) < 2:
+        return "undecided", None, None
+    p_good, p_bad = welch_log_ps([(row.process_medians, good.process_medians),
+                                  (row.process_medians, bad.process_medians)])
+    if p_good >= alpha > p_bad:
+        return "good", p_good, p_bad
+    if p_bad >= alpha > p_good:
+        return "bad", p_good, p_bad
+    return "undecided", p_good, p_bad
+
+
+def ends_differ(question: str, good: Row, bad: Row, alpha: float, min_change: float) -> str:
+    """Why the ends do not show the change asked about, or "" when they do."""
+    if question == "status":
+        return "" if good.status == "ok" and bad.status != "ok" else (
+            f"the ends ended {good.status} and {bad.status}: no ok -> not-ok change")
+    if question == "verification":
+        return "" if good.verification_code == "PASS" and bad.verification_code != "PASS" else (
+            f"the ends verified {good.verification_code} and {bad.verification_code}: no PASS -> not-PASS change")
+    if good.status != "ok" or bad.status != "ok":
+        return f"the ends ended {good.status} and {bad.status}: no timings to bisect"
+    change = bad.median_per_iter_time_s / good.median_per_iter_time_s - 1.0
+    (p,) = welch_log_ps([(good.process_medians, bad.process_medians)])
+    if abs(change) < min_change or p >= alpha:
+        return (f"the ends differ by {change:+.1%} (p = {p:.2g}): not a change of at least {min_change:.0%} "
+                f"at alpha {alpha:g}")
+    return ""
+
+
+def bisect(environments: list[Environment], runner: StepRunner, question: str, alpha: float,
+           min_change: float, echo=print) -> Bisection:
+    result = Bisection(environments)
+
+    def step(index: int) -> Step:
+        env = environments[index]
+        row, why = runner.measure(env, runner.processes)
+        if row is None:
+            done = Step(index, env, "skipped", reason=why)
+        elif index in (0, len(environments) - 1):
+            done = Step(index, env, "good" if index == 0 else "bad", row)
+        else:
+            verdict, p_good, p_bad = judge(question, row, ends[0], ends[1], alpha)
+            if verdict == "undecided" and question == "time":
+                row, why = runner.measure(env, 2 * runner.processes)
+                verdict, p_good, p_bad = judge(question, row, ends[0], ends[1], alpha) if row else ("skipped", None,
+                                                                                                      None)
+            done = Step(index, env, verdict, row, p_good, p_bad, why)
+        result.steps.append(done)
+        echo(describe_step(len(result.steps), done))
+        return done
+
+    ends: list[Row] = []
+    for index in (0, len(environments) - 1):
+        done = step(index)
+        if done.row is None:
+            result.message = f"the {'oldest' if index == 0 else 'newest'} environment cannot run it: {done.reason}"
+            return result
+        ends.append(done.row)
+    why = ends_differ(question, ends[0], ends[1], alpha, min_change)
+    if why:
+        result.message = why
+        return result
+    good, bad = 0, len(environments) - 1
+    untried = set(range(1, len(environments) - 1))
+    while bad - good > 1:
+        candidates = sorted((i for i in untried if good < i < bad), key=lambda i: (abs(i - (good + bad) / 2), i))
+        if not candidates:
+            break
+        index = candidates[0]
+        untried.discard(index)
+        done = step(index)
+        if done.verdict == "good":
+            good = index
+        elif done.verdict == "bad":
+            bad = index
+    result.last_good, result.first_bad = good, bad
+    result.skipped_between = list(range(good + 1, bad))
+    return result
+
+
+def describe_step(number: int, step: Step) -> str:
+    head = f"step {number}: {step.environment.name} ({step.environment.python}): {step.verdict}"
+    if step.row is None:
+        return f"{head} ({step.reason})"
+    figures = [f"status {step.row.status}", f"verification {step.row.verification_code}"]
+    if step.row.median_per_iter_time_s:
+        figures.insert(0, f"median {step.row.median_per_iter_time_s * 1e3:.4g} ms over "
+                          f"{len(step.row.process_medians)} process(es)")
+    if step.p_good is not None:
+        figures.append(f"p vs good end {step.p_good:.2g}, vs bad end {step.p_bad:.2g}")
+    return f"{head}; {', '.join(figures)}"
+
+
+def render(result: Bisection, runner: StepRunner) -> str:
+    envs = result.environments
+    out = []
+    if result.message:
+        out.append(f"bisect: nothing to bisect: {result.message}")
+    else:
+        first_bad, last_good = envs[result.first_bad], envs[result.last_good]
+        if result.skipped_between:
+            names = ", ".join(envs[i].name for i in result.skipped_between)
+            out.append(f"bisect: the change lies between {last_good.name} (good) and {first_bad.name} (bad); "
+                       f"it may be in {names}, which could not be judged (skipped or undecided)")
+        else:
+            out.append(f"bisect: first bad environment: {first_bad.name}; last good: {last_good.name}")
+        out.append(f"{len(result.steps)} step(s), records in {runner.output}")
+        for label, env in (("good", last_good), ("bad", first_bad)):
+            out.append(f"  to see the {label} end again: {shlex.join(runner.command(env, runner.processes))}")
+    skipped = [s for s in result.steps if s.verdict == "skipped"]
+    if skipped:
+        out.append("skipped: " + "; ".join(f"{s.environment.name} ({s.reason})" for s in skipped))
+    return "\n".join(out) + "\n"
+
+
+DESCRIPTION = __doc__.split("\n\n", 1)[0] + """
+
+    experiment_runner bisect --envs builds.txt -- --suite-name=torchbench --filter='^llama$' \\
+        --accelerator=cuda --xla=None --dynamo=inductor --test=eval --precision=bf16
+
+The run flags after `--` must name one experiment (an anchored --filter and one value of every
+dimension: the line `history` and `compare` print for a change, without its leading command)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ReportParser(prog="experiment_runner bisect", description=DESCRIPTION,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", action="append", default=[], metavar="NAME=PYTHON",
+                   help="an environment, oldest first (repeatable): a name and its Python interpreter")
+    p.add_argument("--envs", type=Path, metavar="FILE", help="environments, one `NAME PYTHON` per line, oldest first")
+    p.add_argument("--question", choices=QUESTIONS, default="time",
+                   help="what changed: time (a step of at least --min-change), status (ok -> not ok) or "
+                        "verification (PASS -> not PASS)")
+    p.add_argument("--processes", type=int, default=DEFAULT_PROCESSES, metavar="N",
+                   help="fresh processes per step (default %(default)s)")
+    p.add_argument("--min-change", type=float, default=0.05, help="smallest time change the ends must show")
+    p.add_argument("--alpha", type=float, default=0.01, help="significance level of each judgement")
+    p.add_argument("--output", type=Path, default=Path("bisect"), help="where the steps' records go")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("run_flags", nargs=argparse.REMAINDER, help="-- then the run flags of the one experiment")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        args = build_parser().parse_args(list(argv))
+        flags = args.run_flags[1:] if args.run_flags[:1] == ["--"] else args.run_flags
+        if not flags:
+            raise ReportError("give the experiment's run flags after `--` (the line `history` prints for a change)")
+        if args.processes < 2:
+            raise ReportError("--processes must be at least 2: a step is judged on per-process medians")
+        if not (0.0 < args.alpha < 1.0 and math.isfinite(args.min_change) and args.min_change >= 0):
+            raise ReportError("--alpha must be in (0, 1) and --min-change a number >= 0")
+        if args.question == "verification" and "--verify" not in flags:
+            flags = [*flags, "--verify"]  # the question needs a verification code
+        environments = read_environments(args.env, args.envs)
+        runner = StepRunner(flags, args.output, args.processes)
+        quiet = args.format == "json"
+        result = bisect(environments, runner, args.question, args.alpha, args.min_change,
+                        echo=(lambda line: None) if quiet else print)
+    except ReportError as exc:
+        print(f"experiment_runner bisect: error: {exc}", file=sys.stderr)
+        return exc.code
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    if args.format == "json":
+        print(json.dumps({
+            "environments": [e.name for e in environments],
+            "last_good": None if result.last_good is None else environments[result.last_good].name,
+            "first_bad": None if result.first_bad is None else environments[result.first_bad].name,
+            "undetermined": [environments[i].name for i in result.skipped_between], "message": result.message,
+            "steps": [{"environment": s.environment.name, "verdict": s.verdict, "reason": s.reason,
+                       "median_s": s.row.median_per_iter_time_s if s.row else None,
+                       "process_medians": list(s.row.process_medians) if s.row else None,
+                       "status": s.row.status if s.row else None, "p_good": s.p_good, "p_bad": s.p_bad}
+                      for s in result.steps],
+        }, indent=2))
+    else:
+        sys.stdout.write(render(result, runner))
+    if result.message:
+        return EXIT_USAGE if "cannot run" in result.message else EXIT_UNDETERMINED
+    return EXIT_UNDETERMINED if result.skipped_between else EXIT_OK
