@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Sequence
 
 from experiment_runner.analysis.loader import Row, RunInfo, comparison_key, runs_of
+from experiment_runner.analysis.aggregates import FairFigures, fair_figures, render_fair
 from experiment_runner.analysis.repro import repro_of
-from experiment_runner.analysis.report import read_rows, render_csv
+from experiment_runner.analysis.report import DEFAULT_BASELINE, parse_baseline, read_rows, render_csv
 from experiment_runner.core.requirements import install_command
 from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError, ReportParser
 
@@ -250,6 +251,7 @@ class Outcome:
     only_a: list[str]
     only_b: list[str]
     spread: float | None  # robust sd of log changes across the one-process experiments
+    fair: list[FairFigures]  # the dashboard's figures over the models both runs measured
 
     def count(self, verdict: str) -> int:
         # "not comparable (batch size 32 vs 16)" counts as "not comparable"
@@ -314,7 +316,8 @@ def compare(args: argparse.Namespace) -> Outcome:
         comparisons.append(judge(a, b, test, ps.get(comparison_key(a)), qs.get(comparison_key(a)), floor,
                                  args.threshold, args.alpha))
     return Outcome(run_a, run_b, comparisons, sorted(side_a.keys() - side_b.keys()),
-                   sorted(side_b.keys() - side_a.keys()), spread)
+                   sorted(side_b.keys() - side_a.keys()), spread,
+                   fair_figures(rows_a, rows_b, parse_baseline(DEFAULT_BASELINE)))
 
 
 SHOWN_BY_DEFAULT = ("regression", "new failure", "improvement", "fixed", "not significant",
@@ -370,6 +373,7 @@ def render_text(outcome: Outcome, args: argparse.Namespace) -> str:
         out.append("to see each regression again, alone:")
         out.extend(f"  {c.model} {c.configuration}: {c.repro}" for c in flagged)
         out.append("")
+    out.extend(render_fair(outcome.fair))
     for label, keys in (("only in A", outcome.only_a), ("only in B", outcome.only_b)):
         if keys:
             out.append(f"{len(keys)} experiment(s) {label}:")
@@ -400,6 +404,7 @@ def render(outcome: Outcome, args: argparse.Namespace) -> str:
         "alpha": args.alpha, "multiple_comparisons": "benjamini-hochberg", "floor_factor": FLOOR_FACTOR,
         "change_spread": outcome.spread, "method": method_lines(outcome, args), "regression": outcome.failed,
         "comparisons": rows, "only_in_a": outcome.only_a, "only_in_b": outcome.only_b,
+        "dashboard_over_common_models": [f.as_dict() for f in outcome.fair],
     }, indent=2) + "\n"
 
 

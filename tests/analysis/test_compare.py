@@ -346,3 +346,39 @@ def test_model_source_and_batch_size_are_part_of_what_compare_matches(tmp_path: 
     assert document["only_in_b"] == ["torchbench/llama/cpu-None-inductor-eval-fp32-bsdefault [torchbenchmark]"]
     (dlrm,) = document["comparisons"]
     assert dlrm["verdict"] == "not comparable (batch size 4 vs 8)" and code == 0
+
+
+def test_models_lost_to_timeouts_leave_the_geomean_alone_and_are_listed(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Run B loses five models' compiled experiments to timeouts: the geomean speedup over the
+    models both runs measured is the same as A's, and the five are listed as infrastructure."""
+    models = [f"m{i:02d}" for i in range(12)]
+    rng = random.Random(7)
+    eager = {m: 10 ** rng.uniform(-3, -1) for m in models}
+    speedup = {m: rng.uniform(1.1, 2.5) for m in models}
+
+    def run(run_id: str, lost: set[str], ts: float) -> list[dict]:
+        out = []
+        for m in models:
+            base = record(run_id, m, [eager[m]] * 5, ts=ts)
+            base["experiment_id"] = base["experiment_id"].replace("-inductor-", "-None-")
+            base["experiment"]["dynamo"] = None
+            compiled = record(run_id, m, [eager[m] / speedup[m]] * 5, status="timeout" if m in lost else "ok", ts=ts)
+            out += [base, compiled]
+        return out
+
+    lost = set(models[:5])
+    a = write(tmp_path / "a.jsonl", run("run-a", set(), 1.7e9))
+    b = write(tmp_path / "b.jsonl", run("run-b", lost, 1.7e9 + 86400))
+    code = cli_main(["compare", str(a), str(b), "--format", "json"])
+    document = json.loads(capsys.readouterr().out)
+    (fair,) = [f for f in document["dashboard_over_common_models"] if f["configuration"] == "xla=None dynamo=inductor"]
+    assert fair["common_models"] == 7
+    assert fair["speedup_geomean_a"] == pytest.approx(fair["speedup_geomean_b"])
+    assert sorted((m["model"], m["lacking_in"], m["why"]) for m in fair["one_side_only"]) == [
+        (m, "B", "infrastructure (timeout)") for m in sorted(lost)]
+    assert code == 1  # the five are still new failures of B
+    cli_main(["compare", str(a), str(b)])
+    text = capsys.readouterr().out
+    assert "dashboard over the models both runs measured" in text
+    assert "    m00: counts in one run only, lacking in B: infrastructure (timeout)" in text

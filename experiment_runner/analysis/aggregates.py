@@ -1,0 +1,98 @@
+"""The dashboard's figures between two runs, over the models both runs measured.
+
+A geomean speedup or pass rate moves when five models time out on a busy night, though no
+compiler changed. `compare` therefore puts the two runs' geomean speedup and pass rate side by
+side over the models present (with a speedup, or at least a record) on both sides, and lists
+every model that counts on one side only, with why: infrastructure (timeout, crash, runner
+interruption, out of memory), compiler (the compiled experiment failed or verified FAIL), or
+model (its eager baseline failed, or it was skipped).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from experiment_runner.analysis.loader import Row
+from experiment_runner.analysis.report import ModelResult, geomean, pair_with_baselines
+
+INFRASTRUCTURE = ("timeout", "crashed", "interrupted", "oom")
+
+
+def why_missing(result: ModelResult) -> str:
+    """Why a model has no speedup (or does not pass) in one run: infrastructure, compiler or model."""
+    row, base = result.row, result.baseline
+    if row.status in INFRASTRUCTURE:
+        return f"infrastructure ({row.status})"
+    if row.status == "skipped" or base is None or base.status != "ok":
+        return f"model ({'skipped' if row.status == 'skipped' else 'eager baseline ' + (base.status if base else 'absent')})"
+    if row.status != "ok":
+        return f"compiler ({row.status})"
+    return f"compiler (verification {row.verification_code})"
+
+
+@dataclass
+class FairFigures:
+    """One configuration of one group (suite, accelerator, test, precision) in both runs."""
+
+    group: tuple[str, str, str, str]
+    configuration: str
+    common: int = 0  # models with a speedup on both sides
+    speedups_a: list[float] = field(default_factory=list)
+    speedups_b: list[float] = field(default_factory=list)
+    present: int = 0  # models with a record on both sides
+    passed_a: int = 0
+    passed_b: int = 0
+    missing: list[tuple[str, str, str]] = field(default_factory=list)  # model, side lacking it, why
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"suite": self.group[0], "accelerator": self.group[1], "test": self.group[2],
+                "precision": self.group[3], "configuration": self.configuration, "common_models": self.common,
+                "speedup_geomean_a": geomean(self.speedups_a), "speedup_geomean_b": geomean(self.speedups_b),
+                "models_on_both_sides": self.present,
+                "pass_rate_a": self.passed_a / self.present if self.present else None,
+                "pass_rate_b": self.passed_b / self.present if self.present else None,
+                "one_side_only": [{"model": m, "lacking_in": side, "why": why} for m, side, why in self.missing]}
+
+
+def fair_figures(rows_a: Sequence[Row], rows_b: Sequence[Row], fixed: dict[str, str | None]) -> list[FairFigures]:
+    """Per compiled configuration: speedups and pass rates over the models both runs have."""
+    def results(rows: Sequence[Row]) -> dict[tuple, ModelResult]:
+        return {(*r.group, r.row.configuration, r.row.model): r for r in pair_with_baselines(rows, fixed)
+                if r.baseline is not r.row}
+
+    a, b = results(rows_a), results(rows_b)
+    table: dict[tuple, FairFigures] = {}
+    for key in sorted(a.keys() | b.keys(), key=lambda k: tuple(map(str, k))):
+        group, configuration, model = key[:4], key[4], key[5]
+        figures = table.setdefault(key[:5], FairFigures(group, configuration))
+        ra, rb = a.get(key), b.get(key)
+        if ra is not None and rb is not None:
+            figures.present += 1
+            figures.passed_a += ra.row.passed
+            figures.passed_b += rb.row.passed
+        if ra is not None and rb is not None and ra.speedup is not None and rb.speedup is not None:
+            figures.common += 1
+            figures.speedups_a.append(ra.speedup)
+            figures.speedups_b.append(rb.speedup)
+            continue
+        if (ra is None or ra.speedup is None) and (rb is None or rb.speedup is None):
+            continue  # in neither geomean: nothing moved
+        lacking, side = ("A", ra) if rb is not None and rb.speedup is not None else ("B", rb)
+        figures.missing.append((str(model), lacking, "no record" if side is None else why_missing(side)))
+    return list(table.values())
+
+
+def render_fair(figures: Sequence[FairFigures]) -> list[str]:
+    """The text section of `compare`."""
+    if not figures:
+        return []
+    out = ["dashboard over the models both runs measured (geomean speedup over the eager baseline, pass rate):"]
+    for f in figures:
+        ga, gb = geomean(f.speedups_a), geomean(f.speedups_b)
+        speed = "-" if ga is None or gb is None else f"{ga:.3f}x -> {gb:.3f}x"
+        passed = "-" if not f.present else f"{f.passed_a}/{f.present} -> {f.passed_b}/{f.present}"
+        out.append(f"  {' '.join(f.group)} {f.configuration}: {f.common} model(s) with a speedup in both, "
+                   f"{speed}; pass {passed}")
+        out.extend(f"    {model}: counts in one run only, lacking in {side}: {why}" for model, side, why in f.missing)
+    return out + [""]
