@@ -631,6 +631,8 @@ def page_data(analysis: Analysis, records: dict[tuple[int, int], dict], out: Pat
         "experiments": experiments,
         "series": {m: [encode_series(h.series[m][i]) for i in range(len(h.experiment_ids))] for m in METRICS},
         "changes": changes,
+        "events": [{**event_json(e, newest_first(analysis.changes), h), "run": e.run_index}
+                   for e in analysis.events()],
         "records": embedded,
         "dashboard": [{**row, "experiments": [h.experiment_index[e] for e in row["experiments"]]} for row in analysis.dashboard],
     }

@@ -87,6 +87,9 @@ def test_the_history_page_renders_in_chromium(served: tuple[str, list, dict], br
     rows = page.locator("#changes tr.change-row")
     shown = [[rows.nth(i).locator("td").nth(k).inner_text() for k in (1, 2, 3, 6)] for i in range(rows.count())]
     assert shown == [[c["kind"], c["metric"], c["experiment_id"], c["first_bad_run"]] for c in document["changes"]]
+    events = page.locator("#events tr.event-row")
+    assert [events.nth(i).locator("td").nth(1).inner_text() for i in range(events.count())] == [
+        e["run_id"] for e in document["events"]]
     assert page.locator("#window-status").inner_text().startswith(
         f"{document['regressions_in_window']} regression(s)")
 
