@@ -21,7 +21,7 @@ DOCS = Path(__file__).resolve().parent
 
 
 def cli_reference() -> str:
-    from experiment_runner.analysis import bisect, compare, history, merge, report
+    from experiment_runner.analysis import bisect, compare, expected, export, history, merge, report
     from experiment_runner.cli import default_text
     from experiment_runner.core.flags import SIDES, declared
     from experiment_runner.core.run_config import CONFIGS, GROUPS
@@ -59,7 +59,7 @@ def cli_reference() -> str:
             lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
         lines.append("")
     for name, module in (("report", report), ("compare", compare), ("history", history), ("merge", merge),
-                         ("bisect", bisect)):
+                         ("bisect", bisect), ("export", export), ("check-expected", expected)):
         lines += [f"## `experiment_runner {name}`", "", "```text", module.build_parser().format_help().rstrip(),
                   "```", ""]
     return "\n".join(lines)

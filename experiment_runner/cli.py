@@ -36,7 +36,8 @@ from experiment_runner.errors import (
 # Subcommand → the analysis module whose main(argv) runs it.
 SUBCOMMANDS = {"report": "experiment_runner.analysis.report", "compare": "experiment_runner.analysis.compare",
                "merge": "experiment_runner.analysis.merge", "history": "experiment_runner.analysis.history",
-               "bisect": "experiment_runner.analysis.bisect"}
+               "bisect": "experiment_runner.analysis.bisect", "export": "experiment_runner.analysis.export",
+               "check-expected": "experiment_runner.analysis.expected"}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,113 @@
+"""`experiment_runner check-expected`: the CI gate PyTorch's harness has, on our results.
+
+PyTorch's CI keeps an expected-results CSV per configuration (`name,accuracy,graph_breaks`,
+benchmarks/dynamo/ci_expected_accuracy/) and fails a job whose accuracy status or graph-break
+count differs from it, improvements included, so the file is updated on purpose
+(check_accuracy.py, check_graph_breaks.py). This reads a run through `export`'s mapping (the
+harness's accuracy statuses and graph-break counts) and does the same: one line per model whose
+status or count changed, exit 1; exit 0 when nothing did; `--update` rewrites the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from experiment_runner.analysis.columns import results_files
+from experiment_runner.analysis.export import exported
+from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, EXIT_RESULTS_IO, ReportError, ReportParser
+
+COLUMNS = ("name", "accuracy", "graph_breaks")
+PASSING = ("pass", "pass_due_to_skip")
+
+
+def read_expected(path: Path) -> dict[str, dict[str, str]]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ReportError(f"cannot read {path}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise ReportError(f"{path} is not an expected-results file: no {', '.join(missing)} column "
+                          f"(expected {','.join(COLUMNS)})")
+    return {row["name"]: row for row in reader}
+
+
+def changes(actual: dict[str, dict[str, str]], expected: dict[str, dict[str, str]]) -> list[str]:
+    """One line per model whose accuracy status or graph-break count differs, said as the
+    harness's checks say it (a pass that was expected to fail is an improvement)."""
+    lines = []
+    for name, row in sorted(actual.items()):
+        want = expected.get(name)
+        if want is None:
+            lines.append(f"{name}: not in the expected file (accuracy {row['accuracy']}, graph_breaks "
+                         f"{row['graph_breaks']}): add it with --update")
+            continue
+        if row["accuracy"] != want["accuracy"]:
+            better = row["accuracy"] in PASSING and want["accuracy"] not in PASSING
+            lines.append(f"{name}: accuracy {want['accuracy']} -> {row['accuracy']} "
+                         f"({'improvement' if better else 'regression'})")
+        if str(row["graph_breaks"]) != str(want["graph_breaks"]):
+            fewer = int(row["graph_breaks"]) < int(want["graph_breaks"] or 0)
+            lines.append(f"{name}: graph_breaks {want['graph_breaks']} -> {row['graph_breaks']} "
+                         f"({'improvement' if fewer else 'regression'})")
+    return lines
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ReportParser(prog="experiment_runner check-expected", description=__doc__.split("\n\n", 1)[0],
+                     epilog="Exit status: 0 as expected (or --update); 1 a status or graph-break count changed; "
+                            "2 bad flags; 3 a file cannot be read or written.")
+    p.add_argument("files", nargs="+", type=Path, help="results files, or folders searched for *.jsonl")
+    p.add_argument("--expected", type=Path, required=True, help="the expected CSV (name,accuracy,graph_breaks)")
+    p.add_argument("--group", metavar="NAME",
+                   help="which compiler, suite, dtype, mode and device, as export names its CSVs "
+                        "(inductor_torchbench_float32_inference_cpu); needed when the run has several")
+    p.add_argument("--run-id", help="which run (default: the latest)")
+    p.add_argument("--update", action="store_true", help="rewrite the expected file with this run's values")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        args = build_parser().parse_args(list(argv))
+        items = exported(results_files(args.files), args.run_id)
+        groups = sorted({item.output for item in items})
+        group = args.group or (groups[0] if len(groups) == 1 else None)
+        if group not in groups:
+            raise ReportError(f"choose --group: the run has {', '.join(groups) or 'no compiled experiment'}")
+        actual = {}
+        for item in items:
+            if item.output == group:
+                accuracy = item.accuracy()
+                actual[str(accuracy["name"])] = {"name": str(accuracy["name"]), "accuracy": accuracy["accuracy"],
+                                                 "graph_breaks": str(accuracy["graph_breaks"])}
+        if args.update:
+            kept = read_expected(args.expected) if args.expected.exists() else {}
+            kept.update(actual)
+            out = io.StringIO()
+            writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n", extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(kept[name] for name in sorted(kept))
+            try:
+                args.expected.write_text(out.getvalue())
+            except OSError as exc:
+                raise ReportError(f"cannot write {args.expected}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
+            print(f"updated {args.expected}: {len(actual)} model(s) of {group}", file=sys.stderr)
+            return EXIT_OK
+        found = changes(actual, read_expected(args.expected))
+    except ReportError as exc:
+        print(f"experiment_runner check-expected: error: {exc}", file=sys.stderr)
+        return exc.code
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    for line in found:
+        print(line)
+    print(f"{group}: {len(actual)} model(s) checked against {args.expected}: "
+          + (f"{len(found)} change(s) (exit 1; --update accepts them)" if found else "as expected"))
+    return EXIT_REGRESSION if found else EXIT_OK

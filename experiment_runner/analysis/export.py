@@ -1,0 +1,247 @@
+"""`experiment_runner export`: a run in the formats PyTorch's dashboards and CI gates read.
+
+- `pytorch-benchmark`: the PyTorch OSS benchmark database's v3 records (one JSON object per line,
+  one per metric and experiment), as PyTorch's dynamo harness writes them beside every CSV for
+  the uploader: `benchmark`, `model`, `metric`, plus `runners` and `dependencies` from the
+  record's environment. Checked against data/pytorch_benchmark_v3.schema.json.
+- `dynamo-csv`: the harness's performance and accuracy CSVs, one pair per compiler, suite,
+  dtype, mode and device, named as the harness names them
+  (`inductor_torchbench_float32_inference_cpu_performance.csv`), with our statuses and
+  verification codes mapped to its accuracy statuses (data/dynamo_export.json says how).
+
+Speedups are `report`'s (the configuration against its eager baseline, same model, test,
+precision and batch size); the export never uploads anything itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from experiment_runner.analysis.columns import results_files
+from experiment_runner.analysis.loader import Row, runs_of
+from experiment_runner.analysis.report import (
+    DEFAULT_BASELINE,
+    ModelResult,
+    pair_with_baselines,
+    parse_baseline,
+    read_rows,
+    select_run,
+)
+from experiment_runner.core.results import iter_records
+from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError, ReportParser
+
+DATA = Path(__file__).parent / "data"
+MAPPING: dict[str, Any] = json.loads((DATA / "dynamo_export.json").read_text())
+GB = 1e9
+
+
+def harness_dtype(precision: str | None) -> str:
+    return MAPPING["dtype"].get(str(precision), str(precision))
+
+
+def harness_mode(test: str | None) -> str:
+    return MAPPING["mode"][str(test)]
+
+
+def accuracy_status(result: ModelResult) -> str:
+    """The harness's accuracy status for one compiled experiment (data/dynamo_export.json)."""
+    row, base = result.row, result.baseline
+    if base is not None and base.status != "ok":
+        return MAPPING["baseline_failed"]
+    if row.status == "ok":
+        return MAPPING["verification"].get(str(row.verification_code), MAPPING["verification_default"])
+    return MAPPING["status"].get(row.status, MAPPING["status_default"])
+
+
+@dataclass(frozen=True)
+class Exported:
+    """One compiled experiment as the harness's rows see it."""
+
+    result: ModelResult
+    record: dict[str, Any]  # its final record (environment, dynamo accounting)
+
+    @property
+    def row(self) -> Row:
+        return self.result.row
+
+    @property
+    def output(self) -> str:
+        """The harness's CSV name for this experiment's compiler, suite, dtype, mode, device."""
+        r = self.row
+        suite = MAPPING["suite"].get(str(r.suite), str(r.suite))
+        return f"{r.dynamo}_{suite}_{harness_dtype(r.precision)}_{harness_mode(r.test)}_{r.accelerator}"
+
+    def graph_stats(self) -> dict[str, int]:
+        breaks = (self.record.get("measurements") or {}).get("graph_breaks") or {}
+        total, unique = int(breaks.get("total") or 0), int(breaks.get("unique_graphs") or 0)
+        reasons = len(breaks.get("reasons") or [])
+        return {"calls_captured": unique, "unique_graphs": unique, "graph_breaks": total,
+                "unique_graph_breaks": reasons}
+
+    def performance(self) -> dict[str, Any] | None:
+        """The performance CSV's row; None where there is no speedup to report."""
+        res, r = self.result, self.row
+        if res.speedup is None or not r.median_per_iter_time_s:
+            return None
+        dynamo_mem = _peak(r)
+        eager_mem = _peak(res.baseline) if res.baseline is not None else None
+        return {"dev": r.accelerator, "name": r.model, "batch_size": r.batch_size,
+                "speedup": round(res.speedup, 6), "abs_latency": round(r.median_per_iter_time_s * 1e3, 6),
+                "compilation_latency": round(r.compile_time_s, 6) if r.compile_time_s is not None else 0.0,
+                "compression_ratio": round(eager_mem / dynamo_mem, 6) if eager_mem and dynamo_mem else 0.0,
+                "eager_peak_mem": round(eager_mem / GB, 6) if eager_mem else 0.0,
+                "dynamo_peak_mem": round(dynamo_mem / GB, 6) if dynamo_mem else 0.0,
+                **self.graph_stats()}
+
+    def accuracy(self) -> dict[str, Any]:
+        r = self.row
+        return {"dev": r.accelerator, "name": r.model, "batch_size": r.batch_size,
+                "accuracy": accuracy_status(self.result), **self.graph_stats()}
+
+
+def _peak(row: Row | None) -> float | None:
+    if row is None:
+        return None
+    value = row.peak_allocated_bytes or row.timed_peak_rss_bytes or row.peak_rss_bytes
+    return float(value) if value else None
+
+
+def final_records(paths: Sequence[Path], run_id: str) -> dict[str, dict[str, Any]]:
+    """The last record of each experiment of `run_id` (a retry supersedes its failure)."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        for record in iter_records(path, bad_lines=[]):
+            if isinstance(record, dict) and record.get("run_id") == run_id:
+                found[str(record.get("experiment_id"))] = record
+    return found
+
+
+def exported(paths: Sequence[Path], run_id: str | None) -> list[Exported]:
+    """The run's compiled experiments (not the eager baselines), in model order."""
+    rows = read_rows(paths)
+    run = select_run(runs_of(rows), run_id)
+    fixed = parse_baseline(DEFAULT_BASELINE)
+    records = final_records(paths, run.run_id)
+    results = [res for res in pair_with_baselines([r for r in rows if r.run_id == run.run_id], fixed)
+               if res.row.dynamo is not None and res.baseline is not res.row]
+    results.sort(key=lambda res: (str(res.row.suite), str(res.row.model), res.row.experiment_id))
+    return [Exported(res, records.get(res.row.experiment_id, {})) for res in results]
+
+
+def _csv(rows: Iterable[dict[str, Any]], columns: Sequence[str]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def dynamo_csv(items: Sequence[Exported]) -> dict[str, str]:
+    """File name -> contents: a performance and an accuracy CSV per output group."""
+    groups: dict[str, list[Exported]] = {}
+    for item in items:
+        groups.setdefault(item.output, []).append(item)
+    files = {}
+    for output, members in sorted(groups.items()):
+        performance = [row for row in (m.performance() for m in members) if row is not None]
+        files[f"{output}_performance.csv"] = _csv(performance, MAPPING["performance_columns"])
+        files[f"{output}_accuracy.csv"] = _csv([m.accuracy() for m in members], MAPPING["accuracy_columns"])
+    return files
+
+
+def _runner(record: dict[str, Any]) -> dict[str, Any]:
+    env = record.get("environment") or {}
+    cpu = env.get("cpu") or {}
+    accelerator = (record.get("experiment") or {}).get("accelerator")
+    gpu = accelerator == "cuda"
+    return {"name": str(env.get("hostname") or ""), "type": str(accelerator or ""),
+            "cpu_info": str(env.get("platform") or ""), "cpu_count": int(cpu.get("threads") or 0),
+            "gpu_info": str((record.get("experiment") or {}).get("accelerator_model") or "") if gpu else "",
+            "gpu_count": 1 if gpu else 0}
+
+
+def _dependencies(record: dict[str, Any]) -> dict[str, dict[str, str]]:
+    env = record.get("environment") or {}
+    found = {}
+    for name in ("torch", "torch_xla", "transformers", "timm"):
+        if env.get(name):
+            found[name] = {"version": str(env[name])}
+    if env.get("torchbenchmark_commit"):
+        found["torchbenchmark"] = {"sha": str(env["torchbenchmark_commit"])}
+    return found
+
+
+def benchmark_records(items: Sequence[Exported]) -> list[dict[str, Any]]:
+    """v3 records: one per metric of the performance and accuracy rows, as the harness writes them."""
+    out = []
+    for item in items:
+        r = item.row
+        suite = MAPPING["suite"].get(str(r.suite), str(r.suite))
+        base = {
+            "benchmark": {"name": "TorchInductor", "mode": harness_mode(r.test), "dtype": harness_dtype(r.precision),
+                          "extra_info": {"device": str(r.accelerator), "batch_size": str(r.batch_size),
+                                         "output": f"{item.output}_performance.csv",
+                                         "experiment_id": r.experiment_id, "run_id": r.run_id}},
+            "model": {"name": str(r.model), "type": "OSS model", "backend": str(r.dynamo), "origins": [suite]},
+            "runners": [_runner(item.record)],
+            "dependencies": _dependencies(item.record),
+        }
+        performance = item.performance() or {}
+        for name in MAPPING["v3_metrics"]:
+            if name in performance:
+                out.append({**base, "metric": {"name": name, "benchmark_values": [performance[name]]}})
+        accuracy = item.accuracy()
+        out.append({**base, "benchmark": {**base["benchmark"], "extra_info": {
+            **base["benchmark"]["extra_info"], "output": f"{item.output}_accuracy.csv"}},
+            "metric": {"name": "accuracy", "extra_info": {"benchmark_values": [accuracy["accuracy"]]}}})
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ReportParser(prog="experiment_runner export", description=__doc__.split("\n\n", 1)[0],
+                     epilog="Exit status: 0 written; 2 bad flags; 3 a file cannot be read or written.")
+    p.add_argument("files", nargs="+", type=Path, help="results files, or folders searched for *.jsonl")
+    p.add_argument("--format", required=True, choices=("pytorch-benchmark", "dynamo-csv"))
+    p.add_argument("-o", "--output", type=Path, required=True,
+                   help="pytorch-benchmark: the JSON-lines file to write; dynamo-csv: the folder for the CSVs")
+    p.add_argument("--run-id", help="which run (default: the latest)")
+    return p
+
+
+def write(args: argparse.Namespace) -> list[Path]:
+    items = exported(results_files(args.files), args.run_id)
+    if not items:
+        raise ReportError("the run holds no compiled experiment (dynamo other than None) to export")
+    try:
+        if args.format == "pytorch-benchmark":
+            args.output.parent.mkdir(parents=True, exist_ok=True)
+            args.output.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in benchmark_records(items)))
+            return [args.output]
+        args.output.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name, text in dynamo_csv(items).items():
+            (args.output / name).write_text(text)
+            written.append(args.output / name)
+        return written
+    except OSError as exc:
+        raise ReportError(f"cannot write {exc.filename or args.output}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        args = build_parser().parse_args(list(argv))
+        for path in write(args):
+            print(f"wrote {path}", file=sys.stderr)
+    except ReportError as exc:
+        print(f"experiment_runner export: error: {exc}", file=sys.stderr)
+        return exc.code
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    return EXIT_OK

@@ -1,0 +1,113 @@
+"""`export` and `check-expected`: a fixed results file in PyTorch's formats (golden files), the
+v3 records against their schema, a round trip through pandas against `report`, and the CI gate."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from experiment_runner.analysis.export import DATA
+from experiment_runner.cli import main as cli_main
+
+GOLDEN = Path(__file__).parents[1] / "golden"
+RESULTS = GOLDEN / "results.jsonl"
+EXPORT = GOLDEN / "export"
+ACCURACY = "inductor_torchbench_float32_inference_cpu_accuracy.csv"
+
+
+def export(tmp_path: Path, fmt: str) -> Path:
+    out = tmp_path / ("export.json" if fmt == "pytorch-benchmark" else "csv")
+    assert cli_main(["export", str(RESULTS), "--format", fmt, "-o", str(out)]) == 0
+    return out
+
+
+def check_golden(produced: Path, golden: Path) -> None:
+    if os.environ.get("EXPERIMENT_RUNNER_UPDATE_GOLDEN"):
+        golden.write_text(produced.read_text())
+    assert produced.read_text() == golden.read_text(), f"{produced} differs from {golden}"
+
+
+def test_the_golden_run_exports_byte_for_byte(tmp_path: Path) -> None:
+    folder = export(tmp_path, "dynamo-csv")
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == sorted(p.name for p in EXPORT.glob("*.csv"))
+    for name in names:
+        check_golden(folder / name, EXPORT / name)
+    check_golden(export(tmp_path, "pytorch-benchmark"), EXPORT / "pytorch_benchmark.json")
+
+
+def test_v3_records_follow_the_schema_with_dashboard_metric_names(tmp_path: Path) -> None:
+    import jsonschema
+
+    schema = json.loads((DATA / "pytorch_benchmark_v3.schema.json").read_text())
+    records = [json.loads(line) for line in export(tmp_path, "pytorch-benchmark").read_text().splitlines()]
+    assert records
+    for record in records:
+        jsonschema.validate(record, schema)
+    accuracy = [r for r in records if r["metric"]["name"] == "accuracy"]
+    assert {r["model"]["name"]: r["metric"]["extra_info"]["benchmark_values"][0] for r in accuracy
+            if r["benchmark"]["extra_info"]["output"] == ACCURACY} == {
+        "dlrm": "timeout", "llama": "pass", "nanogpt": "pass", "resnet50": "fail_accuracy"}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**records[0], "metric": {"name": "latency", "benchmark_values": [1.0]}}, schema)
+
+
+def test_the_csvs_read_back_with_pandas_give_reports_geomean_and_pass_rate(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    import pandas as pd
+
+    folder = export(tmp_path, "dynamo-csv")
+    capsys.readouterr()
+    assert cli_main(["report", str(RESULTS), "--format", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    checked = 0
+    for performance in folder.glob("*_performance.csv"):
+        compiler, _suite, dtype, mode, device = performance.name.removesuffix("_performance.csv").split("_")
+        speedups = pd.read_csv(performance)["speedup"]
+        accuracy = pd.read_csv(folder / performance.name.replace("_performance", "_accuracy"))
+        (expected,) = [s for s in summary if s["configuration"].endswith(f"dynamo={compiler}")
+                       and s["test"] == {"inference": "eval", "training": "train"}[mode]
+                       and s["accelerator"] == device and dtype.startswith({"fp32": "float32", "bf16": "bfloat16"}
+                                                                           [s["precision"]])]
+        geomean = math.exp(sum(map(math.log, speedups)) / len(speedups))
+        assert geomean == pytest.approx(expected["speedup_geomean"], rel=1e-5)
+        assert (accuracy["accuracy"] == "pass").mean() == pytest.approx(expected["pass_rate"])
+        checked += 1
+    assert checked == 4
+
+
+def test_check_expected_gates_on_status_and_graph_breaks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    expected = tmp_path / "expected.csv"
+    group = ["--group", ACCURACY.removesuffix("_accuracy.csv")]
+    assert cli_main(["check-expected", str(RESULTS), "--expected", str(expected), *group, "--update"]) == 0
+    assert expected.read_text().splitlines()[0] == "name,accuracy,graph_breaks"
+    capsys.readouterr()
+    assert cli_main(["check-expected", str(RESULTS), "--expected", str(expected), *group]) == 0
+    assert capsys.readouterr().out.strip().endswith("as expected")
+
+    lines = expected.read_text().splitlines()
+    changed = [line.replace("resnet50,fail_accuracy,0", "resnet50,pass,0").replace("llama,pass,0", "llama,pass,2")
+               for line in lines]
+    expected.write_text("\n".join(changed) + "\n")
+    assert cli_main(["check-expected", str(RESULTS), "--expected", str(expected), *group]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "resnet50: accuracy pass -> fail_accuracy (regression)" in out
+    assert "llama: graph_breaks 2 -> 0 (improvement)" in out
+    assert cli_main(["check-expected", str(RESULTS), "--expected", str(expected), *group, "--update"]) == 0
+    assert cli_main(["check-expected", str(RESULTS), "--expected", str(expected), *group]) == 0
+
+
+def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["check-expected", str(RESULTS), "--expected", str(tmp_path / "none.csv")]) == 2  # 4 groups
+    assert "choose --group" in capsys.readouterr().err
+    group = ["--group", ACCURACY.removesuffix("_accuracy.csv")]
+    assert cli_main(["check-expected", str(RESULTS), "--expected", str(tmp_path / "none.csv"), *group]) == 3
+    (tmp_path / "bad.csv").write_text("model,status\nx,pass\n")
+    assert cli_main(["check-expected", str(RESULTS), "--expected", str(tmp_path / "bad.csv"), *group]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "is not an expected-results file" in err[-1]
+    assert cli_main(["export", str(RESULTS), "--format", "dynamo-csv", "-o", "/dev/null/x"]) == 3
