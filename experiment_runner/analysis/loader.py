@@ -95,6 +95,8 @@ class Row:
     noisy_host: bool = False
     # the experiment's child.log (artifacts.log, found from the results file's folder)
     log: str | None = None
+    # --speedup=paired: the median of its interleaved baseline/compiled ratios (measurements.paired)
+    paired_speedup: float | None = None
 
     @property
     def configuration(self) -> str:
@@ -257,6 +259,8 @@ def flatten(record: dict[str, Any], file_name: str, folder: Path | None = None) 
         process_medians=() if median is None else (median,),
         noisy_host=figures.get("noisy_host") is True,
         log=_log_path(record, folder),
+        paired_speedup=_number((figures.get("paired") or {}).get("median_ratio"))
+        if isinstance(figures.get("paired"), dict) else None,
     )
 
 
@@ -294,7 +298,9 @@ def combine(processes: Sequence[Row]) -> Row:
         n_samples=len(pooled), median_per_iter_time_s=median, min_per_iter_time_s=stats.get("min"),
         q1_per_iter_time_s=stats.get("q1"), q3_per_iter_time_s=stats.get("q3"),
         relative_iqr=stats.get("relative_iqr"), unstable=stats.get("unstable"),
-        per_iter_time=pooled, process_medians=medians, noisy_host=any(r.noisy_host for r in processes))
+        per_iter_time=pooled, process_medians=medians, noisy_host=any(r.noisy_host for r in processes),
+        paired_speedup=statistics.median(paired) if (paired := [r.paired_speedup for r in processes
+                                                                 if r.paired_speedup is not None]) else None)
 
 
 def iter_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | None = None) -> Iterator[Row]:

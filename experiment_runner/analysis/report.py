@@ -123,6 +123,9 @@ class ModelResult:
     baseline: Row | None
     speedup: float | None
     memory_ratio: float | None
+    # "paired": the median ratio of baseline and compiled samples interleaved in the experiment's own
+    # process (--speedup=paired); "isolated": baseline median / configuration median across processes
+    method: str | None = None
 
     @property
     def group(self) -> GroupKey:
@@ -139,7 +142,7 @@ class ModelResult:
         if self.speedup is None:
             return "no baseline" if self.baseline is None or self.baseline.status == "ok" else \
                 f"baseline {self.baseline.status}"
-        return f"{self.speedup:.2f}x"
+        return f"{self.speedup:.2f}x" + (" paired" if self.method == "paired" else "")
 
 
 @dataclass
@@ -157,6 +160,7 @@ class Summary:
     ok: int = 0
     passed: int = 0
     speedups: list[float] = field(default_factory=list)
+    speedup_methods: dict[str, int] = field(default_factory=dict)  # how many speedups each method gave
     compile_times: list[float] = field(default_factory=list)
     compile_estimated: bool = False
     memory_ratios: list[float] = field(default_factory=list)
@@ -169,6 +173,7 @@ class Summary:
             "baseline": self.is_baseline, "models": self.models, "ok": self.ok, "passed": self.passed,
             "pass_rate": self.passed / self.models if self.models else None,
             "speedup_geomean": geomean(self.speedups), "speedup_models": len(self.speedups),
+            "speedup_paired": self.speedup_methods.get("paired", 0),
             "compile_time_mean_s": compile_mean, "compile_time_estimated": self.compile_estimated,
             "memory_ratio_geomean": geomean(self.memory_ratios), "memory_models": len(self.memory_ratios),
         }
@@ -179,14 +184,16 @@ def pair_with_baselines(rows: Sequence[Row], fixed: dict[str, str | None]) -> li
     results = []
     for row in rows:
         base = index.get(_baseline_key(row, fixed))
-        speedup = memory = None
+        speedup = memory = method = None
+        if row.passed and row.paired_speedup is not None and base is not row:
+            speedup, method = row.paired_speedup, "paired"
         if base is not None and row.passed and base.status == "ok":
             mine, theirs = row.median_per_iter_time_s, base.median_per_iter_time_s
-            if mine and theirs:
-                speedup = theirs / mine
+            if speedup is None and mine and theirs:
+                speedup, method = theirs / mine, "isolated"
             peaks = _peaks(row, base)
             memory = peaks[0] / peaks[1] if peaks else None
-        results.append(ModelResult(row, base, speedup, memory))
+        results.append(ModelResult(row, base, speedup, memory, method))
     return results
 
 
@@ -208,6 +215,7 @@ def summarize_run(results: Iterable[ModelResult], fixed: dict[str, str | None]) 
         summary.passed += r.passed
         if res.speedup is not None:
             summary.speedups.append(res.speedup)
+            summary.speedup_methods[str(res.method)] = summary.speedup_methods.get(str(res.method), 0) + 1
         if res.memory_ratio is not None:
             summary.memory_ratios.append(res.memory_ratio)
         if r.passed and r.compile_time_s is not None:
@@ -297,7 +305,7 @@ def render_text(run: RunInfo, fixed: dict[str, str | None], summaries: Sequence[
             compile_mark = "~" if s.compile_estimated else ""
             rows.append([s.suite, s.accelerator, s.test, s.precision,
                          s.configuration + (" (baseline)" if s.is_baseline else ""),
-                         f"{s.passed}/{s.models}", _fmt(d["speedup_geomean"], ".3f", "x"),
+                         f"{s.passed}/{s.models}", _fmt(d["speedup_geomean"], ".3f", "x") + _method_mark(s),
                          len(s.speedups), _fmt(d["compile_time_mean_s"], ".3f", compile_mark),
                          _fmt(d["memory_ratio_geomean"], ".3f", "x")])
         out.append(tabulate(rows, headers=["suite", "accelerator", "test", "precision", "configuration",
@@ -331,7 +339,19 @@ def render_text(run: RunInfo, fixed: dict[str, str | None], summaries: Sequence[
         out.append("")
     out.append("speedup = baseline median / configuration median of per_iter_time (warm-up excluded); "
                "~ marks compile times estimated from the first warm-up iteration.")
+    if any("paired" in s.speedup_methods for s in summaries):
+        out.append("paired: the median ratio of baseline and compiled samples interleaved in the compiled "
+                   "experiment's own process (--speedup=paired, measurements.paired); mixed: a geomean over "
+                   "paired and isolated speedups (speedup_paired of them paired, in --format json and csv).")
     return "\n".join(out) + "\n"
+
+
+def _method_mark(summary: Summary) -> str:
+    """How the geomean's speedups were measured, when any was paired."""
+    methods = summary.speedup_methods
+    if "paired" not in methods:
+        return ""
+    return " paired" if len(methods) == 1 else " mixed"
 
 
 def _shown_path(path: str | None) -> str:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
+from experiment_runner.child import paired
 from experiment_runner.child.cpu_launch import RUN_CPU_ENV, reexec_under_run_cpu, set_threads, wants_run_cpu
 from experiment_runner.child.devices import DeviceRuntime, runtime_for
 from experiment_runner.child.harness import (
@@ -94,6 +95,10 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
         # The profiling pass repeats the timed runs' shape, calibrated count included.
         instrumentation.task = replace(task, options=replace(task.options,
                                                              iterations_per_run=result["iterations_per_run"]))
+        if paired.applies(harness):
+            write_phase(task, "timing pairs")
+            result["metrics"]["paired"] = paired.measure_pairs(harness, model, step, device, task.options,
+                                                               result["iterations_per_run"])
         result["timings"]["measure_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()

@@ -22,6 +22,9 @@ DEFAULT_MIN_SAMPLE_TIME_S = 0.02
 # step; eval: the forward step), as PyTorch's and PyTorch/XLA's harnesses do, or the module.
 COMPILE_SCOPES: tuple[str, ...] = ("step", "model")
 
+# How a compiled experiment's speedup is measured (--speedup).
+SPEEDUP_METHODS: tuple[str, ...] = ("isolated", "paired")
+
 # How CPU experiments are started: plainly, or re-executed under the settings
 # torch.backends.xeon.run_cpu computes (core pinning, tcmalloc/jemalloc preload, OpenMP).
 CPU_LAUNCHERS: tuple[str, ...] = ("none", "run_cpu")
@@ -111,6 +114,13 @@ class RunOptions:
     filter_by_single_graph: bool = option(False, Flag(
         "compile with fullgraph=True: an experiment whose model breaks into several graphs fails", MEASUREMENT,
         kind="switch"))
+    speedup: str = option("isolated", Flag(
+        "how a compiled experiment's speedup is measured. isolated: from its own timed samples and those of its "
+        "eager experiment, each in its own process; paired: in addition, the compiled experiment's child times "
+        "its eager baseline (same model, inputs, precision and batch size) and alternates baseline and compiled "
+        "samples after both warmed up, as PyTorch's dynamo harness does, and records both series and the median "
+        "ratio with its interval and p-value (measurements.paired), which report and compare then use. "
+        "XLA experiments keep the isolated method", MEASUREMENT, choices=SPEEDUP_METHODS))
     pure_wall_time: bool = option(False, Flag(
         "time CUDA experiments with CUDA events around the queued work (no host launch overhead); CPU and XLA "
         "samples stay device-synchronized wall time, which is what the reference's pure wall time is there; "

@@ -38,3 +38,36 @@ def summarize(samples: Sequence[float]) -> dict[str, float | bool | int] | None:
         "relative_iqr": relative_iqr,
         "unstable": len(values) >= 3 and relative_iqr > UNSTABLE_RELATIVE_IQR,
     }
+
+
+def _binomial_cdf(k: int, n: int) -> float:
+    """P(X <= k) for X ~ Binomial(n, 1/2)."""
+    from math import comb
+
+    return sum(comb(n, i) for i in range(0, k + 1)) / 2 ** n
+
+
+def paired_speedup(baseline: Sequence[float], compiled: Sequence[float]) -> dict[str, object]:
+    """Speedup from interleaved pairs (baseline time / compiled time of the same pair).
+
+    The median of the per-pair ratios; its 95% distribution-free confidence interval (order
+    statistics of the ratios: the interval between the k-th smallest and k-th largest, k the
+    largest with P(Binomial(n, 1/2) < k) <= 2.5%; None under 6 pairs, where none exists); and
+    the two-sided exact sign test of "no speedup" (ratio 1): pairs carry the host's drift
+    together, so each ratio is judged on its own and nothing is assumed about their spread.
+    """
+    ratios = sorted(b / c for b, c in zip(baseline, compiled) if c > 0)
+    n = len(ratios)
+    if not n:
+        return {"pairs": 0, "ratios": [], "median_ratio": None, "ci95": None, "p_value": None}
+    k = 0
+    while k + 1 <= n and _binomial_cdf(k, n) <= 0.025:
+        k += 1
+    ci95 = [ratios[k - 1], ratios[n - k]] if k >= 1 else None
+    above = sum(r > 1.0 for r in ratios)
+    below = sum(r < 1.0 for r in ratios)
+    decided = above + below
+    p_value = min(1.0, 2 * _binomial_cdf(min(above, below), decided)) if decided else 1.0
+    return {"pairs": n, "ratios": [b / c for b, c in zip(baseline, compiled) if c > 0],
+            "median_ratio": statistics.median(ratios), "ci95": ci95, "p_value": p_value,
+            "test": "two-sided exact sign test of the per-pair ratios against 1"}

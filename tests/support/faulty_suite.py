@@ -143,17 +143,22 @@ class FaultySuite(Suite):
     MORE_FAULTS = ("kill_server", "retry_raise", "retry_hang_verify", "escape_hang", "sigkill",
                    "verify_segfault", "verify_hang", "linger", "exit_hang")
     QUICK = tuple(f"quick_{i:02d}" for i in range(20))
-    # paced_*: each forward sleeps FAULTY_PACE_<NAME> seconds (default PACE_S): a model slowed on purpose.
+    # paced_*: each forward sleeps FAULTY_PACE_<NAME> seconds (default PACE_S): a model slowed on purpose;
+    # drift: each forward sleeps PACE_S x (1 + FAULTY_DRIFT_RATE x seconds since FAULTY_DRIFT_T0).
     PACED = ("paced_a", "paced_b")
     NAPS = tuple(f"nap_{i:02d}" for i in range(8))
 
     def model_names(self) -> list[str]:
-        return sorted(self.FAULTS + self.MORE_FAULTS + self.QUICK + self.NAPS + self.PACED)
+        return sorted(self.FAULTS + self.MORE_FAULTS + self.QUICK + self.NAPS + self.PACED + ("drift",))
 
     def load(self, request: LoadRequest) -> BenchmarkModel:
         name = request.model_name
         if name.startswith("quick_"):
             return _tiny(request)
+        if name == "drift":  # a host slowing down steadily: every call costs more as time goes on
+            start, rate = float(os.environ.get("FAULTY_DRIFT_T0", "0")), float(os.environ.get("FAULTY_DRIFT_RATE", "0"))
+            return _tiny(request, lambda output: (time.sleep(PACE_S * (1 + rate * max(0.0, time.time() - start))),
+                                                  output)[1])
         if name in self.PACED:
             pace = float(os.environ.get(f"FAULTY_PACE_{name.upper()}", PACE_S))
             return _tiny(request, lambda output: (time.sleep(pace), output)[1])
