@@ -187,6 +187,7 @@ def benchmark_records(items: Sequence[Exported]) -> list[dict[str, Any]]:
         base = {
             "benchmark": {"name": "TorchInductor", "mode": harness_mode(r.test), "dtype": harness_dtype(r.precision),
                           "extra_info": {"device": str(r.accelerator), "batch_size": str(r.batch_size),
+                                         "flags": ",".join(item.result.flags()),
                                          "output": f"{item.output}_performance.csv",
                                          "experiment_id": r.experiment_id, "run_id": r.run_id}},
             "model": {"name": str(r.model), "type": "OSS model", "backend": str(r.dynamo), "origins": [suite]},

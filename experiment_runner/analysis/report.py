@@ -142,7 +142,15 @@ class ModelResult:
         if self.speedup is None:
             return "no baseline" if self.baseline is None or self.baseline.status == "ok" else \
                 f"baseline {self.baseline.status}"
-        return f"{self.speedup:.2f}x" + (" paired" if self.method == "paired" else "")
+        flags = "".join(f" ({flag})" for flag in self.flags())
+        return f"{self.speedup:.2f}x" + (" paired" if self.method == "paired" else "") + flags
+
+    def flags(self) -> list[str]:
+        """Why the speedup may not be trusted: samples taken beside busy neighbours (noisy host), or
+        spread over more than 10% of their median (unstable), on either side of the ratio."""
+        rows = [r for r in (self.row, self.baseline) if r is not None]
+        return [flag for flag, hit in (("noisy host", any(r.noisy_host for r in rows)),
+                                       ("unstable", any(r.unstable for r in rows))) if hit]
 
 
 @dataclass
@@ -161,6 +169,7 @@ class Summary:
     passed: int = 0
     speedups: list[float] = field(default_factory=list)
     speedup_methods: dict[str, int] = field(default_factory=dict)  # how many speedups each method gave
+    speedups_flagged: int = 0  # speedups from noisy-host or unstable samples (ModelResult.flags)
     compile_times: list[float] = field(default_factory=list)
     compile_estimated: bool = False
     memory_ratios: list[float] = field(default_factory=list)
@@ -173,7 +182,7 @@ class Summary:
             "baseline": self.is_baseline, "models": self.models, "ok": self.ok, "passed": self.passed,
             "pass_rate": self.passed / self.models if self.models else None,
             "speedup_geomean": geomean(self.speedups), "speedup_models": len(self.speedups),
-            "speedup_paired": self.speedup_methods.get("paired", 0),
+            "speedup_paired": self.speedup_methods.get("paired", 0), "speedup_flagged": self.speedups_flagged,
             "compile_time_mean_s": compile_mean, "compile_time_estimated": self.compile_estimated,
             "memory_ratio_geomean": geomean(self.memory_ratios), "memory_models": len(self.memory_ratios),
         }
@@ -216,6 +225,7 @@ def summarize_run(results: Iterable[ModelResult], fixed: dict[str, str | None]) 
         if res.speedup is not None:
             summary.speedups.append(res.speedup)
             summary.speedup_methods[str(res.method)] = summary.speedup_methods.get(str(res.method), 0) + 1
+            summary.speedups_flagged += bool(res.flags())
         if res.memory_ratio is not None:
             summary.memory_ratios.append(res.memory_ratio)
         if r.passed and r.compile_time_s is not None:
@@ -305,7 +315,8 @@ def render_text(run: RunInfo, fixed: dict[str, str | None], summaries: Sequence[
             compile_mark = "~" if s.compile_estimated else ""
             rows.append([s.suite, s.accelerator, s.test, s.precision,
                          s.configuration + (" (baseline)" if s.is_baseline else ""),
-                         f"{s.passed}/{s.models}", _fmt(d["speedup_geomean"], ".3f", "x") + _method_mark(s),
+                         f"{s.passed}/{s.models}", _fmt(d["speedup_geomean"], ".3f", "x") + _method_mark(s)
+                         + (f" !{s.speedups_flagged}" if s.speedups_flagged else ""),
                          len(s.speedups), _fmt(d["compile_time_mean_s"], ".3f", compile_mark),
                          _fmt(d["memory_ratio_geomean"], ".3f", "x")])
         out.append(tabulate(rows, headers=["suite", "accelerator", "test", "precision", "configuration",
@@ -339,6 +350,9 @@ def render_text(run: RunInfo, fixed: dict[str, str | None], summaries: Sequence[
         out.append("")
     out.append("speedup = baseline median / configuration median of per_iter_time (warm-up excluded); "
                "~ marks compile times estimated from the first warm-up iteration.")
+    if any(s.speedups_flagged for s in summaries):
+        out.append("!N: N of the geomean's speedups come from noisy-host or unstable samples (marked per model): "
+                   "rerun them on a quiet host before trusting the figure.")
     if any("paired" in s.speedup_methods for s in summaries):
         out.append("paired: the median ratio of baseline and compiled samples interleaved in the compiled "
                    "experiment's own process (--speedup=paired, measurements.paired); mixed: a geomean over "

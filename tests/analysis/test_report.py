@@ -324,3 +324,26 @@ def test_a_folder_is_read_as_its_results_files_and_failures_name_their_logs(
     failures = out.split("failures (each log holds the experiment's own output):\n", 1)[1]
     assert "RuntimeError: CUDA error: an illegal memory access" in failures and "more lines" not in failures
     assert "nightly/2025-01-02/runs/r/llama/child.log" in failures
+
+
+def test_a_speedup_from_noisy_samples_is_shown_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A noisy-host sample on either side of a ratio flags the model's speedup and counts in its
+    geomean's mark, in text, JSON and the export."""
+    records = [json.loads(line) for line in (GOLDEN / "results.jsonl").read_text().splitlines()]
+    for record in records:
+        if (record["run_id"], record["model"]["model_name"], record["experiment"]["dynamo"],
+                record["experiment"]["precision"]) == ("20250102T000000Z-bbbbbb", "llama", None, "fp32") \
+                and record["experiment"]["test"] == "eval":
+            record["measurements"]["noisy_host"] = True
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert cli_main(["report", str(path)]) == 0
+    text = capsys.readouterr().out
+    llama = next(line for line in text.splitlines() if line.startswith("llama ") and "(noisy host)" in line)
+    assert "x (noisy host)" in llama
+    assert " !1 " in text and "!N: N of the geomean's speedups come from noisy-host or unstable samples" in text
+    assert cli_main(["report", str(path), "--format", "json"]) == 0
+    flagged = {(s["test"], s["precision"], s["configuration"]): s["speedup_flagged"]
+               for s in json.loads(capsys.readouterr().out)["summary"]}
+    assert flagged[("eval", "fp32", "xla=None dynamo=inductor")] == 1
+    assert flagged[("eval", "bf16", "xla=None dynamo=inductor")] == 0
