@@ -1,0 +1,115 @@
+"""Our paired speedup beside PyTorch's dynamo harness, on the same models and host.
+
+PyTorch's harness (benchmarks/dynamo in pytorch/pytorch, synced as
+userbenchmark/dynamo/dynamobench in pytorch/benchmark) interleaves eager and compiled runs in one
+process and reports the median speedup. This script runs it (from a checkout the user points to)
+and `experiment_runner --speedup=paired --verify` on the same timm models, and prints both
+speedups, both machine times (accuracy + performance for the harness, one run for ours), and the
+ratios. Nothing is downloaded: the harness's timm models are built with pretrained=False, as ours
+are, by patching timm.create_model in the harness's process.
+
+    python benchmarks/paired_vs_harness.py --harness PATH/userbenchmark/dynamo/dynamobench \\
+        --model mobilenetv3_large_100 --model resnet50.a1_in1k --batch-size 8
+
+Take figures on a quiet host (`uptime`): both sides time the same CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# Runs the harness's timm_models.py as __main__ with random weights (no download) and with
+# torchvision's pure-Python parts loadable beside a CPU torch (model_suites.optional).
+_HARNESS = """
+import runpy, sys
+from model_suites.optional import patch_broken_torchvision
+patch_broken_torchvision()
+import timm, timm.models
+create = timm.models.create_model
+def offline(*args, **kwargs):
+    kwargs["pretrained"] = False
+    return create(*args, **kwargs)
+timm.models.create_model = offline
+timm.create_model = offline
+sys.argv = [sys.argv[1], *sys.argv[2:]]
+sys.path.insert(0, __import__("os").path.dirname(sys.argv[0]))
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def machine_seconds(command: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
+    """CPU seconds (user + system) of the command and everything it waited for."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), proc
+
+
+def harness(path: Path, model: str, batch_size: int, out: Path, env: dict[str, str]) -> dict[str, object]:
+    common = ["--inductor", "--device", "cpu", "--float32", "--inference", "--only", model,
+              "--batch-size", str(batch_size)]
+    script = str(path / "timm_models.py")
+    seconds = 0.0
+    found: dict[str, object] = {}
+    for mode in ("accuracy", "performance"):
+        csv_path = out / f"harness_{model}_{mode}.csv"
+        spent, proc = machine_seconds([sys.executable, "-c", _HARNESS, script, *common, f"--{mode}",
+                                       "--output", str(csv_path)], env)
+        seconds += spent
+        if proc.returncode != 0 or not csv_path.exists():
+            raise RuntimeError(f"the harness's --{mode} run failed: {proc.stderr.strip().splitlines()[-1:]}")
+        row = next(csv.DictReader(csv_path.open()))
+        found[mode] = row["accuracy"] if mode == "accuracy" else float(row["speedup"])
+    return {"speedup": found["performance"], "accuracy": found["accuracy"], "machine_s": seconds}
+
+
+def ours(model: str, batch_size: int, out: Path, env: dict[str, str]) -> dict[str, object]:
+    spent, proc = machine_seconds(
+        [sys.executable, "-m", "experiment_runner", "--suite-name=timm", f"--filter=^{model}$", "--accelerator=cpu",
+         "--dynamo=None", "--dynamo=inductor", "--test=eval", "--precision=fp32", f"--batch-size={batch_size}",
+         "--speedup=paired", "--verify", "--no-progress-bar", f"--output-dirname={out / ('ours_' + model)}"], env)
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"experiment_runner failed: {proc.stderr.strip().splitlines()[-1:]}")
+    records = [json.loads(line) for line in (out / ("ours_" + model) / "results.jsonl").read_text().splitlines()]
+    compiled = next(r for r in records if r["experiment"]["dynamo"] == "inductor")
+    eager = next(r for r in records if r["experiment"]["dynamo"] is None)
+    isolated = eager["stats"]["per_iter_time"]["median"] / compiled["stats"]["per_iter_time"]["median"]
+    return {"speedup": compiled["measurements"]["paired"]["median_ratio"], "isolated": isolated,
+            "accuracy": compiled["verification_code"], "machine_s": spent}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--harness", type=Path, required=True, help="the dynamobench (or benchmarks/dynamo) folder")
+    parser.add_argument("--model", action="append", required=True, help="timm model names (repeatable)")
+    parser.add_argument("--batch-size", type=int, default=8)
+    args = parser.parse_args()
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    print("| model | harness speedup | ours paired | ours isolated | paired / harness | harness accuracy | "
+          "ours verification | harness machine s | ours machine s | ours / harness time |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for model in args.model:
+            started = time.time()
+            theirs = harness(args.harness, model, args.batch_size, Path(tmp), env)
+            mine = ours(model, args.batch_size, Path(tmp), env)
+            print(f"| {model} | {theirs['speedup']:.3f} | {mine['speedup']:.3f} | {mine['isolated']:.3f} | "
+                  f"{mine['speedup'] / theirs['speedup']:.3f} | {theirs['accuracy']} | {mine['accuracy']} | "
+                  f"{theirs['machine_s']:.1f} | {mine['machine_s']:.1f} | "
+                  f"{mine['machine_s'] / theirs['machine_s']:.2f} |", flush=True)
+            print(f"<!-- {model}: {time.time() - started:.0f} s wall -->", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
