@@ -9,6 +9,10 @@
   (`inductor_torchbench_float32_inference_cpu_performance.csv`), with our statuses and
   verification codes mapped to its accuracy statuses (data/dynamo_export.json says how).
 
+With `--cache-bench` measurements, `pytorch-benchmark` also writes each compiled experiment's
+cold and warm compile times and the warm speedup as PyTorch's cachebench.py writes them
+("TorchCache Benchmark" records).
+
 Speedups are `report`'s (the configuration against its eager baseline, same model, test,
 precision and batch size); the export never uploads anything itself.
 """
@@ -178,8 +182,28 @@ def _dependencies(record: dict[str, Any]) -> dict[str, dict[str, str]]:
     return found
 
 
+def cachebench_records(item: Exported, base: dict[str, Any]) -> list[dict[str, Any]]:
+    """cachebench.py's three records for an experiment measured with --cache-bench, else none.
+
+    cachebench.py puts "OSS model" in `metric.type`, a field the database does not have; here it
+    stays in `model.type`, as in the compiler records."""
+    measured = item.record.get("measurements") or {}
+    cold, warm = measured.get("cold_compile_time_s"), measured.get("warm_compile_time_s")
+    if cold is None or warm is None:
+        return []
+    spec = MAPPING["cachebench"]
+    options = (item.record.get("experiment") or {}).get("compile_options") or {}
+    benchmark = {"name": spec["benchmark"], "mode": base["benchmark"]["mode"], "dtype": base["benchmark"]["dtype"],
+                 "extra_info": {"is_dynamic": options.get("dynamic") is True,
+                                "device": base["benchmark"]["extra_info"]["device"]}}
+    values = {"cold": cold, "warm": warm, "speedup_pct": (measured.get("cache_bench") or {}).get("warm_speedup_pct")}
+    return [{**base, "benchmark": benchmark, "metric": {"name": spec["metrics"][key], "benchmark_values": [value]}}
+            for key, value in values.items() if value is not None]
+
+
 def benchmark_records(items: Sequence[Exported]) -> list[dict[str, Any]]:
-    """v3 records: one per metric of the performance and accuracy rows, as the harness writes them."""
+    """v3 records: one per metric of the performance and accuracy rows, as the harness writes them,
+    then cachebench.py's records where the experiment measured its compilation cache."""
     out = []
     for item in items:
         r = item.row
@@ -202,6 +226,7 @@ def benchmark_records(items: Sequence[Exported]) -> list[dict[str, Any]]:
         out.append({**base, "benchmark": {**base["benchmark"], "extra_info": {
             **base["benchmark"]["extra_info"], "output": f"{item.output}_accuracy.csv"}},
             "metric": {"name": "accuracy", "extra_info": {"benchmark_values": [accuracy["accuracy"]]}}})
+        out.extend(cachebench_records(item, base))
     return out
 
 

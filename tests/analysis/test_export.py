@@ -56,6 +56,34 @@ def test_v3_records_follow_the_schema_with_dashboard_metric_names(tmp_path: Path
         jsonschema.validate({**records[0], "metric": {"name": "latency", "benchmark_values": [1.0]}}, schema)
 
 
+def test_cache_bench_measurements_export_as_cachebench_records(tmp_path: Path) -> None:
+    import jsonschema
+
+    records = [json.loads(line) for line in RESULTS.read_text().splitlines()]
+    nanogpt = [r for r in records if r["model"]["model_name"] == "nanogpt" and r["experiment"]["dynamo"] == "inductor"
+               and r["experiment"]["precision"] == "fp32" and r["experiment"]["test"] == "eval"][-1]
+    assert nanogpt["status"] == "ok"  # the latest run's final record: the one export reads
+    nanogpt["measurements"].update({"cold_compile_time_s": 8.0, "warm_compile_time_s": 2.0,
+                                    "cache_bench": {"warm_speedup_pct": 75.0}})
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "export.json"
+    assert cli_main(["export", str(results), "--format", "pytorch-benchmark", "-o", str(out)]) == 0
+    exported = [json.loads(line) for line in out.read_text().splitlines()]
+    schema = json.loads((DATA / "pytorch_benchmark_v3.schema.json").read_text())
+    for record in exported:
+        jsonschema.validate(record, schema)
+    cache = [r for r in exported if r["benchmark"]["name"] == "TorchCache Benchmark"]
+    assert {r["metric"]["name"]: r["metric"]["benchmark_values"] for r in cache} == {
+        "Cold compile time (s)": [8.0], "Warm compile time (s)": [2.0], "Speedup (%)": [75.0]}
+    assert {(r["model"]["name"], r["benchmark"]["mode"], r["benchmark"]["extra_info"]["device"]) for r in cache} == {
+        ("nanogpt", "inference", "cpu")}
+    assert len(exported) == len(out.read_text().splitlines()) == len(
+        (EXPORT / "pytorch_benchmark.json").read_text().splitlines()) + 3
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**cache[0], "metric": {"name": "speedup", "benchmark_values": [1.0]}}, schema)
+
+
 def test_the_csvs_read_back_with_pandas_give_reports_geomean_and_pass_rate(tmp_path: Path,
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     import pandas as pd
