@@ -60,6 +60,16 @@ def _no_process(*args: Any, **kwargs: Any) -> None:
     raise AssertionError("a unit test started a process: mark it e2e (or cluster, browser, xla)")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def font_cache() -> None:
+    """matplotlib runs fc-list (a process) to build its font cache the first time it is imported
+    on a host; build it before any unit test forbids processes, whatever order tests run in."""
+    try:
+        import matplotlib.font_manager  # noqa: F401
+    except ImportError:
+        pass
+
+
 @pytest.fixture(autouse=True)
 def unit_tests_start_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """The unit tier's promise, enforced: no real process (fixtures of wider scope set up before)."""

@@ -17,6 +17,11 @@ can see depends on how the runs were measured:
 
 Benjamini-Hochberg controls the false discovery rate over every experiment tested at
 once; the verdicts use its adjusted p-values (q). scipy is imported only here.
+
+Each regression and new failure carries what else differs between its two records
+(analysis.evidence: versions, host, graph breaks, compile time, memory) and the command that
+runs it again; `--confirm` reruns each of them now (analysis.confirm) and exits 1 only for
+those the reruns uphold.
 """
 
 from __future__ import annotations
@@ -27,12 +32,14 @@ import math
 import statistics
 import sys
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from experiment_runner.analysis.loader import Row, RunInfo, comparison_key, runs_of
 from experiment_runner.analysis.aggregates import FairFigures, fair_figures, render_fair
+from experiment_runner.analysis.confirm import DEFAULT_PROCESSES, Suspect, Verdict, confirm, render_confirmation
+from experiment_runner.analysis.evidence import Difference, differences
+from experiment_runner.analysis.loader import Row, RunInfo, comparison_key, run_records, runs_of
 from experiment_runner.analysis.repro import repro_of
 from experiment_runner.analysis.report import DEFAULT_BASELINE, parse_baseline, read_rows, render_csv
 from experiment_runner.core.requirements import install_command
@@ -78,8 +85,15 @@ more than --noisy-host-share of the CPUs during its timed runs) is shown as "noi
 judged)", never as a regression: a neighbour's load moves a whole run. Experiments only on one
 side, and experiments that were ok in A but fail in B (new failures) or the reverse, are listed.
 
-Exit status: 0 no significant regression; 1 a significant regression or a new failure;
-2 bad flags, no such run or scipy missing; 3 a file cannot be read."""
+Each regression and new failure is listed with what else differs between its two records
+(versions, host, graph breaks, compile time, memory, iterations) and the command that runs it
+again, alone. --confirm reruns each of them now with --confirm-processes fresh processes, into
+confirm/ beside B's results file: a regression is upheld when the reruns' median is still
+beyond the threshold above A's, a new failure when the reruns fail the same way.
+
+Exit status: 0 no significant regression; 1 a significant regression or a new failure (with
+--confirm: one the reruns upheld); 2 bad flags, no such run or scipy missing; 3 a file cannot be
+read."""
 
 
 @dataclass
@@ -252,6 +266,9 @@ class Outcome:
     only_b: list[str]
     spread: float | None  # robust sd of log changes across the one-process experiments
     fair: list[FairFigures]  # the dashboard's figures over the models both runs measured
+    rows_b: dict[str, Row] = field(default_factory=dict)  # B's rows by experiment id (repro, confirmation)
+    evidence: dict[str, list[Difference]] = field(default_factory=dict)  # per flagged experiment id
+    verdicts: list[Verdict] | None = None  # --confirm's, per flagged experiment
 
     def count(self, verdict: str) -> int:
         # "not comparable (batch size 32 vs 16)" counts as "not comparable"
@@ -259,8 +276,17 @@ class Outcome:
                    for c in self.comparisons)
 
     @property
+    def flagged(self) -> list[ExperimentChange]:
+        return [c for c in self.comparisons if c.verdict in FLAGGED]
+
+    @property
     def failed(self) -> bool:
-        return self.count("regression") > 0 or self.count("new failure") > 0
+        if self.verdicts is not None:
+            return any(v.upheld for v in self.verdicts)
+        return bool(self.flagged)
+
+
+FLAGGED = ("regression", "new failure")
 
 
 def pick_runs(args: argparse.Namespace) -> tuple[list[Row], RunInfo, list[Row], RunInfo]:
@@ -317,7 +343,38 @@ def compare(args: argparse.Namespace) -> Outcome:
                                  args.threshold, args.alpha))
     return Outcome(run_a, run_b, comparisons, sorted(side_a.keys() - side_b.keys()),
                    sorted(side_b.keys() - side_a.keys()), spread,
-                   fair_figures(rows_a, rows_b, parse_baseline(DEFAULT_BASELINE)))
+                   fair_figures(rows_a, rows_b, parse_baseline(DEFAULT_BASELINE)),
+                   rows_b={r.experiment_id: r for r in rows_b})
+
+
+def add_evidence(outcome: Outcome, args: argparse.Namespace) -> None:
+    """What else differs between A's and B's record of each flagged experiment (a new failure
+    does not list its own status)."""
+    flagged = outcome.flagged
+    if not flagged:
+        return
+    before = run_records([args.a], outcome.run_a.run_id)
+    after = run_records([args.b or args.a], outcome.run_b.run_id)
+    for c in flagged:
+        if c.experiment_id in before and c.experiment_id in after:
+            found = differences(before[c.experiment_id], after[c.experiment_id])
+            outcome.evidence[c.experiment_id] = [d for d in found if not (c.verdict == "new failure"
+                                                                           and d.field == "status")]
+
+
+def run_confirmation(outcome: Outcome, args: argparse.Namespace) -> list[Verdict]:
+    """--confirm: rerun each regression and new failure (analysis.confirm), judged against A."""
+    targets = [Suspect(c.experiment_id, "time", c.median_a_s, c.median_b_s, None) if c.verdict == "regression"
+               else Suspect(c.experiment_id, "status", c.status_a, c.status_b, None) for c in outcome.flagged]
+    info = {t.experiment_id: _fields(outcome.rows_b[t.experiment_id]) for t in targets}
+    b = Path(args.b or args.a)
+    beside = b / "results.jsonl" if b.is_dir() else b  # confirm/ goes into B's folder
+    newest_file = {t.experiment_id: beside for t in targets}
+    return confirm(targets, info, newest_file, args.confirm_processes, 0.0, args.threshold)
+
+
+def _fields(row: Row) -> dict[str, Any]:
+    return {f.name: getattr(row, f.name) for f in fields(row)}
 
 
 SHOWN_BY_DEFAULT = ("regression", "new failure", "improvement", "fixed", "not significant",
@@ -368,10 +425,17 @@ def render_text(outcome: Outcome, args: argparse.Namespace) -> str:
             headers=["model", "configuration", "processes", "A ms", "B ms", "change", "q", "floor", "verdict"],
             tablefmt="simple"))
         out.append("")
-    flagged = [c for c in shown if c.verdict in ("regression", "new failure")]
+    flagged = [c for c in shown if c.verdict in FLAGGED]
     if flagged:
         out.append("to see each regression again, alone:")
         out.extend(f"  {c.model} {c.configuration}: {c.repro}" for c in flagged)
+        out.append("")
+        out.append("what else changed between A's and B's record:")
+        for c in flagged:
+            found = outcome.evidence.get(c.experiment_id)
+            said = ("records not found" if found is None else "; ".join(map(str, found))
+                    or "nothing else in the records (same versions, host and compiled graphs)")
+            out.append(f"  {c.model} {c.configuration}: {said}")
         out.append("")
     out.extend(render_fair(outcome.fair))
     for label, keys in (("only in A", outcome.only_a), ("only in B", outcome.only_b)):
@@ -388,6 +452,8 @@ def render_text(outcome: Outcome, args: argparse.Namespace) -> str:
                    f"(10 reaches about 1.1e-05) and --processes.")
     tally = ", ".join(f"{outcome.count(v)} {v}" for v in (*SHOWN_BY_DEFAULT, "within threshold", "not comparable"))
     out.append(f"{len(outcome.comparisons)} compared: {tally}.")
+    if outcome.verdicts is not None:
+        out.append(render_confirmation(outcome.verdicts, args.confirm_processes).rstrip("\n"))
     out.append("result: REGRESSION (exit 1)" if outcome.failed else "result: no significant regression (exit 0)")
     return "\n".join(out) + "\n"
 
@@ -405,6 +471,8 @@ def render(outcome: Outcome, args: argparse.Namespace) -> str:
         "change_spread": outcome.spread, "method": method_lines(outcome, args), "regression": outcome.failed,
         "comparisons": rows, "only_in_a": outcome.only_a, "only_in_b": outcome.only_b,
         "dashboard_over_common_models": [f.as_dict() for f in outcome.fair],
+        "evidence": {eid: [asdict(d) for d in found] for eid, found in outcome.evidence.items()},
+        **({"confirmation": [asdict(v) for v in outcome.verdicts]} if outcome.verdicts is not None else {}),
     }, indent=2) + "\n"
 
 
@@ -422,6 +490,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "csv", "json"), default="text",
                    help="text lists what changed; csv and json hold every compared experiment")
     p.add_argument("--all", action="store_true", help="text: also list experiments within the threshold")
+    p.add_argument("--confirm", action="store_true",
+                   help="rerun each regression and new failure now with --confirm-processes processes, into "
+                        "confirm/ beside B's results file, and exit 1 only for those the reruns uphold")
+    p.add_argument("--confirm-processes", type=int, default=DEFAULT_PROCESSES, metavar="N",
+                   help="fresh processes per rerun (default %(default)s)")
     return p
 
 
@@ -432,7 +505,12 @@ def main(argv: Sequence[str]) -> int:
             raise ReportError("--threshold must be >= 0")
         if not 0 < args.alpha < 1:
             raise ReportError("--alpha must be in (0, 1)")
+        if args.confirm_processes < 1:
+            raise ReportError("--confirm-processes must be at least 1")
         outcome = compare(args)
+        add_evidence(outcome, args)
+        if args.confirm:
+            outcome.verdicts = run_confirmation(outcome, args)
         sys.stdout.write(render(outcome, args))
     except ReportError as exc:
         print(f"experiment_runner compare: error: {exc}", file=sys.stderr)

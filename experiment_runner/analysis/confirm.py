@@ -1,4 +1,5 @@
-"""`history --confirm`: run each suspect again now, and alert only for what the reruns uphold.
+"""`history --confirm` and `compare --confirm`: run each suspect again now, and alert only for
+what the reruns uphold.
 
 A step in the newest run is one point; a regression found tonight may rest on one noisy
 night. Alert systems that page people retrigger before they alert. Here each suspect
@@ -8,7 +9,8 @@ it (analysis.repro), into `confirm/` beside the results file of its newest recor
 reruns are the second point after the change: a slowdown is upheld when the reruns' median
 is as far above the runs before the change as a change must be (`--min-effect` noise units
 and `--min-change`), a status or verification change when the reruns end the same way.
-The reruns stay on disk, so the next `history` over the folder sees them as a run.
+The reruns stay on disk, so the next `history` over the folder sees them as a run. `compare`'s
+suspects are its regressions and new failures, judged against run A.
 """
 
 from __future__ import annotations
@@ -36,6 +38,17 @@ class Verdict:
     measured: Any  # the reruns' value of the metric (None when they left no usable record)
     reason: str
     output: str  # the folder the reruns wrote to
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """What `judge` reads of a change: history's Change has these fields too."""
+
+    experiment_id: str
+    metric: str  # "time", "compile_time", "memory", "status" or "verification"
+    before: Any  # the value before the change (seconds for time)
+    after: Any
+    noise: float | None  # the experiment's run-to-run noise (log units), when known
 
 
 def suspects(changes: Sequence[Any], alerts: Sequence[Any]) -> list[Any]:
@@ -105,3 +118,17 @@ def confirm(changes: Sequence[Any], info: dict[str, dict[str, Any]], newest_file
         upheld, measured, reason = judge(change, row, min_effect, min_change)
         verdicts.append(Verdict(eid, change.metric, upheld, measured, reason, str(folder)))
     return verdicts
+
+
+def render_confirmation(verdicts: Sequence[Verdict] | None, processes: int) -> str:
+    """The text block after `history` or `compare`: one line per suspect, upheld or not, and why."""
+    if verdicts is None:
+        return ""
+    if not verdicts:
+        return "confirmation: nothing to confirm (no suspected slowdown, no regression to alert on)\n"
+    upheld = sum(v.upheld for v in verdicts)
+    out = [f"confirmation: {len(verdicts)} suspect(s) rerun with --processes {processes}; {upheld} upheld "
+           f"({'exit 1' if upheld else 'exit 0'})"]
+    out += [f"  {'CONFIRMED' if v.upheld else 'NOT CONFIRMED'}  {v.metric:<12} {v.experiment_id}: {v.reason} "
+            f"(reruns in {v.output})" for v in verdicts]
+    return "\n".join(out) + "\n"

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from experiment_runner.analysis.columns import results_files
-from experiment_runner.analysis.loader import Row, runs_of
+from experiment_runner.analysis.loader import Row, run_records, runs_of
 from experiment_runner.analysis.report import (
     DEFAULT_BASELINE,
     ModelResult,
@@ -38,7 +38,6 @@ from experiment_runner.analysis.report import (
     read_rows,
     select_run,
 )
-from experiment_runner.core.results import iter_records
 from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError, ReportParser
 
 DATA = Path(__file__).parent / "data"
@@ -117,22 +116,12 @@ def _peak(row: Row | None) -> float | None:
     return float(value) if value else None
 
 
-def final_records(paths: Sequence[Path], run_id: str) -> dict[str, dict[str, Any]]:
-    """The last record of each experiment of `run_id` (a retry supersedes its failure)."""
-    found: dict[str, dict[str, Any]] = {}
-    for path in paths:
-        for record in iter_records(path, bad_lines=[]):
-            if isinstance(record, dict) and record.get("run_id") == run_id:
-                found[str(record.get("experiment_id"))] = record
-    return found
-
-
 def exported(paths: Sequence[Path], run_id: str | None) -> list[Exported]:
     """The run's compiled experiments (not the eager baselines), in model order."""
     rows = read_rows(paths)
     run = select_run(runs_of(rows), run_id)
     fixed = parse_baseline(DEFAULT_BASELINE)
-    records = final_records(paths, run.run_id)
+    records = run_records(paths, run.run_id)
     results = [res for res in pair_with_baselines([r for r in rows if r.run_id == run.run_id], fixed)
                if res.row.dynamo is not None and res.baseline is not res.row]
     results.sort(key=lambda res: (str(res.row.suite), str(res.row.model), res.row.experiment_id))

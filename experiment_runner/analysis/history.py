@@ -34,7 +34,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from experiment_runner.analysis.columns import Factor, Records, read_back, read_records
-from experiment_runner.analysis.confirm import DEFAULT_PROCESSES, Verdict, confirm, suspects
+from experiment_runner.analysis.confirm import DEFAULT_PROCESSES, Verdict, confirm, render_confirmation, suspects
 from experiment_runner.analysis.evidence import Difference, Event, differences, events
 from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES
 from experiment_runner.analysis.repro import repro_command
@@ -730,16 +730,3 @@ def run_confirmation(analysis: Analysis, processes: int) -> list[Verdict]:
     newest_file = {c.experiment_id: Path(h.records.files[c.records[-1][0]]) for c in targets}
     info = {c.experiment_id: h.info[h.experiment_index[c.experiment_id]] for c in targets}
     return confirm(targets, info, newest_file, processes, analysis.config.min_effect, analysis.config.min_change)
-
-
-def render_confirmation(verdicts: list[Verdict] | None, processes: int) -> str:
-    if verdicts is None:
-        return ""
-    if not verdicts:
-        return "confirmation: nothing to confirm (no suspected slowdown, no regression to alert on)\n"
-    upheld = sum(v.upheld for v in verdicts)
-    out = [f"confirmation: {len(verdicts)} suspect(s) rerun with --processes {processes}; {upheld} upheld "
-           f"({'exit 1' if upheld else 'exit 0'})"]
-    out += [f"  {'CONFIRMED' if v.upheld else 'NOT CONFIRMED'}  {v.metric:<12} {v.experiment_id}: {v.reason} "
-            f"(reruns in {v.output})" for v in verdicts]
-    return "\n".join(out) + "\n"

@@ -318,6 +318,17 @@ def _indexed_rows(paths: Sequence[Path],
             yield flatten(record, path.name, path.parent), process_index(record)
 
 
+def run_records(paths: Sequence[Path], run_id: str) -> dict[str, dict[str, Any]]:
+    """Whole records of one run by experiment id, the last of each (a retry supersedes its
+    failure), for what rows leave out: environment, dynamo accounting, measurements."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        for record in iter_records(Path(path), bad_lines=[]):
+            if isinstance(record, dict) and record.get("run_id") == run_id:
+                found[str(record.get("experiment_id"))] = record
+    return found
+
+
 def final_rows(rows: Iterable[tuple[Row, int]]) -> list[Row]:
     """One Row per (run, experiment): the last record of each of its processes, through
     `results.final_records` (a retry supersedes its failure), then `combine`d."""

@@ -382,3 +382,73 @@ def test_models_lost_to_timeouts_leave_the_geomean_alone_and_are_listed(tmp_path
     text = capsys.readouterr().out
     assert "dashboard over the models both runs measured" in text
     assert "    m00: counts in one run only, lacking in B: infrastructure (timeout)" in text
+
+
+def test_each_regression_says_what_else_changed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A torch bump that brought graph breaks to resnet50 and slowed it: the regression's
+    evidence names both; a new failure does not list its own status."""
+    a, b = two_runs(tmp_path, seed=1, shifts={"resnet50": 0.10})
+    runs = []
+    for path, torch_version, breaks in ((a, "2.12.0", 0), (b, "2.13.0", 3)):
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        for r in records:
+            r["environment"] = {"torch": torch_version, "hostname": "node1"}
+            r["measurements"] = {"graph_breaks": {"total": breaks if r["model"]["model_name"] == "resnet50" else 0}}
+            if path == b and r["model"]["model_name"] == "llama":
+                r.update(status="crashed", metrics={})
+        runs.append(write(path, records))
+    code, out, _ = compare(capsys, *runs)
+    assert code == 1
+    evidence = out.split("what else changed between A's and B's record:\n", 1)[1].splitlines()
+    said = {line.split()[0]: line for line in evidence[:2]}
+    assert said["resnet50"].endswith(": torch 2.12.0 -> 2.13.0; graph breaks 0 -> 3"), out
+    assert said["llama"].endswith(": torch 2.12.0 -> 2.13.0"), out
+    code, out, _ = compare(capsys, *runs, "--format", "json")
+    (resnet,) = [c["experiment_id"] for c in json.loads(out)["comparisons"] if c["model"] == "resnet50"]
+    assert json.loads(out)["evidence"][resnet] == [
+        {"field": "torch", "before": "2.12.0", "after": "2.13.0", "environment": True},
+        {"field": "graph breaks", "before": 0, "after": 3, "environment": False}]
+
+
+@pytest.mark.e2e
+def test_confirm_upholds_a_real_slowdown_and_clears_a_noisy_run(capsys: pytest.CaptureFixture[str],
+                                                                  tmp_path: Path, cli_cache: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two real runs of two paced models; in B, paced_b is slowed on purpose (its sleep 1.5x, and
+    it stays so) and paced_a's record is inflated 1.5x as a noisy run would be. `compare
+    --confirm` reruns both: paced_b is upheld, paced_a is not; exit 1."""
+    import os
+    import subprocess
+
+    from conftest import FAULTY_SUITE, SUPPORT, cli_command
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(SUPPORT), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("EXPERIMENT_RUNNER_SUITES", FAULTY_SUITE)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cli_cache))
+    args = ["--suite-name=faulty", "--filter=^paced_[ab]$", "--accelerator=cpu", "--dynamo=None", "--test=eval",
+            "--precision=fp32", "--repeat=5", "--no-progress-bar"]
+    for side in ("a", "b"):
+        if side == "b":
+            monkeypatch.setenv("FAULTY_PACE_PACED_B", "0.006")
+        proc = subprocess.run(cli_command(args, tmp_path / side), capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    newest = tmp_path / "b" / "results.jsonl"
+    for path in (tmp_path / "a" / "results.jsonl", newest):
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        for r in records:
+            r["measurements"]["noisy_host"] = False  # what is judged here is the reruns, not this host's load
+            if path == newest and r["model"]["model_name"] == "paced_a":
+                r["metrics"]["per_iter_time"] = [t * 1.5 for t in r["metrics"]["per_iter_time"]]
+                r["stats"]["per_iter_time"]["median"] *= 1.5
+        write(path, records)
+
+    code, out, err = compare(capsys, tmp_path / "a" / "results.jsonl", newest, "--threshold", 0.2,
+                             "--confirm", "--confirm-processes", 3)
+    assert code == 1, out + err
+    confirmation = out.split("confirmation: ", 1)[1].splitlines()
+    assert confirmation[0] == "2 suspect(s) rerun with --processes 3; 1 upheld (exit 1)", out
+    found = {("paced_b" if "/paced_b/" in line else "paced_a"): line.split() for line in confirmation[1:3]}
+    assert found["paced_b"][:2] == ["CONFIRMED", "time"], out
+    assert found["paced_a"][:3] == ["NOT", "CONFIRMED", "time"], out
+    rerun = tmp_path / "b" / "confirm" / "results.jsonl"
+    assert {json.loads(line)["process"]["count"] for line in rerun.read_text().splitlines()} == {3}
