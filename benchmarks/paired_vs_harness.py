@@ -40,8 +40,15 @@ def offline(*args, **kwargs):
     return create(*args, **kwargs)
 timm.models.create_model = offline
 timm.create_model = offline
-sys.argv = [sys.argv[1], *sys.argv[2:]]
+same_batch = sys.argv[1] == "same-batch"
+sys.argv = sys.argv[2:]
 sys.path.insert(0, __import__("os").path.dirname(sys.argv[0]))
+if same_batch:
+    import common
+    varied = common.timed
+    def timed(*args, batch_size=None, **kwargs):
+        return varied(*args, **kwargs)
+    common.timed = timed
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
@@ -54,29 +61,32 @@ def machine_seconds(command: list[str], env: dict[str, str]) -> tuple[float, sub
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), proc
 
 
-def harness(path: Path, model: str, batch_size: int, out: Path, env: dict[str, str]) -> dict[str, object]:
+def harness(path: Path, model: str, batch_size: int, out: Path, env: dict[str, str],
+            modes: tuple[str, ...] = ("accuracy", "performance"), batch: str = "varied") -> dict[str, object]:
+    """The harness's answers for one model. batch="same-batch" times its eager samples at the
+    nominal batch size too (its timed() otherwise varies the eager batch by 0.8-1.2x)."""
     common = ["--inductor", "--device", "cpu", "--float32", "--inference", "--only", model,
               "--batch-size", str(batch_size)]
     script = str(path / "timm_models.py")
     seconds = 0.0
     found: dict[str, object] = {}
-    for mode in ("accuracy", "performance"):
-        csv_path = out / f"harness_{model}_{mode}.csv"
-        spent, proc = machine_seconds([sys.executable, "-c", _HARNESS, script, *common, f"--{mode}",
+    for mode in modes:
+        csv_path = out / f"harness_{model}_{mode}_{batch}.csv"
+        spent, proc = machine_seconds([sys.executable, "-c", _HARNESS, batch, script, *common, f"--{mode}",
                                        "--output", str(csv_path)], env)
         seconds += spent
         if proc.returncode != 0 or not csv_path.exists():
             raise RuntimeError(f"the harness's --{mode} run failed: {proc.stderr.strip().splitlines()[-1:]}")
         row = next(csv.DictReader(csv_path.open()))
         found[mode] = row["accuracy"] if mode == "accuracy" else float(row["speedup"])
-    return {"speedup": found["performance"], "accuracy": found["accuracy"], "machine_s": seconds}
+    return {"speedup": found["performance"], "accuracy": found.get("accuracy"), "machine_s": seconds}
 
 
-def ours(model: str, batch_size: int, out: Path, env: dict[str, str]) -> dict[str, object]:
+def ours(model: str, batch_size: int, out: Path, env: dict[str, str], extra: list[str]) -> dict[str, object]:
     spent, proc = machine_seconds(
         [sys.executable, "-m", "experiment_runner", "--suite-name=timm", f"--filter=^{model}$", "--accelerator=cpu",
          "--dynamo=None", "--dynamo=inductor", "--test=eval", "--precision=fp32", f"--batch-size={batch_size}",
-         "--speedup=paired", "--verify", "--no-progress-bar", f"--output-dirname={out / ('ours_' + model)}"], env)
+         "--speedup=paired", "--verify", "--no-progress-bar", f"--output-dirname={out / ('ours_' + model)}", *extra], env)
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"experiment_runner failed: {proc.stderr.strip().splitlines()[-1:]}")
     records = [json.loads(line) for line in (out / ("ours_" + model) / "results.jsonl").read_text().splitlines()]
@@ -92,18 +102,25 @@ def main() -> int:
     parser.add_argument("--harness", type=Path, required=True, help="the dynamobench (or benchmarks/dynamo) folder")
     parser.add_argument("--model", action="append", required=True, help="timm model names (repeatable)")
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--same-batch", action="store_true",
+                        help="also run the harness's --performance with its eager samples at the nominal batch "
+                             "size (its timed() varies them by 0.8-1.2x): the 'harness same batch' column")
+    parser.add_argument("--ours-flag", action="append", default=[], help="extra flags for our run (repeatable)")
     args = parser.parse_args()
     repo = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
-    print("| model | harness speedup | ours paired | ours isolated | paired / harness | harness accuracy | "
-          "ours verification | harness machine s | ours machine s | ours / harness time |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | harness speedup | harness same batch | ours paired | ours isolated | paired / harness | "
+          "harness accuracy | ours verification | harness machine s | ours machine s | ours / harness time |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.model:
             started = time.time()
             theirs = harness(args.harness, model, args.batch_size, Path(tmp), env)
-            mine = ours(model, args.batch_size, Path(tmp), env)
-            print(f"| {model} | {theirs['speedup']:.3f} | {mine['speedup']:.3f} | {mine['isolated']:.3f} | "
+            same = (harness(args.harness, model, args.batch_size, Path(tmp), env, ("performance",), "same-batch")
+                    if args.same_batch else None)
+            mine = ours(model, args.batch_size, Path(tmp), env, args.ours_flag)
+            print(f"| {model} | {theirs['speedup']:.3f} | {same['speedup'] if same else '-'} | "
+                  f"{mine['speedup']:.3f} | {mine['isolated']:.3f} | "
                   f"{mine['speedup'] / theirs['speedup']:.3f} | {theirs['accuracy']} | {mine['accuracy']} | "
                   f"{theirs['machine_s']:.1f} | {mine['machine_s']:.1f} | "
                   f"{mine['machine_s'] / theirs['machine_s']:.2f} |", flush=True)

@@ -39,8 +39,10 @@ RECORD_PATHS: tuple[str, ...] = (
     *(f"experiment.{name}" for name in ("accelerator", *CONFIG_FIELDS, "test", "precision", "batch_size")),
     "metrics.per_iter_time", "metrics.error", *(f"{block}.{name}" for block in ("metrics", "measurements")
                                                 for name in _FIGURES),
+    "measurements.paired",
 )
-_SQL_TYPES = {"string": "VARCHAR", "number": "DOUBLE", "integer": "BIGINT", "boolean": "BOOLEAN"}
+# An object is read as JSON and taken apart in the query (json_extract).
+_SQL_TYPES = {"string": "VARCHAR", "number": "DOUBLE", "integer": "BIGINT", "boolean": "BOOLEAN", "object": "JSON"}
 
 
 def sql_type(path: str) -> str:
@@ -86,7 +88,8 @@ WITH raw AS (
          coalesce(measurements.compile_time_s, metrics.compile_time_s) AS recorded_compile,
          coalesce(measurements.warmup_time, metrics.warmup_time)[1] AS warmup_first,
          coalesce(measurements.peak_allocated_bytes, metrics.peak_allocated_bytes) AS peak_allocated,
-         coalesce(measurements.timed_peak_rss_bytes, metrics.timed_peak_rss_bytes) AS peak_rss
+         coalesce(measurements.timed_peak_rss_bytes, metrics.timed_peak_rss_bytes) AS peak_rss,
+         TRY_CAST(json_extract(measurements.paired, '$.median_ratio') AS DOUBLE) AS paired_speedup
   FROM read_json($files, format='newline_delimited', columns=$columns, filename=true)
 ), timed AS (
   SELECT *, CASE WHEN first_is_warmup THEN all_samples[2:] ELSE all_samples END AS samples,
@@ -106,12 +109,13 @@ SELECT filename, run_id, experiment_id, timestamp,
        END AS compile_time_s,
        -- the timed runs' peak only, as `report` compares it: a lifetime peak (older records) holds the
        -- interpreter and compilation, and a series mixing the two would change at an upgrade
-       coalesce(peak_allocated, peak_rss)::DOUBLE AS peak_memory_bytes
+       coalesce(peak_allocated, peak_rss)::DOUBLE AS peak_memory_bytes,
+       paired_speedup
 FROM med
 """
 STRING_FIELDS = ("run_id", "experiment_id", "status", "verification_code", "suite", "model", "accelerator",
                  *CONFIG_FIELDS, "test", "precision")
-FLOAT_FIELDS = ("timestamp", "median", "compile_time_s", "peak_memory_bytes", "batch_size")
+FLOAT_FIELDS = ("timestamp", "median", "compile_time_s", "peak_memory_bytes", "batch_size", "paired_speedup")
 
 
 @dataclass
@@ -201,7 +205,7 @@ def _python(path: Path) -> "pyarrow.Table":
     for line in bad.get(path, []):
         print(f"warning: {path}:{line.lineno}: skipped a corrupt or torn line ({line.reason})", file=sys.stderr)
     data: dict[str, list] = {"filename": [str(path)] * len(rows)}
-    for name in STRING_FIELDS + ("timestamp", "compile_time_s", "batch_size"):
+    for name in STRING_FIELDS + ("timestamp", "compile_time_s", "batch_size", "paired_speedup"):
         data[name] = [getattr(row, name) for row in rows]
     data["median"] = [row.median_per_iter_time_s for row in rows]
     data["peak_memory_bytes"] = [row.peak_allocated_bytes or row.timed_peak_rss_bytes for row in rows]

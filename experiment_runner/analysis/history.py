@@ -38,7 +38,7 @@ from experiment_runner.analysis.confirm import DEFAULT_PROCESSES, Verdict, confi
 from experiment_runner.analysis.evidence import Difference, Event, differences, events
 from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES
 from experiment_runner.analysis.repro import repro_command
-from experiment_runner.analysis.page import RECORDS_ON_PAGE, encode_series, link_to, render, write_page
+from experiment_runner.analysis.page import RECORDS_ON_PAGE, encode_series, link_to, render, speedup_method, write_page
 from experiment_runner.core.requirements import install_command
 from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError, ReportParser
 
@@ -48,6 +48,7 @@ METRICS = ("time", "compile_time", "memory")  # numeric series, each: higher is 
 # and moves by multiples of itself from night to night.
 ABSOLUTE_FLOORS = {"compile_time": 0.05, "memory": float(1 << 20)}
 METRIC_COLUMNS = {"time": "median", "compile_time": "compile_time_s", "memory": "peak_memory_bytes"}
+PAIRED = "paired_speedup"  # a series beside METRICS, for the dashboard: --speedup=paired's median ratio
 GROUP_FIELDS = ("suite", "accelerator", "test", "precision")
 
 DESCRIPTION = "What changed over the nights, since when, and is it real?\n\n" + __doc__.split("\n\n", 1)[1] + """
@@ -104,7 +105,7 @@ class History:
     experiment_ids: list[str]
     info: list[dict[str, Any]]  # per experiment: suite, model, configuration fields, batch size
     row: np.ndarray  # record number of each (experiment, run), -1 where absent
-    series: dict[str, np.ndarray]  # METRICS, NaN where absent or not ok
+    series: dict[str, np.ndarray]  # METRICS and PAIRED, NaN where absent or not ok
 
     @cached_property
     def experiment_index(self) -> dict[str, int]:
@@ -162,7 +163,7 @@ def build_history(records: Records) -> History:
         records.strings["status"].codes]
     present = row >= 0
     series = {}
-    for metric, column in METRIC_COLUMNS.items():
+    for metric, column in {**METRIC_COLUMNS, PAIRED: "paired_speedup"}.items():
         values = np.where(ok, records.numbers[column], np.nan)
         series[metric] = np.where(present, values[np.maximum(row, 0)], np.nan)
     first_row = np.full(n_exp, n)
@@ -483,7 +484,9 @@ def _geomean(matrix: np.ndarray) -> np.ndarray:
 def dashboard(history: History) -> list[dict[str, Any]]:
     """Per configuration and run: pass rate, geomean speedup and memory ratio over the eager
     baseline (xla=None, dynamo=None, same model, accelerator, test, precision, batch size) and
-    mean compile time of passing models, as report.py defines them."""
+    mean compile time of passing models, as report.py defines them: a passing experiment with a
+    paired speedup (--speedup=paired) counts with it, others with the ratio of the two
+    experiments' medians; `speedup_method` says which per run (paired, isolated or mixed)."""
     passed = history.passed()
     time_, compile_, memory = (history.series[m] for m in METRICS)
     status, labels = history.status()
@@ -505,8 +508,13 @@ def dashboard(history: History) -> list[dict[str, Any]]:
                           for e in members])
         has_base = bases >= 0
         usable = passed[members_a] & np.where(has_base[:, None], ok[np.maximum(bases, 0)], False)
+        paired = np.where(passed[members_a], history.series[PAIRED][members_a], np.nan)
+        has_paired = np.isfinite(paired)
         with np.errstate(invalid="ignore", divide="ignore"):
-            speedup = np.where(usable, time_[np.maximum(bases, 0)] / time_[members_a], np.nan)
+            isolated = np.where(usable, time_[np.maximum(bases, 0)] / time_[members_a], np.nan)
+        speedup = np.where(has_paired, paired, isolated)
+        counted = np.isfinite(speedup)
+        with np.errstate(invalid="ignore", divide="ignore"):
             mem_ratio = np.where(usable, memory[np.maximum(bases, 0)] / memory[members_a], np.nan)
         compile_pass = np.where(passed[members_a], compile_[members_a], np.nan)
         present = history.row[members_a] >= 0
@@ -520,6 +528,8 @@ def dashboard(history: History) -> list[dict[str, Any]]:
             "models": [int(v) for v in present.sum(axis=0)],
             "passed": [int(v) for v in passed[members_a].sum(axis=0)],
             "speedup_geomean": [_num(v) for v in _geomean(speedup)],
+            "speedup_method": [speedup_method(int((counted & has_paired)[:, r].sum()), int(counted[:, r].sum()))
+                               for r in range(speedup.shape[1])],
             "compile_time_mean_s": [_num(v) for v in compile_mean],
             "memory_ratio_geomean": [_num(v) for v in _geomean(mem_ratio)],
             "speedups_latest": [_num(v) for v in speedup[:, -1]],

@@ -64,6 +64,13 @@ def link_to(file: Path, out: Path | None) -> str:
     return Path(os.path.relpath(file.resolve(), out.resolve().parent)).as_posix()
 
 
+def speedup_method(paired: int, counted: int) -> str | None:
+    """How a geomean of `counted` speedups was measured when `paired` of them were paired."""
+    if not counted:
+        return None
+    return "paired" if paired == counted else "isolated" if not paired else "mixed"
+
+
 def report_page(run: Any, baseline: str, summaries: Sequence[dict[str, Any]],
                 models: Sequence[dict[str, Any]]) -> str:
     """The page of one `report`: its dashboard table and per-model speedups (no trends: one run)."""
@@ -82,6 +89,7 @@ def report_page(run: Any, baseline: str, summaries: Sequence[dict[str, Any]],
             "suite": s["suite"], "accelerator": s["accelerator"], "test": s["test"], "precision": s["precision"],
             "configuration": s["configuration"], "baseline": s["baseline"], "experiments": members,
             "models": [s["models"]], "passed": [s["passed"]], "speedup_geomean": [s["speedup_geomean"]],
+            "speedup_method": [speedup_method(s["speedup_paired"], s["speedup_models"])],
             "compile_time_mean_s": [s["compile_time_mean_s"]], "memory_ratio_geomean": [s["memory_ratio_geomean"]],
             "speedups_latest": [models[i]["speedup"] for i in members],
         })

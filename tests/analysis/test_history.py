@@ -119,7 +119,8 @@ def test_columns_agree_with_the_loader(tmp_path: Path) -> None:
     record = json.loads((GOLDEN / "results.jsonl").read_text().splitlines()[0])
     record["metrics"]["per_iter_time"] = [1.0] * len(record["metrics"]["per_iter_time"])
     edited.write_text(json.dumps(record) + "\n")
-    for path in [GOLDEN / "results.jsonl", *sorted(NIGHTLY.rglob("*.jsonl"))[:2], legacy_file, edited]:
+    for path in [GOLDEN / "results.jsonl", *sorted(NIGHTLY.rglob("*.jsonl"))[:2], legacy_file, edited,
+                 with_paired(tmp_path)]:
         records = read_records([path])
         rows = list(iter_rows([path]))
         assert len(rows) == len(records)
@@ -132,6 +133,7 @@ def test_columns_agree_with_the_loader(tmp_path: Path) -> None:
                 assert same(records.numbers["compile_time_s"][i], row.compile_time_s)
             peak = row.peak_allocated_bytes or row.timed_peak_rss_bytes
             assert same(records.numbers["peak_memory_bytes"][i], peak), "the timed peak, as report uses"
+            assert same(records.numbers["paired_speedup"][i], row.paired_speedup)
 
 
 def same(column: float, loaded: float | None) -> bool:
@@ -208,19 +210,43 @@ def test_missing_input_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path:
     assert code == 3 and "no results files" in err
 
 
-def test_the_dashboard_of_the_latest_run_is_reports(capsys: pytest.CaptureFixture[str]) -> None:
-    """Pass rate, geomean speedup, compile time and memory ratio per configuration: as `report` computes them."""
-    code, out, _ = history(capsys, GOLDEN / "results.jsonl", "--format", "json")
+def with_paired(tmp_path: Path) -> Path:
+    """The golden results with --speedup=paired figures on llama's inductor experiments on cpu:
+    its train configuration is then paired, its eval one mixed (nanogpt stays isolated)."""
+    records = [json.loads(line) for line in (GOLDEN / "results.jsonl").read_text().splitlines()]
+    for i, r in enumerate(records):
+        e = r["experiment"]
+        if r["model"]["model_name"] == "llama" and e["dynamo"] == "inductor" and e["accelerator"] == "cpu":
+            r["measurements"]["paired"] = {"median_ratio": 1.5 + i / 10}
+    path = tmp_path / "paired.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+@pytest.mark.parametrize("paired", [False, True], ids=["isolated", "paired"])
+def test_the_dashboard_of_the_latest_run_is_reports(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                     paired: bool) -> None:
+    """Pass rate, geomean speedup (paired where the records have it), compile time and memory
+    ratio per configuration: as `report` computes them, with the method of each geomean."""
+    results = with_paired(tmp_path) if paired else GOLDEN / "results.jsonl"
+    code, out, _ = history(capsys, results, "--format", "json")
     dashboard = json.loads(out)["dashboard"]
-    assert cli_main(["report", str(GOLDEN / "results.jsonl"), "--format", "json", "--table", "summary"]) == 0
+    assert cli_main(["report", str(results), "--format", "json", "--table", "summary"]) == 0
     summary = json.loads(capsys.readouterr().out)["summary"]
     mine = {(d["accelerator"], d["test"], d["configuration"]): d for d in dashboard if d["models"][-1]}
     assert len(mine) == len(summary) >= 5
+    methods = set()
     for s in summary:
         d = mine[(s["accelerator"], s["test"], s["configuration"])]
         assert (d["models"][-1], d["passed"][-1]) == (s["models"], s["passed"])
+        if not s["baseline"] and s["speedup_models"]:
+            expected = ("isolated" if not s["speedup_paired"] else
+                        "paired" if s["speedup_paired"] == s["speedup_models"] else "mixed")
+            assert d["speedup_method"][-1] == expected, (d, s)
+            methods.add(expected)
         for name in ("compile_time_mean_s",) + (() if s["baseline"] else ("speedup_geomean", "memory_ratio_geomean")):
             assert d[name][-1] == (None if s[name] is None else pytest.approx(s[name], rel=1e-5)), (name, d, s)
+    assert methods == ({"paired", "mixed", "isolated"} if paired else {"isolated"})
 
 
 def test_a_torch_bump_is_one_event_with_its_evidence(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
