@@ -89,7 +89,7 @@ WITH raw AS (
          coalesce(measurements.warmup_time, metrics.warmup_time)[1] AS warmup_first,
          coalesce(measurements.peak_allocated_bytes, metrics.peak_allocated_bytes) AS peak_allocated,
          coalesce(measurements.timed_peak_rss_bytes, metrics.timed_peak_rss_bytes) AS peak_rss,
-         TRY_CAST(json_extract(measurements.paired, '$.median_ratio') AS DOUBLE) AS paired_speedup
+         TRY_CAST(json_extract(measurements.paired, '$.speedup') AS DOUBLE) AS paired_speedup
   FROM read_json($files, format='newline_delimited', columns=$columns, filename=true)
 ), timed AS (
   SELECT *, CASE WHEN first_is_warmup THEN all_samples[2:] ELSE all_samples END AS samples,

@@ -259,7 +259,7 @@ def flatten(record: dict[str, Any], file_name: str, folder: Path | None = None) 
         process_medians=() if median is None else (median,),
         noisy_host=figures.get("noisy_host") is True,
         log=_log_path(record, folder),
-        paired_speedup=_number((figures.get("paired") or {}).get("median_ratio"))
+        paired_speedup=_number((figures.get("paired") or {}).get("speedup"))
         if isinstance(figures.get("paired"), dict) else None,
     )
 

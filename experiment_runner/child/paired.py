@@ -1,5 +1,5 @@
-"""--speedup=paired: the compiled experiment's eager baseline, timed in the same process and
-alternated with it, as PyTorch's dynamo harness measures a speedup.
+"""--speedup=paired and --speedup=harness: the compiled experiment's eager baseline, timed in the
+same process and alternated with it, as PyTorch's dynamo harness measures a speedup.
 
 Separate processes see different hosts: a frequency change, a neighbour ramping up, another
 memory layout. Timing the baseline and the compiled step in one process, pair by pair, gives
@@ -7,25 +7,75 @@ both the same host at almost the same moment, so a slow drift cancels in each pa
 Both steps warm up first (the compiled one already did, in its own timed runs); then each
 pair times one sample of each with the same iterations per sample, in ABBA order (baseline
 first in even pairs, compiled first in odd ones) so that neither always runs on the other's
-heels. Training steps are rewound to the same state before every sample. XLA experiments keep
-the isolated method: a lazy-tensor baseline and compiled graph share one device runtime and its
-compilation caches, so their samples would not be independent pairs.
+heels, for at least the harness's 30 pairs. Training steps are rewound to the same state
+before every sample.
+
+`harness` also times the baseline as PyTorch's harness does, which is not at the compiled
+step's batch: its timed() cuts or pads every input's batch dimension, sample by sample, to
+a size drawn between 0.8 and 1.2 times the batch (HARNESS_BATCH), and its speedup is the
+ratio of the two series' medians. Eager at a smaller batch on average makes the harness's
+figure lower than the same-batch one (docs/benchmarks/paired_vs_harness.md measures by how
+much); `harness` gives the dashboard's figure, `paired` the same-batch one.
+
+XLA experiments keep the isolated method: a lazy-tensor baseline and compiled graph share one
+device runtime and its compilation caches, so their samples would not be independent pairs.
 """
 
 from __future__ import annotations
 
+import random
+import statistics
+from dataclasses import replace
 from typing import Any, Callable
 
 from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.child.harness import ExperimentHarness, run_sample
-from experiment_runner.core.options import RunOptions
+from experiment_runner.core.options import PAIRED_METHODS, RunOptions
 from experiment_runner.core.stats import paired_speedup
 from model_suites import BenchmarkModel
+
+# PyTorch's harness: 30 pairs (common.py's --repeat default) and, for --speedup=harness, the
+# baseline batch of its timed(): max(2, int(batch x U(0.8, 1.2))) for batches over 1, the first
+# dimension of each input equal to the batch cut to that size or padded with copies of its last
+# row. Source: pytorch/benchmark userbenchmark/dynamo/dynamobench/common.py @ 0e83c440
+# (synced from pytorch/pytorch benchmarks/dynamo).
+HARNESS_PAIRS = 30
+HARNESS_BATCH = {"low": 0.8, "high": 1.2, "minimum": 2,
+                 "source": "pytorch/benchmark userbenchmark/dynamo/dynamobench/common.py @ 0e83c440, timed()"}
 
 
 def applies(harness: ExperimentHarness) -> bool:
     config = harness.config
-    return harness.options.speedup == "paired" and config.dynamo is not None and config.xla is None
+    return harness.options.speedup in PAIRED_METHODS and config.dynamo is not None and config.xla is None
+
+
+def harness_batch(batch: int, rng: random.Random) -> int:
+    """The batch PyTorch's harness times one eager sample at."""
+    if batch <= 1:
+        return batch
+    return max(HARNESS_BATCH["minimum"], int(batch * rng.uniform(HARNESS_BATCH["low"], HARNESS_BATCH["high"])))
+
+
+def resized(value: Any, batch: int, size: int) -> Any:
+    """`value` (tensors in tuples, lists and dicts) with each tensor's first dimension of extent
+    `batch` cut to `size`, or padded to it with copies of its last row."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        dim = next((d for d, extent in enumerate(value.shape) if extent == batch), None)
+        if dim is None or size == batch:
+            return value
+        if size < batch:
+            return value.narrow(dim, 0, size)
+        pad = list(value.shape)
+        pad[dim] = size - batch
+        return torch.cat([value, value.narrow(dim, batch - 1, 1).expand(*pad)], dim=dim)
+    if isinstance(value, dict):
+        return {key: resized(item, batch, size) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [resized(item, batch, size) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    return value
 
 
 def measure_pairs(harness: ExperimentHarness, model: BenchmarkModel, compiled: Callable[[], Any],
@@ -40,6 +90,21 @@ def measure_pairs(harness: ExperimentHarness, model: BenchmarkModel, compiled: C
     for _ in range(options.warmup_iterations):
         device.reset_rng(options.seed)
         run_sample(eager, device, 1)
+    vary = options.speedup == "harness" and model.batch_size > 1
+    rng = random.Random(options.seed)
+    batches: list[int] = []
+
+    def baseline_step() -> tuple[Callable[[], Any], Any]:
+        """The eager step of the next baseline sample, and its training state."""
+        if not vary:
+            return eager, eager_state
+        size = harness_batch(model.batch_size, rng)
+        batches.append(size)
+        if compiled_state is not None:
+            compiled_state.rewind()  # the shared module back at the start the new state saves
+        varied = replace(model, args=resized(model.args, model.batch_size, size),
+                         kwargs=resized(model.kwargs, model.batch_size, size), training_state=None)
+        return harness.make_step(varied, compiled=False), varied.training_state
 
     def timed(step: Callable[[], Any], state: Any) -> float:
         if state is not None:
@@ -51,11 +116,35 @@ def measure_pairs(harness: ExperimentHarness, model: BenchmarkModel, compiled: C
 
     baseline: list[float] = []
     compiled_times: list[float] = []
-    for index in range(options.repeat):
-        order = ((eager, eager_state, baseline), (compiled, compiled_state, compiled_times))
+    for index in range(max(options.repeat, HARNESS_PAIRS)):
+        step, state = baseline_step()
+        order = ((step, state, baseline), (compiled, compiled_state, compiled_times))
         for step, state, series in (order if index % 2 == 0 else order[::-1]):
             series.append(timed(step, state))
-    return {"method": "baseline and compiled samples alternated in one process (ABBA), after both warmed up",
-            "baseline": "eager, same model, inputs, precision and batch size",
-            "iterations_per_sample": iterations, "baseline_per_iter_time": baseline,
-            "compiled_per_iter_time": compiled_times, **paired_speedup(baseline, compiled_times)}
+    summary = paired_speedup(baseline, compiled_times)
+    block = {"method": "baseline and compiled samples alternated in one process (ABBA), after both warmed up",
+             "baseline": "eager, same model, inputs, precision and batch size",
+             "iterations_per_sample": iterations, "baseline_per_iter_time": baseline,
+             "compiled_per_iter_time": compiled_times, **summary, "t_test_p_value": t_test(baseline, compiled_times),
+             "speedup": summary["median_ratio"], "speedup_of": "the median of the per-pair ratios"}
+    if options.speedup == "harness":
+        block.update({"speedup": statistics.median(baseline) / statistics.median(compiled_times),
+                      "speedup_of": "the ratio of the two series' medians, as PyTorch's harness computes it"})
+    if vary:
+        block.update({
+            "baseline": "eager, same model, inputs and precision, at the batch PyTorch's harness times eager at",
+            "baseline_batch_sizes": batches, "baseline_batch_rule": HARNESS_BATCH})
+    return block
+
+
+def t_test(baseline: list[float], compiled: list[float]) -> float | None:
+    """Student's t-test of the two series, the test PyTorch's harness reports beside its speedups
+    (scipy.stats.ttest_ind); None without scipy or with fewer than two pairs."""
+    try:
+        from scipy.stats import ttest_ind
+    except ImportError:
+        return None
+    if len(baseline) < 2:
+        return None
+    p = float(ttest_ind(baseline, compiled).pvalue)
+    return p if p == p else None

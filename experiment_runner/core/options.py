@@ -22,8 +22,10 @@ DEFAULT_MIN_SAMPLE_TIME_S = 0.02
 # step; eval: the forward step), as PyTorch's and PyTorch/XLA's harnesses do, or the module.
 COMPILE_SCOPES: tuple[str, ...] = ("step", "model")
 
-# How a compiled experiment's speedup is measured (--speedup).
-SPEEDUP_METHODS: tuple[str, ...] = ("isolated", "paired")
+# How a compiled experiment's speedup is measured (--speedup); the last two time the eager
+# baseline in the compiled experiment's own process (child/paired.py).
+SPEEDUP_METHODS: tuple[str, ...] = ("isolated", "paired", "harness")
+PAIRED_METHODS: tuple[str, ...] = ("paired", "harness")
 
 # How CPU experiments are started: plainly, or re-executed under the settings
 # torch.backends.xeon.run_cpu computes (core pinning, tcmalloc/jemalloc preload, OpenMP).
@@ -119,8 +121,11 @@ class RunOptions:
         "eager experiment, each in its own process; paired: in addition, the compiled experiment's child times "
         "its eager baseline (same model, inputs, precision and batch size) and alternates baseline and compiled "
         "samples after both warmed up, as PyTorch's dynamo harness does, and records both series and the median "
-        "ratio with its interval and p-value (measurements.paired), which report and compare then use. "
-        "XLA experiments keep the isolated method", MEASUREMENT, choices=SPEEDUP_METHODS))
+        "ratio with its interval and p-value (measurements.paired), which report and compare then use; harness: "
+        "paired, with each baseline sample at the batch PyTorch's harness times eager at (it cuts or pads the "
+        "batch to 0.8-1.2x of its size, sample by sample) and its speedup, the ratio of the two series' medians: "
+        "the figure PyTorch's dashboard shows, which is lower than the same-batch one. XLA experiments keep the "
+        "isolated method", MEASUREMENT, choices=SPEEDUP_METHODS))
     pure_wall_time: bool = option(False, Flag(
         "time CUDA experiments with CUDA events around the queued work (no host launch overhead); CPU and XLA "
         "samples stay device-synchronized wall time, which is what the reference's pure wall time is there; "

@@ -217,7 +217,7 @@ def with_paired(tmp_path: Path) -> Path:
     for i, r in enumerate(records):
         e = r["experiment"]
         if r["model"]["model_name"] == "llama" and e["dynamo"] == "inductor" and e["accelerator"] == "cpu":
-            r["measurements"]["paired"] = {"median_ratio": 1.5 + i / 10}
+            r["measurements"]["paired"] = {"speedup": 1.5 + i / 10}
     path = tmp_path / "paired.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path

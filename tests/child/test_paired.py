@@ -5,10 +5,15 @@ pair, and `report` uses that ratio. On a host that slows down steadily the isola
 from __future__ import annotations
 
 import json
+import random
+import statistics
 import time
+from collections import Counter
+from typing import NamedTuple
 
 import pytest
 
+from experiment_runner.child.paired import HARNESS_PAIRS, harness_batch, resized
 from experiment_runner.core.stats import paired_speedup
 
 ARGS = ("--suite-name=faulty", "--filter=^drift$", "--accelerator=cpu", "--dynamo=None", "--dynamo=eager",
@@ -32,10 +37,11 @@ def speedups(run_cli, rate: float, output) -> tuple[float, float]:
     records = {r["experiment"]["dynamo"]: r for r in run.records()}
     eager, compiled = records[None], records["eager"]
     paired = compiled["measurements"]["paired"]
-    assert len(paired["baseline_per_iter_time"]) == len(paired["compiled_per_iter_time"]) == 8
+    assert len(paired["baseline_per_iter_time"]) == len(paired["compiled_per_iter_time"]) == HARNESS_PAIRS
     assert "paired" not in eager["measurements"], "the baseline experiment is measured on its own, as always"
     isolated = eager["stats"]["per_iter_time"]["median"] / compiled["stats"]["per_iter_time"]["median"]
-    return isolated, paired["median_ratio"]
+    assert paired["speedup"] == paired["median_ratio"]
+    return isolated, paired["speedup"]
 
 
 @pytest.mark.e2e
@@ -51,3 +57,50 @@ def test_a_drifting_host_moves_the_isolated_speedup_not_the_paired_one(run_cli, 
     assert cli_main(["report", str(tmp_path / "drift" / "results.jsonl"), "--format", "json"]) == 0
     (summary,) = [s for s in json.loads(capsys.readouterr().out)["summary"] if s["configuration"].endswith("eager")]
     assert summary["speedup_geomean"] == pytest.approx(drift_paired) and summary["speedup_paired"] == 1
+
+
+def test_the_harness_batch_rule_and_resizing() -> None:
+    """The batches PyTorch's harness times eager at (0.8-1.2x, at least 2, never for batch 1),
+    and inputs cut or padded with their last row along the first dimension of that extent."""
+    import torch
+
+    rng = random.Random(0)
+    drawn = Counter(harness_batch(10, rng) for _ in range(4000))
+    assert set(drawn) == {8, 9, 10, 11} and min(drawn.values()) > 800  # int(10 x U(0.8, 1.2)): a quarter each
+    assert {harness_batch(2, rng) for _ in range(200)} == {2} and harness_batch(1, rng) == 1
+
+    class Pair(NamedTuple):
+        x: torch.Tensor
+        y: int
+
+    x = torch.arange(12.0).reshape(4, 3)  # batch 4 on dim 0; dim 1 (3) untouched
+    mask = torch.ones(2, 4)  # batch 4 on dim 1
+    cut = resized(({"x": x, "mask": mask}, [Pair(x, 7)]), 4, 2)
+    assert cut[0]["x"].tolist() == x[:2].tolist() and cut[0]["mask"].shape == (2, 2)
+    assert isinstance(cut[1][0], Pair) and cut[1][0].x.shape == (2, 3) and cut[1][0].y == 7
+    padded = resized(x, 4, 6)
+    assert padded.shape == (6, 3) and padded[4:].tolist() == [x[3].tolist()] * 2
+    assert resized(x, 5, 3) is x  # no dimension of the batch's extent
+
+
+@pytest.mark.e2e
+def test_harness_mode_times_the_baseline_at_the_harness_batches(run_cli, tmp_path) -> None:
+    """--speedup=harness: every baseline sample ran at the batch its record names (the model
+    traces each call's batch), the compiled step always at 10, and the speedup is the ratio
+    of the two series' medians, as the harness computes it."""
+    trace = tmp_path / "batches.txt"
+    run = run_cli("--suite-name=faulty", "--filter=^batched$", "--accelerator=cpu", "--dynamo=eager",
+                  "--test=eval", "--precision=fp32", "--speedup=harness", "--repeat=4", "--iterations-per-run=2",
+                  "--warmup-iterations=1", env={"FAULTY_BATCH_TRACE": str(trace)}, output_dir=tmp_path / "out")
+    assert run.returncode == 0, run.stderr
+    (record,) = run.records()
+    paired = record["measurements"]["paired"]
+    sizes = paired["baseline_batch_sizes"]
+    assert len(sizes) == paired["pairs"] == HARNESS_PAIRS and set(sizes) <= {8, 9, 10, 11} and len(set(sizes)) > 1
+    assert paired["baseline_batch_rule"]["source"].startswith("pytorch/benchmark")
+    seen = Counter(int(line) for line in trace.read_text().split())
+    expected = Counter({size: count * paired["iterations_per_sample"] for size, count in Counter(sizes).items()})
+    assert {size: n for size, n in seen.items() if size != 10} == {s: n for s, n in expected.items() if s != 10}
+    assert paired["speedup"] == pytest.approx(statistics.median(paired["baseline_per_iter_time"])
+                                              / statistics.median(paired["compiled_per_iter_time"]))
+    assert "ratio of the two series' medians" in paired["speedup_of"]

@@ -29,13 +29,20 @@ STATE_DIR_ENV = "FAULTY_STATE_DIR"
 _STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
 
 
-def _tiny(request: LoadRequest, forward: Callable[[Any], Any] | None = None) -> BenchmarkModel:
+def _tiny(request: LoadRequest, forward: Callable[[Any], Any] | None = None, batch_size: int = 2) -> BenchmarkModel:
     import torch
 
     module = torch.nn.Linear(4, 2).to(request.device)
-    inputs = torch.randn(2, 4, device=request.device)
+    inputs = torch.randn(batch_size, 4, device=request.device)
     wrapped = (lambda m, args, kwargs: forward(m(*args))) if forward is not None else None
-    return BenchmarkModel(module=module, args=(inputs,), batch_size=2, source="builtin", forward=wrapped)
+    return BenchmarkModel(module=module, args=(inputs,), batch_size=batch_size, source="builtin", forward=wrapped)
+
+
+def _trace_batch(output: Any) -> Any:
+    """batched's forward: append the batch it ran at to FAULTY_BATCH_TRACE, one line per call."""
+    with open(os.environ["FAULTY_BATCH_TRACE"], "a") as trace:
+        trace.write(f"{output.shape[0]}\n")
+    return output
 
 
 def _exhaust_memory(_: Any) -> Any:
@@ -144,12 +151,13 @@ class FaultySuite(Suite):
                    "verify_segfault", "verify_hang", "linger", "exit_hang")
     QUICK = tuple(f"quick_{i:02d}" for i in range(20))
     # paced_*: each forward sleeps FAULTY_PACE_<NAME> seconds (default PACE_S): a model slowed on purpose;
-    # drift: each forward sleeps PACE_S x (1 + FAULTY_DRIFT_RATE x seconds since FAULTY_DRIFT_T0).
+    # drift: each forward sleeps PACE_S x (1 + FAULTY_DRIFT_RATE x seconds since FAULTY_DRIFT_T0);
+    # batched: batch size 10, each forward appends the batch it ran at to FAULTY_BATCH_TRACE.
     PACED = ("paced_a", "paced_b")
     NAPS = tuple(f"nap_{i:02d}" for i in range(8))
 
     def model_names(self) -> list[str]:
-        return sorted(self.FAULTS + self.MORE_FAULTS + self.QUICK + self.NAPS + self.PACED + ("drift",))
+        return sorted(self.FAULTS + self.MORE_FAULTS + self.QUICK + self.NAPS + self.PACED + ("drift", "batched"))
 
     def load(self, request: LoadRequest) -> BenchmarkModel:
         name = request.model_name
@@ -159,6 +167,8 @@ class FaultySuite(Suite):
             start, rate = float(os.environ.get("FAULTY_DRIFT_T0", "0")), float(os.environ.get("FAULTY_DRIFT_RATE", "0"))
             return _tiny(request, lambda output: (time.sleep(PACE_S * (1 + rate * max(0.0, time.time() - start))),
                                                   output)[1])
+        if name == "batched":
+            return _tiny(request, _trace_batch, batch_size=10)
         if name in self.PACED:
             pace = float(os.environ.get(f"FAULTY_PACE_{name.upper()}", PACE_S))
             return _tiny(request, lambda output: (time.sleep(pace), output)[1])
