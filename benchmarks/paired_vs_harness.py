@@ -1,15 +1,24 @@
-"""Our paired speedup beside PyTorch's dynamo harness, on the same models and host.
+"""Our paired speedups beside PyTorch's dynamo harness, on the same models and host.
 
 PyTorch's harness (benchmarks/dynamo in pytorch/pytorch, synced as
 userbenchmark/dynamo/dynamobench in pytorch/benchmark) interleaves eager and compiled runs in one
-process and reports the median speedup. This script runs it (from a checkout the user points to)
-and `experiment_runner --speedup=paired --verify` on the same timm models, and prints both
-speedups, both machine times (accuracy + performance for the harness, one run for ours), and the
-ratios. Nothing is downloaded: the harness's timm models are built with pretrained=False, as ours
-are, by patching timm.create_model in the harness's process.
+process and reports the ratio of their medians. This script runs it (from a checkout the user
+points to) and `experiment_runner --verify` on the same timm models, alternating, and prints:
+
+- the harness's speedup beside ours with `--speedup=harness` (the same method, eager at the
+  batches the harness times it at), with both machine times for the same two answers: the
+  harness's --accuracy and --performance runs, and our one run of the compiled experiment with
+  --verify (the paired speedup needs no eager experiment of its own);
+- the harness with its eager batch held at the nominal size (its timed() patched in its own
+  process) beside ours with `--speedup=paired`, the same-batch figure, and the isolated speedup
+  of that run's eager and compiled experiments.
+
+Nothing is downloaded: the harness's timm models are built with pretrained=False, as ours are,
+by patching timm.create_model in the harness's process. Each harness process compiles cold, on
+an inductor cache of its own, as each of our experiments does.
 
     python benchmarks/paired_vs_harness.py --harness PATH/userbenchmark/dynamo/dynamobench \\
-        --model mobilenetv3_large_100 --model resnet50.a1_in1k --batch-size 8
+        --model mobilenetv3_large_100 --model tf_efficientnet_b0 --rounds 2
 
 Take figures on a quiet host (`uptime`): both sides time the same CPU.
 """
@@ -86,20 +95,24 @@ def harness(path: Path, model: str, batch_size: int, out: Path, env: dict[str, s
     return {"speedup": found["performance"], "accuracy": found.get("accuracy"), "machine_s": seconds}
 
 
-def ours(model: str, batch_size: int, out: Path, env: dict[str, str], extra: list[str]) -> dict[str, object]:
+def ours(model: str, batch_size: int, out: Path, env: dict[str, str], method: str,
+         with_eager: bool) -> dict[str, object]:
+    """One run of ours. The paired speedup needs no eager experiment of its own (the compiled
+    experiment times its baseline); with_eager adds it, for the isolated speedup beside."""
+    folder = out / f"ours_{method}_{model}"
     spent, proc = machine_seconds(
         [sys.executable, "-m", "experiment_runner", "--suite-name=timm", f"--filter=^{model}$", "--accelerator=cpu",
-         "--dynamo=None", "--dynamo=inductor", "--test=eval", "--precision=fp32", f"--batch-size={batch_size}",
-         "--speedup=paired", "--verify", "--no-progress-bar", f"--output-dirname={out / ('ours_' + model)}", *extra], env)
+         *(["--dynamo=None"] if with_eager else []), "--dynamo=inductor", "--test=eval", "--precision=fp32",
+         f"--batch-size={batch_size}", f"--speedup={method}", "--verify", "--no-progress-bar",
+         f"--output-dirname={folder}"], env)
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"experiment_runner failed: {proc.stderr.strip().splitlines()[-1:]}")
-    records = [json.loads(line) for line in (out / ("ours_" + model) / "results.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
     compiled = next(r for r in records if r["experiment"]["dynamo"] == "inductor")
-    eager = next(r for r in records if r["experiment"]["dynamo"] is None)
-    isolated = eager["stats"]["per_iter_time"]["median"] / compiled["stats"]["per_iter_time"]["median"]
-    paired = compiled["measurements"]["paired"]
-    of_medians = statistics.median(paired["baseline_per_iter_time"]) / statistics.median(paired["compiled_per_iter_time"])
-    return {"speedup": paired["speedup"], "of_medians": of_medians, "isolated": isolated,
+    eager = next((r for r in records if r["experiment"]["dynamo"] is None), None)
+    isolated = (eager["stats"]["per_iter_time"]["median"] / compiled["stats"]["per_iter_time"]["median"]
+                if eager is not None else None)
+    return {"speedup": compiled["measurements"]["paired"]["speedup"], "isolated": isolated,
             "accuracy": compiled["verification_code"], "machine_s": spent,
             "timings": {r["experiment"]["dynamo"]: r["timings"] for r in records}}
 
@@ -109,33 +122,56 @@ def main() -> int:
     parser.add_argument("--harness", type=Path, required=True, help="the dynamobench (or benchmarks/dynamo) folder")
     parser.add_argument("--model", action="append", required=True, help="timm model names (repeatable)")
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--same-batch", action="store_true",
-                        help="also run the harness's --performance with its eager samples at the nominal batch "
-                             "size (its timed() varies them by 0.8-1.2x): the 'harness same batch' column")
-    parser.add_argument("--ours-flag", action="append", default=[], help="extra flags for our run (repeatable)")
+    parser.add_argument("--rounds", type=int, default=1, help="times each model runs, both sides alternating")
+    parser.add_argument("--no-same-batch", action="store_true",
+                        help="only the harness beside --speedup=harness (no same-batch pair of runs)")
     parser.add_argument("--keep", type=Path, help="keep both sides' outputs in this folder (default: a temporary one)")
     args = parser.parse_args()
     repo = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
-    print("| model | harness speedup | harness same batch | ours paired | ours isolated | paired / harness | "
-          "harness accuracy | ours verification | harness machine s | ours machine s | ours / harness time |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| round | model | harness | ours harness | ratio | harness, same batch | ours paired | ratio | "
+          "ours isolated | harness accuracy | ours verification | harness machine s | ours machine s | "
+          "ours / harness time |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    rows: dict[str, list[dict[str, float]]] = {model: [] for model in args.model}
     with tempfile.TemporaryDirectory() as scratch:
-        tmp = args.keep or scratch
-        for model in args.model:
-            started = time.time()
-            theirs = harness(args.harness, model, args.batch_size, Path(tmp), env)
-            same = (harness(args.harness, model, args.batch_size, Path(tmp), env, ("performance",), "same-batch")
-                    if args.same_batch else None)
-            mine = ours(model, args.batch_size, Path(tmp), env, args.ours_flag)
-            print(f"| {model} | {theirs['speedup']:.3f} | {same['speedup'] if same else '-'} | "
-                  f"{mine['speedup']:.3f} | {mine['isolated']:.3f} | "
-                  f"{mine['speedup'] / theirs['speedup']:.3f} | {theirs['accuracy']} | {mine['accuracy']} | "
-                  f"{theirs['machine_s']:.1f} | {mine['machine_s']:.1f} | "
-                  f"{mine['machine_s'] / theirs['machine_s']:.2f} |", flush=True)
-            print(f"<!-- {model}: {time.time() - started:.0f} s wall; ours: ratio of the pairs' medians "
-                  f"{mine['of_medians']:.3f}; timings {json.dumps(mine['timings'])} -->", file=sys.stderr)
+        for round_ in range(1, args.rounds + 1):
+            for model in args.model:
+                out = Path(args.keep or scratch) / f"round{round_}"
+                out.mkdir(parents=True, exist_ok=True)
+                started = time.time()
+                theirs = harness(args.harness, model, args.batch_size, out, env)
+                mine = ours(model, args.batch_size, out, env, "harness", with_eager=False)
+                same = paired = None
+                if not args.no_same_batch:
+                    same = harness(args.harness, model, args.batch_size, out, env, ("performance",), "same-batch")
+                    paired = ours(model, args.batch_size, out, env, "paired", with_eager=True)
+                row = {"harness": theirs["speedup"], "ours": mine["speedup"], "harness_s": theirs["machine_s"],
+                       "ours_s": mine["machine_s"]}
+                if same is not None and paired is not None:
+                    row.update(same=same["speedup"], paired=paired["speedup"], isolated=paired["isolated"])
+                rows[model].append(row)
+                print(f"| {round_} | {model} | {figures(row)} | {theirs['accuracy']} | {mine['accuracy']} | "
+                      f"{row['harness_s']:.1f} | {row['ours_s']:.1f} | {row['ours_s'] / row['harness_s']:.2f} |",
+                      flush=True)
+                print(f"<!-- {model}: {time.time() - started:.0f} s wall; timings of ours (harness) "
+                      f"{json.dumps(mine['timings'])} -->", file=sys.stderr)
+    for model, found in rows.items():
+        median = {key: statistics.median(r[key] for r in found if key in r) for key in found[0]}
+        print(f"| median of {len(found)} | {model} | {figures(median)} | | | {median['harness_s']:.1f} | "
+              f"{median['ours_s']:.1f} | {median['ours_s'] / median['harness_s']:.2f} |")
     return 0
+
+
+def figures(row: dict[str, float]) -> str:
+    """The speedup columns of one table row (the same-batch ones '-' when not run)."""
+    cells = [f"{row['harness']:.3f}", f"{row['ours']:.3f}", f"{row['ours'] / row['harness']:.3f}"]
+    if "same" in row:
+        cells += [f"{row['same']:.3f}", f"{row['paired']:.3f}", f"{row['paired'] / row['same']:.3f}",
+                  f"{row['isolated']:.3f}"]
+    else:
+        cells += ["-"] * 4
+    return " | ".join(cells)
 
 
 if __name__ == "__main__":
