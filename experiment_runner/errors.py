@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
+import functools
+import sys
+from typing import Callable, NoReturn, Sequence
 
 EXIT_OK = 0  # the runner did its job; failed experiments are data, not exit codes
 EXIT_INTERNAL = 1  # a bug in the runner itself
@@ -45,3 +47,21 @@ class ReportParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise ReportError(f"{message} (see {self.prog} --help)")
+
+
+def analysis_command(name: str) -> Callable[[Callable[[Sequence[str]], int]], Callable[[Sequence[str]], int]]:
+    """An analysis command's `main(argv)`: a ReportError raised anywhere in it is one line on
+    stderr (`experiment_runner NAME: error: ...`) and its exit status; --help (argparse's
+    SystemExit) returns argparse's status instead of leaving the interpreter."""
+    def wrap(main: Callable[[Sequence[str]], int]) -> Callable[[Sequence[str]], int]:
+        @functools.wraps(main)
+        def run(argv: Sequence[str]) -> int:
+            try:
+                return main(argv)
+            except ReportError as exc:
+                print(f"experiment_runner {name}: error: {exc}", file=sys.stderr)
+                return exc.code
+            except SystemExit as exc:  # --help
+                return int(exc.code or 0)
+        return run
+    return wrap

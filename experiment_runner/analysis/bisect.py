@@ -34,7 +34,7 @@ from typing import Sequence
 
 from experiment_runner.analysis.compare import welch_log_ps
 from experiment_runner.analysis.loader import Row, load_rows
-from experiment_runner.errors import EXIT_OK, EXIT_USAGE, ReportError, ReportParser
+from experiment_runner.errors import EXIT_OK, EXIT_USAGE, ReportError, ReportParser, analysis_command
 
 QUESTIONS = ("time", "status", "verification")
 # Exit status when no single first bad environment could be named (a range, or no change).
@@ -277,28 +277,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@analysis_command("bisect")
 def main(argv: Sequence[str]) -> int:
-    try:
-        args = build_parser().parse_args(list(argv))
-        flags = args.run_flags[1:] if args.run_flags[:1] == ["--"] else args.run_flags
-        if not flags:
-            raise ReportError("give the experiment's run flags after `--` (the line `history` prints for a change)")
-        if args.processes < 2:
-            raise ReportError("--processes must be at least 2: a step is judged on per-process medians")
-        if not (0.0 < args.alpha < 1.0 and math.isfinite(args.min_change) and args.min_change >= 0):
-            raise ReportError("--alpha must be in (0, 1) and --min-change a number >= 0")
-        if args.question == "verification" and "--verify" not in flags:
-            flags = [*flags, "--verify"]  # the question needs a verification code
-        environments = read_environments(args.env, args.envs)
-        runner = StepRunner(flags, args.output, args.processes)
-        quiet = args.format == "json"
-        result = bisect(environments, runner, args.question, args.alpha, args.min_change,
-                        echo=(lambda line: None) if quiet else print)
-    except ReportError as exc:
-        print(f"experiment_runner bisect: error: {exc}", file=sys.stderr)
-        return exc.code
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
+    args = build_parser().parse_args(list(argv))
+    flags = args.run_flags[1:] if args.run_flags[:1] == ["--"] else args.run_flags
+    if not flags:
+        raise ReportError("give the experiment's run flags after `--` (the line `history` prints for a change)")
+    if args.processes < 2:
+        raise ReportError("--processes must be at least 2: a step is judged on per-process medians")
+    if not (0.0 < args.alpha < 1.0 and math.isfinite(args.min_change) and args.min_change >= 0):
+        raise ReportError("--alpha must be in (0, 1) and --min-change a number >= 0")
+    if args.question == "verification" and "--verify" not in flags:
+        flags = [*flags, "--verify"]  # the question needs a verification code
+    environments = read_environments(args.env, args.envs)
+    runner = StepRunner(flags, args.output, args.processes)
+    quiet = args.format == "json"
+    result = bisect(environments, runner, args.question, args.alpha, args.min_change,
+                    echo=(lambda line: None) if quiet else print)
     if args.format == "json":
         print(json.dumps({
             "environments": [e.name for e in environments],

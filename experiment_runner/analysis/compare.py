@@ -43,7 +43,7 @@ from experiment_runner.analysis.loader import Row, RunInfo, comparison_key, run_
 from experiment_runner.analysis.repro import repro_of
 from experiment_runner.analysis.report import DEFAULT_BASELINE, parse_baseline, read_rows, render_csv
 from experiment_runner.core.requirements import install_command
-from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError, ReportParser
+from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError, ReportParser, analysis_command
 
 EXACT_MAX_SAMPLES = 50
 # One process per side: a change must exceed FLOOR_FACTOR times the noise we can see.
@@ -498,24 +498,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@analysis_command("compare")
 def main(argv: Sequence[str]) -> int:
-    try:
-        args = build_parser().parse_args(list(argv))
-        if not args.threshold >= 0:
-            raise ReportError("--threshold must be >= 0")
-        if not 0 < args.alpha < 1:
-            raise ReportError("--alpha must be in (0, 1)")
-        if args.confirm_processes < 1:
-            raise ReportError("--confirm-processes must be at least 1")
-        outcome = compare(args)
-        add_evidence(outcome, args)
-        if args.confirm:
-            outcome.verdicts = run_confirmation(outcome, args)
-        sys.stdout.write(render(outcome, args))
-    except ReportError as exc:
-        print(f"experiment_runner compare: error: {exc}", file=sys.stderr)
-        return exc.code
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
+    args = build_parser().parse_args(list(argv))
+    if not args.threshold >= 0:
+        raise ReportError("--threshold must be >= 0")
+    if not 0 < args.alpha < 1:
+        raise ReportError("--alpha must be in (0, 1)")
+    if args.confirm_processes < 1:
+        raise ReportError("--confirm-processes must be at least 1")
+    outcome = compare(args)
+    add_evidence(outcome, args)
+    if args.confirm:
+        outcome.verdicts = run_confirmation(outcome, args)
+    sys.stdout.write(render(outcome, args))
     return EXIT_REGRESSION if outcome.failed else EXIT_OK
 

@@ -19,7 +19,14 @@ from typing import Sequence
 
 from experiment_runner.analysis.columns import results_files
 from experiment_runner.analysis.export import exported
-from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, EXIT_RESULTS_IO, ReportError, ReportParser
+from experiment_runner.errors import (
+    EXIT_OK,
+    EXIT_REGRESSION,
+    EXIT_RESULTS_IO,
+    ReportError,
+    ReportParser,
+    analysis_command,
+)
 
 COLUMNS = ("name", "accuracy", "graph_breaks")
 PASSING = ("pass", "pass_due_to_skip")
@@ -73,39 +80,34 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@analysis_command("check-expected")
 def main(argv: Sequence[str]) -> int:
-    try:
-        args = build_parser().parse_args(list(argv))
-        items = exported(results_files(args.files), args.run_id)
-        groups = sorted({item.output for item in items})
-        group = args.group or (groups[0] if len(groups) == 1 else None)
-        if group not in groups:
-            raise ReportError(f"choose --group: the run has {', '.join(groups) or 'no compiled experiment'}")
-        actual = {}
-        for item in items:
-            if item.output == group:
-                accuracy = item.accuracy()
-                actual[str(accuracy["name"])] = {"name": str(accuracy["name"]), "accuracy": accuracy["accuracy"],
-                                                 "graph_breaks": str(accuracy["graph_breaks"])}
-        if args.update:
-            kept = read_expected(args.expected) if args.expected.exists() else {}
-            kept.update(actual)
-            out = io.StringIO()
-            writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n", extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(kept[name] for name in sorted(kept))
-            try:
-                args.expected.write_text(out.getvalue())
-            except OSError as exc:
-                raise ReportError(f"cannot write {args.expected}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
-            print(f"updated {args.expected}: {len(actual)} model(s) of {group}", file=sys.stderr)
-            return EXIT_OK
-        found = changes(actual, read_expected(args.expected))
-    except ReportError as exc:
-        print(f"experiment_runner check-expected: error: {exc}", file=sys.stderr)
-        return exc.code
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
+    args = build_parser().parse_args(list(argv))
+    items = exported(results_files(args.files), args.run_id)
+    groups = sorted({item.output for item in items})
+    group = args.group or (groups[0] if len(groups) == 1 else None)
+    if group not in groups:
+        raise ReportError(f"choose --group: the run has {', '.join(groups) or 'no compiled experiment'}")
+    actual = {}
+    for item in items:
+        if item.output == group:
+            accuracy = item.accuracy()
+            actual[str(accuracy["name"])] = {"name": str(accuracy["name"]), "accuracy": accuracy["accuracy"],
+                                             "graph_breaks": str(accuracy["graph_breaks"])}
+    if args.update:
+        kept = read_expected(args.expected) if args.expected.exists() else {}
+        kept.update(actual)
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n", extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(kept[name] for name in sorted(kept))
+        try:
+            args.expected.write_text(out.getvalue())
+        except OSError as exc:
+            raise ReportError(f"cannot write {args.expected}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
+        print(f"updated {args.expected}: {len(actual)} model(s) of {group}", file=sys.stderr)
+        return EXIT_OK
+    found = changes(actual, read_expected(args.expected))
     for line in found:
         print(line)
     print(f"{group}: {len(actual)} model(s) checked against {args.expected}: "

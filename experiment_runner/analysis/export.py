@@ -38,7 +38,7 @@ from experiment_runner.analysis.report import (
     read_rows,
     select_run,
 )
-from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError, ReportParser
+from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError, ReportParser, analysis_command
 
 DATA = Path(__file__).parent / "data"
 MAPPING: dict[str, Any] = json.loads((DATA / "dynamo_export.json").read_text())
@@ -249,14 +249,9 @@ def write(args: argparse.Namespace) -> list[Path]:
         raise ReportError(f"cannot write {exc.filename or args.output}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
 
 
+@analysis_command("export")
 def main(argv: Sequence[str]) -> int:
-    try:
-        args = build_parser().parse_args(list(argv))
-        for path in write(args):
-            print(f"wrote {path}", file=sys.stderr)
-    except ReportError as exc:
-        print(f"experiment_runner export: error: {exc}", file=sys.stderr)
-        return exc.code
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
+    args = build_parser().parse_args(list(argv))
+    for path in write(args):
+        print(f"wrote {path}", file=sys.stderr)
     return EXIT_OK

@@ -40,7 +40,7 @@ from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES
 from experiment_runner.analysis.repro import repro_command
 from experiment_runner.analysis.page import RECORDS_ON_PAGE, encode_series, link_to, render, speedup_method, write_page
 from experiment_runner.core.requirements import install_command
-from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError, ReportParser
+from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError, ReportParser, analysis_command
 
 METRICS = ("time", "compile_time", "memory")  # numeric series, each: higher is worse
 # Steps smaller than this, in the metric's own unit, are no change whatever the noise: an eager
@@ -705,29 +705,24 @@ def _check_dependencies() -> None:
         raise ReportError(f"history needs {', '.join(missing)}: {install_command(missing)}")
 
 
+@analysis_command("history")
 def main(argv: Sequence[str]) -> int:
-    try:
-        args = build_parser().parse_args(list(argv))
-        config = _config(args)
-        _check_dependencies()
-        analysis = detect(load_history(args.paths), config, args.window)
-        records = load_change_records(analysis)
-        add_evidence(analysis, records)
-        verdicts = run_confirmation(analysis, args.confirm_processes) if args.confirm else None
-        if args.html is not None:
-            write_page(args.html, render(page_data(analysis, records, args.html)))
-            print(f"wrote {args.html}", file=sys.stderr)
-        if args.format == "json":
-            document = {**analysis.as_json(), **({"confirmation": [asdict(v) for v in verdicts]}
-                                                 if verdicts is not None else {})}
-            sys.stdout.write(json.dumps(document, separators=(",", ":")) + "\n")
-        else:
-            sys.stdout.write(render_text(analysis) + render_confirmation(verdicts, args.confirm_processes))
-    except ReportError as exc:
-        print(f"experiment_runner history: error: {exc}", file=sys.stderr)
-        return exc.code
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
+    args = build_parser().parse_args(list(argv))
+    config = _config(args)
+    _check_dependencies()
+    analysis = detect(load_history(args.paths), config, args.window)
+    records = load_change_records(analysis)
+    add_evidence(analysis, records)
+    verdicts = run_confirmation(analysis, args.confirm_processes) if args.confirm else None
+    if args.html is not None:
+        write_page(args.html, render(page_data(analysis, records, args.html)))
+        print(f"wrote {args.html}", file=sys.stderr)
+    if args.format == "json":
+        document = {**analysis.as_json(), **({"confirmation": [asdict(v) for v in verdicts]}
+                                             if verdicts is not None else {})}
+        sys.stdout.write(json.dumps(document, separators=(",", ":")) + "\n")
+    else:
+        sys.stdout.write(render_text(analysis) + render_confirmation(verdicts, args.confirm_processes))
     if verdicts is not None:
         return EXIT_REGRESSION if any(v.upheld for v in verdicts) else EXIT_OK
     return EXIT_REGRESSION if analysis.regressions_in_window() else EXIT_OK

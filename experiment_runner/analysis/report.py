@@ -29,7 +29,7 @@ from experiment_runner.analysis.loader import (
 from experiment_runner.core.matrix import parse_none
 from experiment_runner.core.requirements import install_command
 from experiment_runner.core.results import BadLine, ResultsFileError
-from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError, ReportParser
+from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError, ReportParser, analysis_command
 
 DESCRIPTION = """\
 Report one run of a results file with the metrics of PyTorch's compiler dashboard, per
@@ -544,13 +544,8 @@ def report(args: argparse.Namespace) -> str:
     return json.dumps(document, indent=2) + "\n"
 
 
+@analysis_command("report")
 def main(argv: Sequence[str]) -> int:
-    try:
-        args = build_parser().parse_args(list(argv))
-        sys.stdout.write(report(args))
-    except ReportError as exc:
-        print(f"experiment_runner report: error: {exc}", file=sys.stderr)
-        return exc.code
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
+    args = build_parser().parse_args(list(argv))
+    sys.stdout.write(report(args))
     return EXIT_OK

@@ -23,6 +23,7 @@ device runtime and its compilation caches, so their samples would not be indepen
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from dataclasses import replace
@@ -153,4 +154,4 @@ def t_test(baseline: list[float], compiled: list[float]) -> float | None:
     if len(baseline) < 2:
         return None
     p = float(ttest_ind(baseline, compiled).pvalue)
-    return p if p == p else None
+    return None if math.isnan(p) else p  # NaN when both series are constant

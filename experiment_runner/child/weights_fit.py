@@ -12,6 +12,8 @@ cannot fit. `--no-skip` runs the model anyway.
 
 from __future__ import annotations
 
+import dataclasses
+
 from model_suites import LoadRequest, ModelSkipped, Suite
 
 # Bytes per parameter while the model is built: in float32, before any cast.
@@ -24,8 +26,6 @@ def parameter_count(suite: Suite, request: LoadRequest) -> int | None:
     loads may have side effects or the model cannot be built there (the real load says why)."""
     if not suite.meta_buildable:
         return None
-    import dataclasses
-
     import torch
 
     try:
