@@ -3,9 +3,10 @@ belong to one event.
 
 A step rarely comes alone: a torch bump moves forty models at once, and a graph break that
 appears beside a slowdown is most of its explanation. The records already hold that evidence
-(environment, dynamo accounting, compile time, memory, verification, host load); this module
-puts the differences next to the change, and groups the changes of one run that share an
-environment difference into one event, with its count and geometric-mean effect.
+(environment, dynamo accounting, compile time, memory, verification, host load, per-op
+profiles); this module puts the differences next to the change, and groups the changes of one
+run that share an environment difference into one event, with its count and geometric-mean
+effect.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ FIELDS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("peak allocated bytes", ("measurements", "peak_allocated_bytes"), "scale"),
 )
 MOVED = 0.10  # a numeric field is evidence when it moved by 10% or more
+TOP_OPS = 3  # with per-op profiles on both sides: the ops whose self time moved most
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,8 @@ def _get(record: dict[str, Any], path: tuple[str, ...]) -> Any:
 
 
 def differences(before: dict[str, Any], after: dict[str, Any]) -> list[Difference]:
-    """The evidence that differs between two records of one experiment, in FIELDS order."""
+    """The evidence that differs between two records of one experiment, in FIELDS order, then
+    the ops whose self time moved most when both have per-op profiles."""
     found = []
     for label, path, kind in FIELDS:
         old, new = _get(before, path), _get(after, path)
@@ -78,7 +81,32 @@ def differences(before: dict[str, Any], after: dict[str, Any]) -> list[Differenc
         elif old == new:
             continue
         found.append(Difference(label, old, new, kind == "env"))
+    return found + op_differences(before, after)
+
+
+def op_differences(before: dict[str, Any], after: dict[str, Any]) -> list[Difference]:
+    """The TOP_OPS ops whose self time (CPU and device) per iteration moved most, each by MOVED
+    or more, when both records have --profile-cuda-cpu-individual-ops profiles."""
+    old, new = _op_times(before), _op_times(after)
+    if old is None or new is None:
+        return []
+    found = []
+    for op in sorted(old.keys() | new.keys(), key=lambda op: -abs(new.get(op, 0.0) - old.get(op, 0.0))):
+        a, b = old.get(op, 0.0), new.get(op, 0.0)
+        if len(found) == TOP_OPS or abs(b - a) < MOVED * max(a, b):
+            break
+        found.append(Difference(f"{op} self ms per iteration", round(a * 1e3, 4), round(b * 1e3, 4), False))
     return found
+
+
+def _op_times(record: dict[str, Any]) -> dict[str, float] | None:
+    """Self seconds per iteration of each profiled op (the profile sums repeat x iterations_per_run)."""
+    table = _get(record, ("measurements", "per_op_profile"))
+    iterations = (record.get("repeat") or 0) * (record.get("iterations_per_run") or 0)
+    if not isinstance(table, dict) or not table or not isinstance(iterations, int) or iterations <= 0:
+        return None
+    return {op: ((totals.get("self_cpu_time_s") or 0.0) + (totals.get("self_cuda_time_s") or 0.0)) / iterations
+            for op, totals in table.items() if isinstance(totals, dict)}
 
 
 @dataclass(frozen=True)

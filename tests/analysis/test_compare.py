@@ -452,3 +452,20 @@ def test_confirm_upholds_a_real_slowdown_and_clears_a_noisy_run(capsys: pytest.C
     assert found["paced_a"][:3] == ["NOT", "CONFIRMED", "time"], out
     rerun = tmp_path / "b" / "confirm" / "results.jsonl"
     assert {json.loads(line)["process"]["count"] for line in rerun.read_text().splitlines()} == {3}
+
+
+def test_per_op_profiles_name_the_ops_that_moved() -> None:
+    """Both records profiled per op: the ops whose self time per iteration moved most (10% or
+    more) are evidence, largest move first; profiles of different lengths compare per iteration."""
+    from experiment_runner.analysis.evidence import differences
+
+    def profiled(repeat: int, ops: dict[str, float]) -> dict:
+        return {"repeat": repeat, "iterations_per_run": 2, "measurements": {"per_op_profile": {
+            op: {"self_cpu_time_s": seconds * repeat * 2, "self_cuda_time_s": None} for op, seconds in ops.items()}}}
+
+    before = profiled(10, {"aten::conv2d": 0.010, "aten::relu": 0.001, "aten::add": 0.002, "aten::mm": 0.005})
+    after = profiled(5, {"aten::conv2d": 0.016, "aten::relu": 0.00105, "aten::add": 0.001, "aten::cat": 0.0005})
+    assert [str(d) for d in differences(before, after)] == [
+        "aten::conv2d self ms per iteration 10.0 -> 16.0", "aten::mm self ms per iteration 5.0 -> 0.0",
+        "aten::add self ms per iteration 2.0 -> 1.0"]
+    assert differences(before, {"repeat": 5, "iterations_per_run": 2}) == []  # one side unprofiled
