@@ -32,15 +32,15 @@ import math
 import statistics
 import sys
 import warnings
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from experiment_runner.analysis.aggregates import FairFigures, fair_figures, render_fair
 from experiment_runner.analysis.confirm import DEFAULT_PROCESSES, Suspect, Verdict, confirm, render_confirmation
 from experiment_runner.analysis.evidence import Difference, differences
 from experiment_runner.analysis.loader import Row, RunInfo, comparison_key, run_records, runs_of
-from experiment_runner.analysis.repro import repro_of
+from experiment_runner.analysis.repro import repro_of, row_fields
 from experiment_runner.analysis.report import DEFAULT_BASELINE, parse_baseline, read_rows, render_csv
 from experiment_runner.core.requirements import install_command
 from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError, ReportParser, analysis_command
@@ -366,15 +366,11 @@ def run_confirmation(outcome: Outcome, args: argparse.Namespace) -> list[Verdict
     """--confirm: rerun each regression and new failure (analysis.confirm), judged against A."""
     targets = [Suspect(c.experiment_id, "time", c.median_a_s, c.median_b_s, None) if c.verdict == "regression"
                else Suspect(c.experiment_id, "status", c.status_a, c.status_b, None) for c in outcome.flagged]
-    info = {t.experiment_id: _fields(outcome.rows_b[t.experiment_id]) for t in targets}
+    info = {t.experiment_id: row_fields(outcome.rows_b[t.experiment_id]) for t in targets}
     b = Path(args.b or args.a)
     beside = b / "results.jsonl" if b.is_dir() else b  # confirm/ goes into B's folder
     newest_file = {t.experiment_id: beside for t in targets}
     return confirm(targets, info, newest_file, args.confirm_processes, 0.0, args.threshold)
-
-
-def _fields(row: Row) -> dict[str, Any]:
-    return {f.name: getattr(row, f.name) for f in fields(row)}
 
 
 SHOWN_BY_DEFAULT = ("regression", "new failure", "improvement", "fixed", "not significant",

@@ -36,9 +36,9 @@ import numpy as np
 from experiment_runner.analysis.columns import Factor, Records, read_back, read_records
 from experiment_runner.analysis.confirm import DEFAULT_PROCESSES, Verdict, confirm, render_confirmation, suspects
 from experiment_runner.analysis.evidence import Difference, Event, differences, events
-from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES
+from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES, speedup_method
 from experiment_runner.analysis.repro import repro_command
-from experiment_runner.analysis.page import RECORDS_ON_PAGE, encode_series, link_to, render, speedup_method, write_page
+from experiment_runner.analysis.page import RECORDS_ON_PAGE, encode_series, link_to, render, write_page
 from experiment_runner.core.requirements import install_command
 from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError, ReportParser, analysis_command
 

@@ -318,6 +318,14 @@ def _indexed_rows(paths: Sequence[Path],
             yield flatten(record, path.name, path.parent), process_index(record)
 
 
+def speedup_method(paired: int, counted: int) -> str | None:
+    """How a geomean of `counted` speedups was measured when `paired` of them were paired
+    (Row.paired_speedup): paired, isolated, mixed, or None without speedups."""
+    if not counted:
+        return None
+    return "paired" if paired == counted else "isolated" if not paired else "mixed"
+
+
 def run_records(paths: Sequence[Path], run_id: str) -> dict[str, dict[str, Any]]:
     """Whole records of one run by experiment id, the last of each (a retry supersedes its
     failure), for what rows leave out: environment, dynamo accounting, measurements."""

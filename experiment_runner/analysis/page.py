@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from experiment_runner.analysis.loader import speedup_method
 from experiment_runner.errors import EXIT_RESULTS_IO, ReportError
 
 RECORDS_ON_PAGE = 500  # newest changes whose records are embedded; the rest link to their file
@@ -62,13 +63,6 @@ def link_to(file: Path, out: Path | None) -> str:
     if out is None:
         return file.resolve().as_uri()
     return Path(os.path.relpath(file.resolve(), out.resolve().parent)).as_posix()
-
-
-def speedup_method(paired: int, counted: int) -> str | None:
-    """How a geomean of `counted` speedups was measured when `paired` of them were paired."""
-    if not counted:
-        return None
-    return "paired" if paired == counted else "isolated" if not paired else "mixed"
 
 
 def report_page(run: Any, baseline: str, summaries: Sequence[dict[str, Any]],

@@ -25,6 +25,7 @@ from experiment_runner.analysis.loader import (
     RunInfo,
     load_rows,
     runs_of,
+    speedup_method,
 )
 from experiment_runner.core.matrix import parse_none
 from experiment_runner.core.requirements import install_command
@@ -363,9 +364,8 @@ def render_text(run: RunInfo, fixed: dict[str, str | None], summaries: Sequence[
 def _method_mark(summary: Summary) -> str:
     """How the geomean's speedups were measured, when any was paired."""
     methods = summary.speedup_methods
-    if "paired" not in methods:
-        return ""
-    return " paired" if len(methods) == 1 else " mixed"
+    method = speedup_method(methods.get("paired", 0), sum(methods.values()))
+    return {"paired": " paired", "mixed": " mixed"}.get(str(method), "")
 
 
 def _shown_path(path: str | None) -> str:

@@ -45,6 +45,11 @@ def repro_command(experiment_id: str, fields: Mapping[str, Any]) -> str:
     return " ".join(["experiment_runner", *(f"{name}={shlex.quote(str(value))}" for name, value in flags), *switches])
 
 
+def row_fields(row: Row) -> dict[str, Any]:
+    """A loader Row as the fields repro_command reads."""
+    return {f.name: getattr(row, f.name) for f in fields(row)}
+
+
 def repro_of(row: Row) -> str:
     """repro_command for a loader Row."""
-    return repro_command(row.experiment_id, {f.name: getattr(row, f.name) for f in fields(row)})
+    return repro_command(row.experiment_id, row_fields(row))
