@@ -181,9 +181,9 @@ def cachebench_records(item: Exported, base: dict[str, Any]) -> list[dict[str, A
     if cold is None or warm is None:
         return []
     spec = MAPPING["cachebench"]
-    options = (item.record.get("experiment") or {}).get("compile_options") or {}
+    options = (item.record.get("experiment") or {}).get("compile_options")  # --compile-options, a name
     benchmark = {"name": spec["benchmark"], "mode": base["benchmark"]["mode"], "dtype": base["benchmark"]["dtype"],
-                 "extra_info": {"is_dynamic": options.get("dynamic") is True,
+                 "extra_info": {"is_dynamic": options == "dynamic",
                                 "device": base["benchmark"]["extra_info"]["device"]}}
     values = {"cold": cold, "warm": warm, "speedup_pct": (measured.get("cache_bench") or {}).get("warm_speedup_pct")}
     return [{**base, "benchmark": benchmark, "metric": {"name": spec["metrics"][key], "benchmark_values": [value]}}

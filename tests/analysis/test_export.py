@@ -65,6 +65,7 @@ def test_cache_bench_measurements_export_as_cachebench_records(tmp_path: Path) -
     assert nanogpt["status"] == "ok"  # the latest run's final record: the one export reads
     nanogpt["measurements"].update({"cold_compile_time_s": 8.0, "warm_compile_time_s": 2.0,
                                     "cache_bench": {"warm_speedup_pct": 75.0}})
+    nanogpt["experiment"]["compile_options"] = "dynamic"  # --compile-options=dynamic: cachebench's is_dynamic
     results = tmp_path / "results.jsonl"
     results.write_text("".join(json.dumps(r) + "\n" for r in records))
     out = tmp_path / "export.json"
@@ -78,6 +79,7 @@ def test_cache_bench_measurements_export_as_cachebench_records(tmp_path: Path) -
         "Cold compile time (s)": [8.0], "Warm compile time (s)": [2.0], "Speedup (%)": [75.0]}
     assert {(r["model"]["name"], r["benchmark"]["mode"], r["benchmark"]["extra_info"]["device"]) for r in cache} == {
         ("nanogpt", "inference", "cpu")}
+    assert all(r["benchmark"]["extra_info"]["is_dynamic"] is True for r in cache)
     assert len(exported) == len(out.read_text().splitlines()) == len(
         (EXPORT / "pytorch_benchmark.json").read_text().splitlines()) + 3
     with pytest.raises(jsonschema.ValidationError):
