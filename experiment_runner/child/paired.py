@@ -151,7 +151,7 @@ def t_test(baseline: list[float], compiled: list[float]) -> float | None:
         from scipy.stats import ttest_ind
     except ImportError:
         return None
-    if len(baseline) < 2:
-        return None
+    if len(baseline) < 2 or len(set(baseline)) == len(set(compiled)) == 1:
+        return None  # no spread on either side: the test is undefined (scipy would warn and say NaN)
     p = float(ttest_ind(baseline, compiled).pvalue)
-    return None if math.isnan(p) else p  # NaN when both series are constant
+    return None if math.isnan(p) else p

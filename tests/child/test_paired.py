@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import pytest
 
-from experiment_runner.child.paired import HARNESS_PAIRS, harness_batch, resized
+from experiment_runner.child.paired import HARNESS_PAIRS, harness_batch, resized, t_test
 from experiment_runner.core.stats import paired_speedup
 
 ARGS = ("--suite-name=faulty", "--filter=^drift$", "--accelerator=cpu", "--dynamo=None", "--dynamo=eager",
@@ -27,6 +27,8 @@ def test_the_paired_summary_of_known_pairs() -> None:
     assert summary["ci95"] == [2.0 / 1.05, 2.0 / 0.95]  # the 2nd smallest and 2nd largest ratio
     assert summary["p_value"] == pytest.approx(2 / 1024)  # all ten above 1: 2 x 0.5^10
     assert paired_speedup([1.0] * 5, [1.0] * 5)["ci95"] is None  # under 6 pairs: no 95% interval
+    assert t_test([2.0, 2.1, 1.9, 2.0], [1.0, 1.1, 0.9, 1.0]) < 0.001  # the harness's test, via scipy
+    assert t_test([1.0] * 4, [1.0] * 4) is None and t_test([2.0], [1.0]) is None  # no spread; one pair
 
 
 def speedups(run_cli, rate: float, output) -> tuple[float, float]:
@@ -104,3 +106,4 @@ def test_harness_mode_times_the_baseline_at_the_harness_batches(run_cli, tmp_pat
     assert paired["speedup"] == pytest.approx(statistics.median(paired["baseline_per_iter_time"])
                                               / statistics.median(paired["compiled_per_iter_time"]))
     assert "ratio of the two series' medians" in paired["speedup_of"]
+    assert 0.0 <= paired["t_test_p_value"] <= 1.0  # scipy is in the test environment
