@@ -6,6 +6,11 @@ side over the models present (with a speedup, or at least a record) on both side
 every model that counts on one side only, with why: infrastructure (timeout, crash, runner
 interruption, out of memory), compiler (the compiled experiment failed or verified FAIL), or
 model (its eager baseline failed, or it was skipped).
+
+Each side's geomean says how its speedups were measured (paired in the compiled experiment's
+process, isolated across processes, or mixed), and a change of method between the runs is
+named: the methods differ by several percent on the same build (docs/timing.md), so a move
+that comes with one is not the compiler's alone.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from experiment_runner.analysis.loader import Row
+from experiment_runner.analysis.loader import Row, speedup_method
 from experiment_runner.analysis.report import ModelResult, geomean, pair_with_baselines
 
 INFRASTRUCTURE = ("timeout", "crashed", "interrupted", "oom")
@@ -40,6 +45,8 @@ class FairFigures:
     common: int = 0  # models with a speedup on both sides
     speedups_a: list[float] = field(default_factory=list)
     speedups_b: list[float] = field(default_factory=list)
+    paired_a: int = 0  # of the common speedups, how many were paired (ModelResult.method)
+    paired_b: int = 0
     present: int = 0  # models with a record on both sides
     passed_a: int = 0
     passed_b: int = 0
@@ -49,10 +56,19 @@ class FairFigures:
         return {"suite": self.group[0], "accelerator": self.group[1], "test": self.group[2],
                 "precision": self.group[3], "configuration": self.configuration, "common_models": self.common,
                 "speedup_geomean_a": geomean(self.speedups_a), "speedup_geomean_b": geomean(self.speedups_b),
+                "speedup_method_a": self.method_a, "speedup_method_b": self.method_b,
                 "models_on_both_sides": self.present,
                 "pass_rate_a": self.passed_a / self.present if self.present else None,
                 "pass_rate_b": self.passed_b / self.present if self.present else None,
                 "one_side_only": [{"model": m, "lacking_in": side, "why": why} for m, side, why in self.missing]}
+
+    @property
+    def method_a(self) -> str | None:
+        return speedup_method(self.paired_a, self.common)
+
+    @property
+    def method_b(self) -> str | None:
+        return speedup_method(self.paired_b, self.common)
 
 
 def fair_figures(rows_a: Sequence[Row], rows_b: Sequence[Row], fixed: dict[str, str | None]) -> list[FairFigures]:
@@ -75,6 +91,8 @@ def fair_figures(rows_a: Sequence[Row], rows_b: Sequence[Row], fixed: dict[str, 
             figures.common += 1
             figures.speedups_a.append(ra.speedup)
             figures.speedups_b.append(rb.speedup)
+            figures.paired_a += ra.method == "paired"
+            figures.paired_b += rb.method == "paired"
             continue
         if (ra is None or ra.speedup is None) and (rb is None or rb.speedup is None):
             continue  # in neither geomean: nothing moved
@@ -90,9 +108,12 @@ def render_fair(figures: Sequence[FairFigures]) -> list[str]:
     out = ["dashboard over the models both runs measured (geomean speedup over the eager baseline, pass rate):"]
     for f in figures:
         ga, gb = geomean(f.speedups_a), geomean(f.speedups_b)
-        speed = "-" if ga is None or gb is None else f"{ga:.3f}x -> {gb:.3f}x"
+        speed = "-" if ga is None or gb is None else f"{ga:.3f}x {f.method_a} -> {gb:.3f}x {f.method_b}"
         passed = "-" if not f.present else f"{f.passed_a}/{f.present} -> {f.passed_b}/{f.present}"
         out.append(f"  {' '.join(f.group)} {f.configuration}: {f.common} model(s) with a speedup in both, "
                    f"{speed}; pass {passed}")
+        if f.method_a != f.method_b:
+            out.append(f"    the speedups were measured differently ({f.method_a} in A, {f.method_b} in B): "
+                       "part of this move is the method's, not the compiler's")
         out.extend(f"    {model}: counts in one run only, lacking in {side}: {why}" for model, side, why in f.missing)
     return out + [""]

@@ -384,6 +384,36 @@ def test_models_lost_to_timeouts_leave_the_geomean_alone_and_are_listed(tmp_path
     assert "    m00: counts in one run only, lacking in B: infrastructure (timeout)" in text
 
 
+def test_a_change_of_speedup_method_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A measured its speedups across processes, B in pairs (--speedup=paired): B's geomean is its
+    paired figures, each side says its method, and the change of method is named."""
+    def run(run_id: str, paired: float | None, ts: float) -> list[dict]:
+        out = []
+        for m in ("m0", "m1"):
+            base = record(run_id, m, [0.02] * 5, ts=ts)
+            base["experiment_id"] = base["experiment_id"].replace("-inductor-", "-None-")
+            base["experiment"]["dynamo"] = None
+            compiled = record(run_id, m, [0.01] * 5, ts=ts)
+            if paired is not None:
+                compiled["measurements"] = {"paired": {"speedup": paired}}
+            out += [base, compiled]
+        return out
+
+    a = write(tmp_path / "a.jsonl", run("run-a", None, 1.7e9))
+    b = write(tmp_path / "b.jsonl", run("run-b", 1.8, 1.7e9 + 86400))
+    cli_main(["compare", str(a), str(b), "--format", "json"])
+    (fair,) = [f for f in json.loads(capsys.readouterr().out)["dashboard_over_common_models"]
+               if f["configuration"] == "xla=None dynamo=inductor"]
+    assert (fair["speedup_geomean_a"], fair["speedup_geomean_b"]) == (pytest.approx(2.0), pytest.approx(1.8))
+    assert (fair["speedup_method_a"], fair["speedup_method_b"]) == ("isolated", "paired")
+    cli_main(["compare", str(a), str(b)])
+    text = capsys.readouterr().out
+    assert "2.000x isolated -> 1.800x paired" in text
+    assert "measured differently (isolated in A, paired in B)" in text
+    cli_main(["compare", str(b), str(b)])
+    assert "measured differently" not in capsys.readouterr().out
+
+
 def test_each_regression_says_what_else_changed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A torch bump that brought graph breaks to resnet50 and slowed it: the regression's
     evidence names both; a new failure does not list its own status."""
