@@ -152,7 +152,7 @@ class FaultySuite(Suite):
     QUICK = tuple(f"quick_{i:02d}" for i in range(20))
     # paced_*: each forward sleeps FAULTY_PACE_<NAME> seconds (default PACE_S): a model slowed on purpose;
     # drift: each forward sleeps PACE_S x (1 + FAULTY_DRIFT_RATE x seconds since FAULTY_DRIFT_T0);
-    # batched: batch size 10, each forward appends the batch it ran at to FAULTY_BATCH_TRACE.
+    # batched: batch size 10 (or --batch-size), each forward appends the batch it ran at to FAULTY_BATCH_TRACE.
     PACED = ("paced_a", "paced_b")
     NAPS = tuple(f"nap_{i:02d}" for i in range(8))
 
@@ -168,7 +168,7 @@ class FaultySuite(Suite):
             return _tiny(request, lambda output: (time.sleep(PACE_S * (1 + rate * max(0.0, time.time() - start))),
                                                   output)[1])
         if name == "batched":
-            return _tiny(request, _trace_batch, batch_size=10)
+            return _tiny(request, _trace_batch, batch_size=request.batch_size or 10)
         if name in self.PACED:
             pace = float(os.environ.get(f"FAULTY_PACE_{name.upper()}", PACE_S))
             return _tiny(request, lambda output: (time.sleep(pace), output)[1])
