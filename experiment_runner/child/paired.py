@@ -11,14 +11,14 @@ heels, for at least the harness's 30 pairs. Training steps are rewound to the sa
 before every sample.
 
 `harness` times as PyTorch's harness does instead (HARNESS): five eager warm-up iterations,
-then pairs of one iteration each, eager always first; each eager sample at the batch its
-timed() cuts or pads every input to (HARNESS_BATCH); and the speedup is the ratio of the two
-series' medians. timed() means to vary that batch between 0.8 and 1.2 times the nominal one,
-but it reseeds Python's `random` (reset_rng_state, seed 1337) right after drawing, on every
-call, so every sample after the first draws the same factor, 1.0471: eager runs at the nominal
-batch up to 21 and about 4.7% above it from 22 on (found by calling its timed() as its
-speedup_experiment does; docs/benchmarks/paired_vs_harness.md). `harness` gives the
-dashboard's figure, `paired` the same-batch one.
+then pairs of one iteration each, eager always first, and the speedup is the ratio of the two
+series' medians. Under its --dynamic-batch-only (the dashboard's dynamic configuration; here
+--compile-options=dynamic) its timed() also cuts or pads every eager input to another batch
+(HARNESS_BATCH). It means to vary that batch between 0.8 and 1.2 times the nominal one, but it
+draws the factor just after reseeding Python's `random` (reset_rng_state, seed 1337), so every
+draw is the same, 1.0471: eager runs at the nominal batch up to 21 and about 4.7% above it from
+22 on. A harness run with its draws logged shows it (docs/benchmarks/paired_vs_harness.md).
+`harness` gives the dashboard's figure, `paired` the same-batch one.
 
 XLA experiments keep the isolated method: a lazy-tensor baseline and compiled graph share one
 device runtime and its compilation caches, so their samples would not be independent pairs.
@@ -38,15 +38,16 @@ from experiment_runner.core.options import PAIRED_METHODS, RunOptions
 from experiment_runner.core.stats import paired_speedup
 from model_suites import BenchmarkModel
 
-# PyTorch's harness: 30 pairs (common.py's --repeat default) and, for --speedup=harness, the
-# baseline batch of its timed(): max(2, int(batch x random.uniform(0.8, 1.2))) for batches over
-# 1, drawn from Python's random just after reset_rng_state() reseeded it with 1337; the first
-# dimension of each input equal to the batch is cut to that size or padded with copies of its
-# last row. Source: pytorch/benchmark userbenchmark/dynamo/dynamobench/common.py @ 0e83c440
-# (synced from pytorch/pytorch benchmarks/dynamo) and torch/_dynamo/testing.py reset_rng_state.
+# PyTorch's harness: 30 pairs (common.py's --repeat default) and, for --speedup=harness with
+# dynamic shapes, the baseline batch of its timed(): max(2, int(batch x random.uniform(0.8,
+# 1.2))) for batches over 1, drawn from Python's random just after reset_rng_state() reseeded it
+# with 1337; the first dimension of each input equal to the batch is cut to that size or padded
+# with copies of its last row. main() passes the batch to timed() only with --dynamic-batch-only.
+# Source: pytorch/benchmark userbenchmark/dynamo/dynamobench/common.py @ 0e83c440 (synced from
+# pytorch/pytorch benchmarks/dynamo) and torch/_dynamo/testing.py reset_rng_state.
 HARNESS_PAIRS = 30
 HARNESS_EAGER_WARMUP = 5  # run_performance_test's warmup(..., niters=5)
-HARNESS_BATCH = {"low": 0.8, "high": 1.2, "minimum": 2, "seed": 1337,
+HARNESS_BATCH = {"low": 0.8, "high": 1.2, "minimum": 2, "seed": 1337, "compile_options": "dynamic",
                  "source": "pytorch/benchmark userbenchmark/dynamo/dynamobench/common.py @ 0e83c440, timed()"}
 
 
@@ -55,10 +56,10 @@ def applies(harness: ExperimentHarness) -> bool:
     return harness.options.speedup in PAIRED_METHODS and config.dynamo is not None and config.xla is None
 
 
-def harness_batch(batch: int) -> int:
-    """The batch PyTorch's harness times its eager samples at: the draw that follows the reseed
-    its previous timed() call made."""
-    if batch <= 1:
+def harness_batch(batch: int, compile_options: str) -> int:
+    """The batch PyTorch's harness times its eager samples at: the nominal one, or with dynamic
+    shapes the draw that follows the reseed its previous timed() call made."""
+    if batch <= 1 or compile_options != HARNESS_BATCH["compile_options"]:
         return batch
     factor = random.Random(HARNESS_BATCH["seed"]).uniform(HARNESS_BATCH["low"], HARNESS_BATCH["high"])
     return max(HARNESS_BATCH["minimum"], int(batch * factor))
@@ -101,7 +102,7 @@ def measure_pairs(harness: ExperimentHarness, model: BenchmarkModel, compiled: C
         run_sample(eager, device, 1)
     if as_harness:
         iterations = 1
-    size = harness_batch(model.batch_size) if as_harness else model.batch_size
+    size = harness_batch(model.batch_size, harness.config.compile_options) if as_harness else model.batch_size
     if size != model.batch_size:
         if compiled_state is not None:
             compiled_state.rewind()  # the shared module back at the start the new state saves

@@ -122,9 +122,10 @@ class RunOptions:
         "its eager baseline (same model, inputs, precision and batch size) and alternates baseline and compiled "
         "samples after both warmed up, as PyTorch's dynamo harness does, and records both series and the median "
         "ratio with its interval and p-value (measurements.paired), which report and compare then use; harness: "
-        "paired, timed as PyTorch's harness times: one iteration per sample, eager first, eager at the batch its "
-        "timed() cuts or pads to (the nominal one up to 21, about 4.7% more from 22 on), and the ratio of the two "
-        "series' medians: the figure PyTorch's dashboard shows. XLA experiments keep the isolated method",
+        "paired, timed as PyTorch's harness times: one iteration per sample, eager first, the ratio of the two "
+        "series' medians, and with --compile-options=dynamic eager at the batch its timed() cuts or pads to (the "
+        "nominal one up to 21, about 4.7% more from 22 on): the figure PyTorch's dashboard shows. XLA "
+        "experiments keep the isolated method",
         MEASUREMENT, choices=SPEEDUP_METHODS))
     pure_wall_time: bool = option(False, Flag(
         "time CUDA experiments with CUDA events around the queued work (no host launch overhead); CPU and XLA "

@@ -62,17 +62,20 @@ def test_a_drifting_host_moves_the_isolated_speedup_not_the_paired_one(run_cli, 
 
 
 def test_the_harness_batch_rule_and_resizing() -> None:
-    """The batch PyTorch's harness times eager at: its timed() draws a factor in [0.8, 1.2) right
-    after its previous call reseeded Python's random with 1337, so the draw is always the same,
-    1.0471: the nominal batch up to 21, about 4.7% more from 22 on, never under 2 or for batch 1.
+    """The batch PyTorch's harness times eager at: the nominal one, except with dynamic shapes
+    (--dynamic-batch-only), where its timed() draws a factor in [0.8, 1.2) right after its
+    previous call reseeded Python's random with 1337, so the draw is always the same, 1.0471:
+    the nominal batch up to 21, about 4.7% more from 22 on, never under 2 or for batch 1.
     Inputs are cut, or padded with their last row, along the first dimension of that extent."""
     import torch
 
     reseeded = random.Random(HARNESS_BATCH["seed"])  # what reset_rng_state() leaves before timed()'s next draw
     factor = reseeded.uniform(HARNESS_BATCH["low"], HARNESS_BATCH["high"])
     assert factor == pytest.approx(1.0471, abs=1e-4)
-    assert [harness_batch(b) for b in (1, 2, 8, 21, 22, 32, 64, 128)] == [1, 2, 8, 21, 23, 33, 67, 134]
-    assert {harness_batch(b) for b in range(2, 200)} == {max(2, int(b * factor)) for b in range(2, 200)}
+    batches = (1, 2, 8, 21, 22, 32, 64, 128)
+    assert [harness_batch(b, "dynamic") for b in batches] == [1, 2, 8, 21, 23, 33, 67, 134]
+    assert [harness_batch(b, "default") for b in batches] == list(batches)
+    assert all(harness_batch(b, "dynamic") == max(2, int(b * factor)) for b in range(2, 200))
 
     class Pair(NamedTuple):
         x: torch.Tensor
@@ -90,17 +93,19 @@ def test_the_harness_batch_rule_and_resizing() -> None:
 
 @pytest.mark.e2e
 def test_harness_mode_times_the_baseline_at_the_harness_batch(run_cli, tmp_path) -> None:
-    """--speedup=harness at batch 32: every baseline sample ran at 33 (the model traces each
-    call's batch), the compiled step and the warm-up at 32, and the speedup is the ratio of the
-    two series' medians, as the harness computes it."""
+    """--speedup=harness at batch 32: with dynamic shapes every baseline sample ran at 33 (the
+    model traces each call's batch), the compiled step and the warm-up at 32; with static
+    shapes everything at 32. The speedup is the ratio of the two series' medians, as the harness
+    computes it."""
     trace = tmp_path / "batches.txt"
     run = run_cli("--suite-name=faulty", "--filter=^batched$", "--accelerator=cpu", "--dynamo=eager",
                   "--test=eval", "--precision=fp32", "--speedup=harness", "--repeat=4", "--iterations-per-run=2",
-                  "--warmup-iterations=1", "--batch-size=32", env={"FAULTY_BATCH_TRACE": str(trace)},
-                  output_dir=tmp_path / "out")
+                  "--warmup-iterations=1", "--batch-size=32", "--compile-options=default",
+                  "--compile-options=dynamic", env={"FAULTY_BATCH_TRACE": str(trace)}, output_dir=tmp_path / "out")
     assert run.returncode == 0, run.stderr
-    (record,) = run.records()
-    paired = record["measurements"]["paired"]
+    records = {r["experiment"]["compile_options"]: r for r in run.records()}
+    assert records["default"]["measurements"]["paired"]["baseline_batch_size"] == 32
+    paired = records["dynamic"]["measurements"]["paired"]
     assert paired["baseline_batch_size"] == 33 and paired["pairs"] == HARNESS_PAIRS
     assert paired["baseline_batch_rule"]["source"].startswith("pytorch/benchmark")
     seen = Counter(int(line) for line in trace.read_text().split())
