@@ -134,10 +134,9 @@ def measure_pairs(harness: ExperimentHarness, model: BenchmarkModel, compiled: C
              "compiled_per_iter_time": compiled_times, **summary, "t_test_p_value": t_test(baseline, compiled_times),
              "speedup": summary["median_ratio"], "speedup_of": "the median of the per-pair ratios"}
     if as_harness:
-        block.update({"speedup": statistics.median(baseline) / statistics.median(compiled_times),
-                      "speedup_of": "the ratio of the two series' medians, as PyTorch's harness computes it"})
-    if as_harness:
         block.update({
+            "speedup": statistics.median(baseline) / statistics.median(compiled_times),
+            "speedup_of": "the ratio of the two series' medians, as PyTorch's harness computes it",
             "baseline": "eager, same model, inputs and precision, at the batch PyTorch's harness times eager at",
             "baseline_batch_size": size, "baseline_batch_rule": HARNESS_BATCH})
     return block
