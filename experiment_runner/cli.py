@@ -230,7 +230,7 @@ def _single_batch_size(value: Any, given: int | None) -> int | None:
 
 def apply_tiers(config: MatrixConfig) -> MatrixConfig:
     """--filter-by-tier/--exclude-by-tier become one more --filter/--exclude regex each."""
-    from model_suites.base import tier_filter
+    from benchmark_models.base import tier_filter
 
     patterns = {}
     for tiers, name, flag in ((config.filter_by_tier, "filter", "--filter-by-tier"),

@@ -11,7 +11,7 @@ import sys
 from dataclasses import asdict
 
 from experiment_runner.child.plugins import import_plugins
-from model_suites.registry import get_suite
+from benchmark_models.registry import get_suite
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,8 +17,8 @@ from experiment_runner.child.weights_fit import check_weights_fit
 from experiment_runner.core.cpus import HostLoadSample
 from experiment_runner.core.matrix import Experiment, ExperimentConfig, uses_cuda_graphs
 from experiment_runner.core.options import RunOptions
-from model_suites import BenchmarkModel, LoadRequest, get_suite, map_tensors
-from model_suites.training import TrainingState
+from benchmark_models import BenchmarkModel, LoadRequest, get_suite, map_tensors
+from benchmark_models.training import TrainingState
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
 

@@ -30,7 +30,7 @@ from experiment_runner.child.plugins import import_plugins
 from experiment_runner.core.environment import describe_environment
 from experiment_runner.core.protocol import Task, publish_result, write_phase
 from experiment_runner.core.results import verification_code
-from model_suites import ModelSkipped
+from benchmark_models import ModelSkipped
 
 TRACEBACK_TAIL_LINES = 15
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from model_suites import LoadRequest, ModelSkipped, Suite
+from benchmark_models import LoadRequest, ModelSkipped, Suite
 
 # Bytes per parameter while the model is built: in float32, before any cast.
 BUILD_BYTES_PER_PARAMETER = 4

@@ -37,7 +37,7 @@ from experiment_runner.parent.store import (
 )
 from experiment_runner.parent.suites import CatalogError, SuiteCatalog, suite_catalog
 from experiment_runner.parent.summary import printable, render_summary
-from model_suites.registry import UnknownSuite
+from benchmark_models.registry import UnknownSuite
 
 logger = logging.getLogger("experiment_runner")
 

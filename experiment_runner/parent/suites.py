@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from experiment_runner.core.matrix import SkipRule
 from experiment_runner.core.requirements import missing
-from model_suites.registry import UnknownSuite, available_suites, get_suite, is_builtin
+from benchmark_models.registry import UnknownSuite, available_suites, get_suite, is_builtin
 
 CATALOG_TIMEOUT_S = 300
 

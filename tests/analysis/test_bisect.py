@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURE = '''
 import os, random, time
 import torch
-from model_suites.base import LoadRequest, ModelNotFound, Suite
-from model_suites.model import BenchmarkModel
+from benchmark_models.base import LoadRequest, ModelNotFound, Suite
+from benchmark_models.model import BenchmarkModel
 
 VERSION = {version}
 SLOW_FROM = {slow_from}

@@ -14,8 +14,8 @@ import pytest
 from experiment_runner.core.matrix import (
     Experiment, ExperimentConfig, HostCapabilities, MatrixChoices, compile_patterns, expand, select_models,
 )
-from model_suites.base import LoadRequest
-from model_suites.registry import get_suite
+from benchmark_models.base import LoadRequest
+from benchmark_models.registry import get_suite
 
 # huggingface_models_list.txt (GPU) and huggingface_models_list_cpu.txt @ 0e83c440.
 HF_GPU_LIST = [
@@ -203,7 +203,7 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_hub_config_builds_offline_with_the_installed_transformers(no_network):
     """The shipped configurations are valid for transformers (models are not built: gpt-oss-20b
     has 21B parameters)."""
-    from model_suites.optional import require
+    from benchmark_models.optional import require
 
     transformers = require("transformers")
     suite = get_suite("huggingface")
@@ -222,7 +222,7 @@ def test_every_hub_config_builds_offline_with_the_installed_transformers(no_netw
 
 
 def test_a_timm_pretrained_tag_downloads_nothing(no_network):
-    from model_suites.timm_models import TimmSuite
+    from benchmark_models.timm_models import TimmSuite
 
     loaded = TimmSuite().load(LoadRequest("deit_tiny_patch16_224.fb_in1k", "eval", "cpu", "cpu", "fp32", batch_size=1))
     assert loaded.args[0].shape == (1, 3, 224, 224)
@@ -231,7 +231,7 @@ def test_a_timm_pretrained_tag_downloads_nothing(no_network):
 def test_a_model_type_unknown_to_transformers_is_skipped_with_the_reason():
     from types import SimpleNamespace
 
-    from model_suites.base import ModelSkipped
+    from benchmark_models.base import ModelSkipped
 
     suite = get_suite("huggingface")
     old = SimpleNamespace(CONFIG_MAPPING={}, __version__="4.40.0")

@@ -15,11 +15,11 @@ from typing import Callable, Iterator
 import pytest
 from conftest import FAULTY_SUITE, SUPPORT
 
-from model_suites.base import LoadRequest, ModelSkipped
-from model_suites.data_files import read_data
-from model_suites.optional import MissingDependency
-from model_suites.registry import get_suite
-from model_suites.torchbench import TORCHBENCH_DIR_ENV
+from benchmark_models.base import LoadRequest, ModelSkipped
+from benchmark_models.data_files import read_data
+from benchmark_models.optional import MissingDependency
+from benchmark_models.registry import get_suite
+from benchmark_models.torchbench import TORCHBENCH_DIR_ENV
 
 FAKE_TORCHBENCH = Path(__file__).parents[1] / "fake_torchbenchmark"
 DATA_FILES = {"torchbench": "torchbench.json", "huggingface": "huggingface.json", "timm": "timm.json"}
@@ -87,7 +87,7 @@ def test_catalogs_never_import_torch():
     """The parent lists models and skips from data files (and a checkout's folders) only."""
     code = (
         "import sys\n"
-        "from model_suites.registry import get_suite\n"
+        "from benchmark_models.registry import get_suite\n"
         "for name in ('torchbench', 'huggingface', 'timm'):\n"
         "    suite = get_suite(name)\n"
         "    assert suite.model_names() and suite.skip_rules() is not None and suite.source\n"
@@ -112,7 +112,7 @@ def test_dry_run_lists_every_model_of_the_data_file(run_cli, suite):
 
 @pytest.mark.e2e
 def test_list_models_shows_each_models_batch_sizes_source_and_skip_rule(run_cli):
-    from model_suites.base import harness_batch_size
+    from benchmark_models.base import harness_batch_size
 
     run = run_cli("--suite-name=huggingface", "--list-models", "--accelerator=cpu")
     assert run.returncode == 0, run.stderr
@@ -177,7 +177,7 @@ def test_builtin_torchvision_models_build_with_torchbench_inputs():
     (built on the meta device: shapes only, no weights initialised)."""
     import torch
 
-    from model_suites.torchbench.models import build_torchvision
+    from benchmark_models.torchbench.models import build_torchvision
 
     entries = [e for e in read_data(DATA_FILES["torchbench"])["models"] if "torchvision" in e]
     assert len(entries) == 11
@@ -189,7 +189,7 @@ def test_builtin_torchvision_models_build_with_torchbench_inputs():
 
 def test_skip_list_is_data_and_no_skip_overrides_it():
     from experiment_runner.core.matrix import HostCapabilities, MatrixChoices, expand
-    from model_suites import get_suite
+    from benchmark_models import get_suite
 
     rules = get_suite("torchbench").skip_rules()
     caps = HostCapabilities(torch_xla=True, xla_accelerators=frozenset({"cpu"}))
@@ -299,7 +299,7 @@ def test_import_timm_works_and_the_torchvision_patch_is_applied_only_when_needed
     """Where torchvision's compiled ops cannot load, plain `import timm` fails and
     require('timm') patches; where they load, require('timm') leaves torchvision alone."""
     plain = subprocess.run([sys.executable, "-c", "import timm"], capture_output=True, text=True, timeout=300)
-    code = ("import model_suites.optional as o\n"
+    code = ("import benchmark_models.optional as o\n"
             "timm = o.require('timm')\n"
             "timm.create_model('resnet18', pretrained=False)\n"
             "print(o._torchvision_stub_library is not None)\n")

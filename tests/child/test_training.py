@@ -11,9 +11,9 @@ from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.child.harness import ExperimentHarness, apply_denormal_mode, time_iterations
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
-from model_suites import get_suite
-from model_suites.base import LoadRequest
-from model_suites.training import TrainingRecipe, TrainingState, recipe_for
+from benchmark_models import get_suite
+from benchmark_models.base import LoadRequest
+from benchmark_models.training import TrainingRecipe, TrainingState, recipe_for
 
 
 @pytest.mark.parametrize("suite, model, loss, optimizer", [

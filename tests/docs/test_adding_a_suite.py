@@ -20,9 +20,13 @@ def plugin_source() -> str:
 
 @pytest.mark.e2e
 def test_the_documented_plugin_suite_runs_through_the_cli(tmp_path, run_cli):
+    source = plugin_source()
+    # The documented plugin API: what a user's plugin written against these docs imports.
+    assert "from benchmark_models.base import LoadRequest" in source
+    assert "from benchmark_models.model import BenchmarkModel" in source
     plugins = tmp_path / "plugins"
     plugins.mkdir()
-    (plugins / "my_suite.py").write_text(plugin_source())
+    (plugins / "my_suite.py").write_text(source)
     env = {"EXPERIMENT_RUNNER_SUITES": "my_suite=my_suite:MySuite",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(plugins), os.environ.get("PYTHONPATH")]))}
 

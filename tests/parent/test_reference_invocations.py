@@ -28,7 +28,7 @@ from experiment_runner.core.run_config import RunConfig
 from experiment_runner.errors import UsageError
 from experiment_runner.parent.session import build_plan, check_requested, select_shard
 from experiment_runner.parent.suites import suite_catalog
-from model_suites.data_files import read_data
+from benchmark_models.data_files import read_data
 
 CUDA_HOST = HostCapabilities(cuda=True, cuda_device_count=1, torch_xla=True,
                              xla_accelerators=frozenset({"cpu", "cuda"}))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from experiment_runner.core.requirements import install_command
-from model_suites.torchbench import TorchBenchSuite
+from benchmark_models.torchbench import TorchBenchSuite
 
 FAKE_CHECKOUT = Path(__file__).resolve().parents[1] / "fake_torchbenchmark"
 

@@ -18,8 +18,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from model_suites.base import LoadRequest, ModelNotFound, Suite
-from model_suites.model import BenchmarkModel
+from benchmark_models.base import LoadRequest, ModelNotFound, Suite
+from benchmark_models.model import BenchmarkModel
 
 TRACE_DIR_ENV = "FAULTY_TRACE_DIR"
 PACE_S = 0.004

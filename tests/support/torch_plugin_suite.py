@@ -10,8 +10,8 @@ import os
 
 import torch  # noqa: F401 - deliberately at module level: this is what must never run in the parent
 
-from model_suites.base import LoadRequest, Suite
-from model_suites.model import BenchmarkModel
+from benchmark_models.base import LoadRequest, Suite
+from benchmark_models.model import BenchmarkModel
 
 with open(os.environ["TORCH_PLUGIN_TRACE"], "a") as trace:
     trace.write(f"{os.getpid()}\n")

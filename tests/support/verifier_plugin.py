@@ -25,8 +25,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from model_suites.base import LoadRequest, ModelNotFound, Suite
-from model_suites.model import BenchmarkModel
+from benchmark_models.base import LoadRequest, ModelNotFound, Suite
+from benchmark_models.model import BenchmarkModel
 
 PERTURBATION = 1.01  # verifier_perturb's error: every floating output 1% too large
 LOSS_SCALE = 1.5  # verifier_loss_x1_5's error

@@ -77,7 +77,7 @@ class Instrumentation:
     def _save_output(self, index: int, output: Any) -> None:
         import torch
 
-        from model_suites.model import map_tensors
+        from benchmark_models.model import map_tensors
 
         path = self.artifacts_dir / f"repeat_{index}" / "output.pt"
         path.parent.mkdir(parents=True, exist_ok=True)
