@@ -162,6 +162,14 @@ def check_combinations(config: RunConfig) -> None:
         if kind != "duration" or not path:
             raise UsageError("--shard-by must be round-robin or duration:PATH (an earlier results file), "
                              f"got {m.shard_by!r}")
+    if m.dashboard:
+        set_too = [flag for flag, value in (("--accelerator", m.accelerator), ("--xla", m.xla),
+                                            ("--dynamo", m.dynamo), ("--test", m.test),
+                                            ("--precision", m.precision), ("--compile-options", m.compile_options),
+                                            ("--xla-flags", m.xla_flags)) if value]
+        if set_too:
+            raise UsageError(f"--dashboard sets the accelerator, dynamo backend, test, precision and compile options "
+                             f"as PyTorch's CI job of that name does; {set_too[0]} cannot go with it")
     if o.profile_xla and (o.dump_pytorch_profiles or o.profile_cuda_cpu or o.profile_cuda_cpu_individual_ops):
         raise UsageError("--profile-xla cannot go with the PyTorch profiler flags (--dump-pytorch-profiles, "
                          "--profile-cuda-cpu*): one profiling path at a time, as in the reference")

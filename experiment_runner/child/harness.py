@@ -15,7 +15,14 @@ from typing import Any, Callable
 from experiment_runner.child.devices import DeviceRuntime, runtime_for
 from experiment_runner.child.weights_fit import check_weights_fit
 from experiment_runner.core.cpus import HostLoadSample
-from experiment_runner.core.matrix import Experiment, ExperimentConfig, uses_cuda_graphs
+from experiment_runner.core import dashboards
+from experiment_runner.core.matrix import (
+    AOT_INDUCTOR_OPTIONS,
+    FREEZING_OPTIONS,
+    Experiment,
+    ExperimentConfig,
+    uses_cuda_graphs,
+)
 from experiment_runner.core.options import RunOptions
 from benchmark_models import BenchmarkModel, LoadRequest, get_suite, map_tensors
 from benchmark_models.training import TrainingState
@@ -110,12 +117,12 @@ class ExperimentHarness:
         (fullgraph with --filter-by-single-graph, as the reference)."""
         import torch
 
-        if uses_cuda_graphs(self.config) and self.config.compile_options == "default":
-            from torch._inductor import config as inductor_config
-
-            inductor_config.triton.cudagraphs = True  # the reference runner's inductor setting on CUDA
         kwargs: dict[str, Any] = {"backend": self.config.dynamo, "fullgraph": self.options.filter_by_single_graph}
         kwargs.update(COMPILE_OPTION_KWARGS[self.config.compile_options])
+        if uses_cuda_graphs(self.config) and "mode" not in kwargs:  # the modes that use them set them
+            from torch._inductor import config as inductor_config
+
+            inductor_config.triton.cudagraphs = True  # the reference runner's and the harness's setting on CUDA
         return torch.compile(fn, **kwargs)
 
     def make_step(self, model: BenchmarkModel, compiled: bool = True,
@@ -132,8 +139,15 @@ class ExperimentHarness:
         precision = precision or self.config.precision
         full_output = self.options.collect_full_output if full_output is None else full_output
         compiling = compiled and self.config.dynamo is not None
+        aot = compiling and self.config.compile_options in AOT_INDUCTOR_OPTIONS
+        if compiling and self.config.compile_options == "dynamic":
+            mark_batch_dynamic(model, self.experiment.model_name)
         module = model.module
-        target = self.compile(module) if compiling and self.options.compile_scope == "model" else module
+        if aot:
+            target: Any = AotInductorModule(module, self.config.compile_options in FREEZING_OPTIONS,
+                                            self.artifacts_dir / "aot_inductor.pt2")
+        else:
+            target = self.compile(module) if compiling and self.options.compile_scope == "model" else module
         args, kwargs = model.args, model.kwargs
 
         if self.config.test == "eval":
@@ -159,9 +173,50 @@ class ExperimentHarness:
                 return (loss, output) if full_output else loss
 
             step = train_step
-        if compiling and self.options.compile_scope == "step":
+        if compiling and not aot and self.options.compile_scope == "step":
             return self.compile(step)
         return step
+
+
+def mark_batch_dynamic(model: BenchmarkModel, model_name: str) -> None:
+    """The harness's --dynamic-batch-only: in every input tensor the first dimension as long as the
+    batch is marked maybe-dynamic, every other dimension left static; not for a batch of 1 or the
+    models the harness leaves out (core/dashboards.json)."""
+    import torch
+
+    if model.batch_size <= 1 or model_name in dashboards.dynamic_batch_skips():
+        return
+
+    def mark(t: "torch.Tensor") -> "torch.Tensor":
+        dim = next((i for i, size in enumerate(t.shape) if size == model.batch_size), None)
+        if dim is not None:
+            torch._dynamo.maybe_mark_dynamic(t, dim)
+        return t
+
+    map_tensors((model.args, model.kwargs), mark)
+
+
+class AotInductorModule:
+    """The harness's --export-aot-inductor: the module exported with torch.export at its first
+    call's inputs (non-strict, as the harness), compiled by AOT Inductor into a package, and the
+    loaded package run from then on. Compiled on the first call, so that, as with torch.compile,
+    the compilation is the first warm-up iteration's and never a timed one's."""
+
+    def __init__(self, module: "torch.nn.Module", freezing: bool, package: Path) -> None:
+        self.module, self.freezing, self.package = module, freezing, package
+        self.loaded: Callable[..., Any] | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.loaded is None:
+            import torch
+
+            exported = torch.export.export(self.module, args, kwargs, strict=False)
+            self.package.parent.mkdir(parents=True, exist_ok=True)
+            path = torch._inductor.aoti_compile_and_package(
+                exported, package_path=str(self.package), inductor_configs={"freezing": self.freezing})
+            self.loaded = torch._inductor.aoti_load_package(path)
+            Path(path).unlink(missing_ok=True)  # loaded: the package's copy on disk is not needed again
+        return self.loaded(*args, **kwargs)
 
 
 # --compile-options values → torch.compile keyword arguments (validity: core/matrix.py).
@@ -170,7 +225,7 @@ COMPILE_OPTION_KWARGS: dict[str, dict[str, Any]] = {
     "reduce-overhead": {"mode": "reduce-overhead"},
     "max-autotune": {"mode": "max-autotune"},
     "max-autotune-no-cudagraphs": {"mode": "max-autotune-no-cudagraphs"},
-    "dynamic": {"dynamic": True},
+    "dynamic": {},  # the batch dimension is marked on the inputs instead (mark_batch_dynamic)
     "freezing": {"options": {"freezing": True}},
 }
 

@@ -25,7 +25,10 @@ from experiment_runner.child.harness import (
     apply_matmul_precision,
     time_iterations,
 )
+from experiment_runner.child.instrument.dynamo import harness_graph_breaks
 from experiment_runner.child.instrument.pipeline import Instrumentation
+from experiment_runner.core import dashboards
+from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS
 from experiment_runner.child.plugins import import_plugins
 from experiment_runner.core.environment import describe_environment
 from experiment_runner.core.protocol import Task, publish_result, write_phase
@@ -41,6 +44,14 @@ def traceback_tail(exc: BaseException, lines: int = TRACEBACK_TAIL_LINES) -> str
 
 def error_block(exc: BaseException) -> dict[str, Any]:
     return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback_tail": traceback_tail(exc)}
+
+
+def harness_counts_graph_breaks(harness: ExperimentHarness, metrics: dict[str, Any]) -> bool:
+    """The harness's graph-break count is its accuracy mode's (--verify here), for dynamo
+    inference; AOT Inductor goes through torch.export, where dynamo breaks nothing."""
+    config = harness.config
+    return (config.dynamo is not None and config.test == "eval" and "graph_breaks" in metrics
+            and config.compile_options not in AOT_INDUCTOR_OPTIONS)
 
 
 def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
@@ -120,6 +131,12 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
             verification = verify_experiment(harness)
             result["verification"] = verification
             result["timings"]["verify_s"] = time.perf_counter() - t0
+            if harness_counts_graph_breaks(harness, result["metrics"]):
+                t0 = time.perf_counter()
+                write_phase(task, "counting graph breaks as the harness")
+                result["metrics"]["graph_breaks"]["harness_count"] = harness_graph_breaks(
+                    model, lambda: harness.autocast(config.precision), dashboards.harness_iterations())
+                result["timings"]["harness_graph_breaks_s"] = time.perf_counter() - t0
     except ModelSkipped as exc:
         result.update(status="skipped", error={"type": "ModelSkipped", "message": str(exc)})
     except BaseException as exc:  # noqa: BLE001 - every failure must become data
@@ -131,7 +148,8 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
         if result["metrics"]:
             result["metrics"].update(device.lifetime_peak_memory())
     timings = result["timings"]
-    timings["work_s"] = sum(timings.get(k, 0.0) for k in ("load_s", "measure_s", "instrument_s", "verify_s"))
+    timings["work_s"] = sum(timings.get(k, 0.0) for k in ("load_s", "measure_s", "instrument_s", "verify_s",
+                                                          "harness_graph_breaks_s"))
     timings["child_s"] = time.perf_counter() - started
     return result
 

@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field, replace
 from itertools import product
 from typing import Collection, Iterable, Mapping, Sequence
 
+from experiment_runner.core import dashboards
+
 ACCELERATORS: tuple[str, ...] = ("cpu", "cuda", "tpu")
 XLA_MODES: tuple[str | None, ...] = (None, "PJRT")
 # --xla accepts the reference runner's XRT too; it is planned and dropped with a reason.
@@ -23,14 +25,21 @@ PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "amp")
 
 # The torch.compile settings the dashboards compare, one dimension of the matrix.
 # "default" is plain torch.compile(backend=...); the modes are inductor's; "dynamic" marks
-# shapes dynamic from the start (any dynamo backend); "freezing" folds weights into
-# constants (inductor inference, CPU, as PyTorch's CPU dashboard runs it).
+# the batch dimension dynamic from the start, as the harness's --dynamic-batch-only (any dynamo
+# backend); "freezing" folds weights into constants (inductor inference); "aot-inductor" is the
+# harness's --export-aot-inductor: torch.export, compiled by AOT Inductor into a package that is
+# loaded and timed ("aot-inductor-freezing" with freezing, as PyTorch's CPU dashboard runs it).
 COMPILE_OPTIONS: tuple[str, ...] = (
     "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "dynamic", "freezing",
+    "aot-inductor", "aot-inductor-freezing",
 )
 DEFAULT_COMPILE_OPTIONS = "default"
-_INDUCTOR_ONLY_OPTIONS = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "freezing")
+AOT_INDUCTOR_OPTIONS = ("aot-inductor", "aot-inductor-freezing")
+FREEZING_OPTIONS = ("freezing", "aot-inductor-freezing")
+_INDUCTOR_ONLY_OPTIONS = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "freezing",
+                          *AOT_INDUCTOR_OPTIONS)
 _CUDA_GRAPH_OPTIONS = ("reduce-overhead",)
+_INFERENCE_ONLY_OPTIONS = FREEZING_OPTIONS + AOT_INDUCTOR_OPTIONS
 
 # Precision when --precision is not given, as the PyTorch/XLA reference runner sets it:
 # inference converted to bf16 on every accelerator, training under AMP where AMP exists (not
@@ -68,6 +77,12 @@ class ExperimentConfig:
     enable_functionalization: bool = False
     compile_options: str = DEFAULT_COMPILE_OPTIONS
 
+    @property
+    def dashboard(self) -> str | None:
+        """The PyTorch dashboard configuration this is (cpu_inductor_amp_freezing, ...), if any."""
+        return dashboards.name_of(self.accelerator, self.xla, self.dynamo, self.test, self.precision,
+                                  self.compile_options)
+
     def key(self) -> str:
         """Stable text of the configuration; dimensions at their default add nothing, so keys
         written before they existed still match (plain torch.compile adds no compile options)."""
@@ -97,6 +112,8 @@ class ExperimentConfig:
             parts.append("functionalization")
         if self.compile_options != DEFAULT_COMPILE_OPTIONS:
             parts.append(f"compile={self.compile_options}")
+        if self.dashboard is not None:
+            parts.append(f"[{self.dashboard}]")
         return " ".join(parts)
 
 
@@ -181,6 +198,8 @@ class MatrixChoices:
     compile_options: Sequence[str] | None = None
     # model → inference precision without --precision (torchbench's fp16 and forced-AMP lists).
     eval_precisions: Mapping[str, str] = field(default_factory=dict)
+    # --dashboard: PyTorch dashboard configurations planned instead of the cartesian product.
+    dashboards: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -279,9 +298,12 @@ def invalid_reason(config: ExperimentConfig, caps: HostCapabilities) -> str | No
 
 def uses_cuda_graphs(config: ExperimentConfig) -> bool:
     """Inductor on CUDA runs CUDA graphs unless the compile options leave them out: the
-    reference runner turns them on for inductor on CUDA, reduce-overhead and max-autotune too."""
+    reference runner turns them on for inductor on CUDA, reduce-overhead and max-autotune too,
+    and PyTorch's harness for its dynamic and freezing configurations; AOT Inductor runs without
+    (the harness passes --disable-cudagraphs with --export-aot-inductor)."""
     return (config.dynamo == "inductor" and config.accelerator == "cuda"
-            and config.compile_options in (DEFAULT_COMPILE_OPTIONS, "reduce-overhead", "max-autotune"))
+            and config.compile_options in (DEFAULT_COMPILE_OPTIONS, "reduce-overhead", "max-autotune",
+                                           "dynamic", "freezing"))
 
 
 def compile_options_invalid_reason(config: ExperimentConfig) -> str | None:
@@ -297,8 +319,8 @@ def compile_options_invalid_reason(config: ExperimentConfig) -> str | None:
         return f"compile options {options!r} are inductor's; dynamo={config.dynamo} does not take them"
     if options in _CUDA_GRAPH_OPTIONS and config.accelerator != "cuda":
         return f"compile options {options!r} use CUDA graphs, which need accelerator cuda"
-    if options == "freezing" and (config.test != "eval" or config.accelerator != "cpu"):
-        return "compile options 'freezing' are for CPU inference only (test eval, accelerator cpu)"
+    if options in _INFERENCE_ONLY_OPTIONS and config.test != "eval":
+        return f"compile options {options!r} are for inference only (test eval), as in PyTorch's harness"
     return None
 
 
@@ -343,9 +365,20 @@ def select_models(
     return chosen[partition_id::total_partitions] if round_robin else chosen
 
 
+def dashboard_configurations(choices: MatrixChoices) -> list[ExperimentConfig]:
+    """--dashboard: each named PyTorch dashboard configuration once, on its own device (the other
+    dimension flags are refused beside it: see run_config)."""
+    return [ExperimentConfig(accelerator=d.accelerator, xla=None, xla_flags=None, dynamo=dashboards.DYNAMO,
+                             test=dashboards.TEST, precision=d.precision, batch_size=choices.batch_size,
+                             compile_options=d.compile_options)
+            for d in dashboards.resolve(tuple(choices.dashboards))]
+
+
 def configurations(choices: MatrixChoices) -> list[ExperimentConfig]:
     """The cartesian product in a fixed order: accelerator, xla, dynamo, test, flags, compile options,
-    precision."""
+    precision (or, with --dashboard, the dashboard configurations it names)."""
+    if choices.dashboards:
+        return dashboard_configurations(choices)
     accelerators = list(choices.accelerators or ACCELERATORS)
     xla_modes = list(choices.xla if choices.xla is not None else XLA_MODES)
     dynamos = list(choices.dynamo if choices.dynamo is not None else DYNAMO_BUILTINS)
@@ -373,9 +406,9 @@ def configurations(choices: MatrixChoices) -> list[ExperimentConfig]:
 
 def model_precision(config: ExperimentConfig, model: str, choices: MatrixChoices) -> ExperimentConfig:
     """A model's own inference precision where the suite lists one, as the reference runs it: only
-    when --precision did not choose, and AMP only where it exists (a CPU keeps the bf16 default)."""
+    when neither --precision nor --dashboard chose, and AMP only where it exists (a CPU keeps the bf16 default)."""
     override = choices.eval_precisions.get(model)
-    if override is None or choices.precisions or config.test != "eval":
+    if override is None or choices.precisions or choices.dashboards or config.test != "eval":
         return config
     if override == "amp" and config.accelerator == "cpu":
         return config

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiment_runner.core.matrix import Experiment, uses_cuda_graphs
+from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS, Experiment, uses_cuda_graphs
 from experiment_runner.core.options import RunOptions
 from experiment_runner.core.record_schema import SCHEMA_VERSION
 from experiment_runner.core.results import verification_code
@@ -241,7 +241,11 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
             "cuda_graphs": uses_cuda_graphs(config),
             "fullgraph": ctx.options.filter_by_single_graph and config.dynamo is not None,
             "compile_options": config.compile_options,
-            "compile_scope": ctx.options.compile_scope if config.dynamo is not None else None,
+            # AOT Inductor exports the module: the step around it runs eagerly.
+            "compile_scope": (None if config.dynamo is None else
+                              "model" if config.compile_options in AOT_INDUCTOR_OPTIONS else ctx.options.compile_scope),
+            # The PyTorch dashboard configuration (its CI's name) this experiment is, if any.
+            "dashboard": config.dashboard,
         },
         "process": {"index": process_index, "count": ctx.processes},
         "repeat": ctx.options.repeat,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from experiment_runner.core import matrix
+from experiment_runner.core import dashboards, matrix
 from experiment_runner.core.flags import Flag, option, required
 from experiment_runner.core.options import COMPILE_TIME_DOC, MATRIX, MEASUREMENT, RunOptions
 
@@ -110,10 +110,19 @@ class MatrixConfig:
         default_help="the suite's, per model and accelerator"))
     compile_options: tuple[str, ...] | None = option(None, Flag(
         "torch.compile settings, one matrix dimension (repeatable). reduce-overhead/max-autotune/"
-        "max-autotune-no-cudagraphs: inductor's modes (reduce-overhead needs cuda); dynamic: dynamic shapes "
-        "from the start; freezing: inductor weight freezing, CPU eval only. Eager experiments ignore it; "
+        "max-autotune-no-cudagraphs: inductor's modes (reduce-overhead needs cuda); dynamic: the batch dimension "
+        "dynamic from the start (the harness's --dynamic-batch-only); freezing: inductor weight freezing, eval "
+        "only; aot-inductor, aot-inductor-freezing: torch.export compiled by AOT Inductor into a package, loaded "
+        "and timed (the harness's --export-aot-inductor), eval only. Eager experiments ignore it; "
         "combinations that cannot apply are dropped (see --dry-run)", MATRIX, kind="list",
         choices=matrix.COMPILE_OPTIONS, default_help="default"))
+    dashboard: tuple[str, ...] = option((), Flag(
+        "plan PyTorch's inductor inference dashboard configuration NAME, as its CI job of that name runs it "
+        "(repeatable; no --accelerator, --dynamo, --test, --precision or --compile-options beside it): "
+        "cpu_inductor, cpu_inductor_freezing, cpu_inductor_amp_freezing, dynamic_cpu_inductor, "
+        "cpu_aot_inductor_freezing, or cpu for all five; inductor, dynamic_inductor, aot_inductor, or cuda for "
+        "all three. Each record names its configuration, which check-expected --pytorch and export use",
+        MATRIX, kind="list", choices=dashboards.choices(), metavar="NAME"))
     total_partitions: int = option(1, Flag("shard the model list over N hosts", HOSTS, parse=int, metavar="N", low=1,
                                            wanted="at least 1"))
     partition_id: int = option(0, Flag("which shard this host runs (0-based)", HOSTS, parse=int, metavar="I", low=0,

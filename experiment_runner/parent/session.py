@@ -145,7 +145,7 @@ def build_plan(config: MatrixConfig, suite: SuiteCatalog, models: list[str],
         precisions=config.precision, xla_flags=config.xla_flags, batch_size=config.batch_size,
         torch_xla2=config.torch_xla2, keep_model_data_on_cuda=config.keep_model_data_on_cuda,
         enable_functionalization=config.enable_functionalization, default_precision=suite.default_precision,
-        compile_options=config.compile_options, eval_precisions=suite.eval_precisions,
+        compile_options=config.compile_options, eval_precisions=suite.eval_precisions, dashboards=config.dashboard,
     )
     return matrix.expand(config.suite_name, models, choices, caps, suite.skip_rules, no_skip)
 

@@ -154,7 +154,7 @@ def test_compile_options_reach_torch_compile(tmp_path, monkeypatch):
     seen = []
     monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: seen.append(kwargs) or fn)
     for options, expected in [("default", {}), ("max-autotune", {"mode": "max-autotune"}),
-                              ("dynamic", {"dynamic": True}), ("freezing", {"options": {"freezing": True}})]:
+                              ("dynamic", {}), ("freezing", {"options": {"freezing": True}})]:
         config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="inductor", test="eval",
                                   precision="fp32", compile_options=options)
         h = ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(), DeviceRuntime(config), tmp_path)

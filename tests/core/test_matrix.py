@@ -183,9 +183,11 @@ def test_experiment_ids_and_dirnames_are_stable_and_safe():
     (dict(dynamo="aot_eager", compile_options="max-autotune"),
      "compile options 'max-autotune' are inductor's; dynamo=aot_eager does not take them"),
     (dict(dynamo="inductor", compile_options="freezing", test="train"),
-     "compile options 'freezing' are for CPU inference only (test eval, accelerator cpu)"),
-    (dict(accelerator="cuda", dynamo="inductor", compile_options="freezing"),
-     "compile options 'freezing' are for CPU inference only (test eval, accelerator cpu)"),
+     "compile options 'freezing' are for inference only (test eval), as in PyTorch's harness"),
+    (dict(dynamo="inductor", compile_options="aot-inductor-freezing", test="train"),
+     "compile options 'aot-inductor-freezing' are for inference only (test eval), as in PyTorch's harness"),
+    (dict(dynamo="aot_eager", compile_options="aot-inductor"),
+     "compile options 'aot-inductor' are inductor's; dynamo=aot_eager does not take them"),
 ])
 def test_compile_options_that_cannot_apply_are_dropped_with_their_reason(overrides, reason):
     assert invalid_reason(config(**overrides), EVERYTHING) == reason

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import statistics
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Mapping
+
+if TYPE_CHECKING:
+    from benchmark_models import BenchmarkModel
 
 # Fields of dynamo's CompilationMetrics summed over every compiled frame, when this torch has them.
 _DYNAMO_TIME_FIELDS = (
@@ -101,3 +104,42 @@ def summarize_graph_breaks(counters: Mapping[str, Mapping[str, Any]]) -> dict[st
         "unique_graphs": stats.get("unique_graphs", 0),
         "reasons": reasons,
     }
+
+
+def harness_graph_breaks(model: "BenchmarkModel", autocast: Callable[[], ContextManager[Any]],
+                         iterations: int) -> int:
+    """The graph-break count PyTorch's harness puts in its `graph_breaks` column, for this model.
+
+    The harness counts `sum(counters["graph_break"].values())` while dynamo compiles its
+    accuracy run from a reset dynamo: `run_n_iterations`, which calls `forward_pass` (the
+    model under the precision's autocast) `iterations` times, under no_grad. A break is counted
+    once per frame dynamo compiles through it, so the frames matter: the count of a model that
+    breaks inside its forward depends on how deep that forward is called and how often the
+    loop resumes. This replays exactly those frames. Tracing decides where graphs break, not
+    the backend, so it compiles with the eager backend (no second inductor compile). Dynamo is
+    reset before and after: the experiment's compiled code must not hide frames from it, and
+    nothing compiled here may serve a later step.
+    """
+    import torch
+    from torch._dynamo.utils import counters
+
+    def forward_pass(mod: Any, inputs: tuple, collect_outputs: bool = True) -> Any:
+        args, kwargs = inputs
+        with autocast():
+            if model.forward is not None:
+                return model.run_forward(mod, args, kwargs)
+            return mod(*args, **kwargs)
+
+    def run_n_iterations(mod: Any, inputs: tuple) -> Any:
+        for _ in range(iterations - 1):
+            forward_pass(mod, inputs, collect_outputs=False)
+        return forward_pass(mod, inputs, collect_outputs=True)
+
+    torch._dynamo.reset()
+    before = sum(counters["graph_break"].values())
+    try:
+        with torch.no_grad():
+            torch.compile(run_n_iterations, backend="eager")(model.module, (model.args, model.kwargs))
+        return sum(counters["graph_break"].values()) - before
+    finally:
+        torch._dynamo.reset()

@@ -1,0 +1,27 @@
+"""Every CPU dashboard configuration end to end on a tiny model: planned, compiled, timed,
+verified, and recorded under its PyTorch CI name (slow tier: one inductor compile each)."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiment_runner.core import dashboards
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", dashboards.groups()["cpu"])
+def test_a_cpu_dashboard_configuration_runs_verifies_and_is_recorded_under_its_name(run_cli, name):
+    wanted = dashboards.dashboards()[name]
+    run = run_cli("--suite-name=dummy", f"--dashboard={name}", "--verify", "--repeat=2", timeout=600)
+    assert run.returncode == 0, run.stderr
+    (record,) = run.records()
+    experiment = record["experiment"]
+    assert record["status"] == "ok" and record["verification_code"] == "PASS", record["error"]
+    assert (experiment["dashboard"], experiment["precision"], experiment["compile_options"]) == (
+        name, wanted.precision, wanted.compile_options)
+    breaks = record["measurements"]["graph_breaks"]
+    if wanted.compile_options.startswith("aot-inductor"):
+        assert experiment["compile_scope"] == "model" and "harness_count" not in breaks
+    else:
+        assert breaks["harness_count"] == 0 and record["timings"]["harness_graph_breaks_s"] > 0

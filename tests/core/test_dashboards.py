@@ -1,0 +1,85 @@
+"""--dashboard: PyTorch's inductor inference dashboard configurations, planned under their CI names."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiment_runner.core import dashboards
+from experiment_runner.core.matrix import (
+    ExperimentConfig,
+    HostCapabilities,
+    MatrixChoices,
+    expand,
+    invalid_reason,
+    uses_cuda_graphs,
+)
+
+CPU_ONLY = HostCapabilities()
+WITH_CUDA = HostCapabilities(cuda=True, cuda_device_count=1)
+
+
+def plan(names: tuple[str, ...], caps: HostCapabilities = WITH_CUDA, **choices):
+    return expand("timm", ["ghostnet_100"], MatrixChoices(dashboards=names, **choices), caps)
+
+
+@pytest.mark.parametrize("name", sorted(dashboards.dashboards()))
+def test_each_configuration_plans_one_experiment_named_as_pytorchs_ci_names_it(name):
+    wanted = dashboards.dashboards()[name]
+    (experiment,) = plan((name,)).to_run
+    config = experiment.config
+    assert (config.accelerator, config.dynamo, config.test, config.precision, config.compile_options) == (
+        wanted.accelerator, "inductor", "eval", wanted.precision, wanted.compile_options)
+    assert config.dashboard == name and f"[{name}]" in config.label()
+    # The harness's flags for it say the same: its device, its precision, and what it compiles with.
+    flags = wanted.harness_flags.split()
+    assert flags[flags.index("--device") + 1] == wanted.accelerator
+    assert {"fp32": "--float32", "amp": "--amp", "bf16": "--bfloat16"}[wanted.precision] in flags
+    assert ("--freezing" in flags) == ("freezing" in wanted.compile_options)
+    assert ("--export-aot-inductor" in flags) == wanted.compile_options.startswith("aot-inductor")
+    assert ("--dynamic-batch-only" in flags) == (wanted.compile_options == "dynamic")
+
+
+def test_a_group_plans_its_device_and_a_cpu_host_drops_cuda_with_the_reason():
+    assert [e.config.dashboard for e in plan(("cpu",)).to_run] == list(dashboards.groups()["cpu"])
+    on_cpu = plan(("cpu", "cuda"), CPU_ONLY)
+    assert len(on_cpu.to_run) == 5
+    assert {d.config.dashboard: d.reason for d in on_cpu.dropped} == {
+        name: "cuda requires torch.cuda.is_available()" for name in dashboards.groups()["cuda"]}
+    assert len(plan(("cpu", "cpu_inductor")).to_run) == 5  # a configuration is planned once
+
+
+def test_a_models_own_inference_precision_never_replaces_the_dashboards():
+    choices = MatrixChoices(dashboards=("cpu_inductor",), eval_precisions={"ghostnet_100": "fp16"})
+    (experiment,) = expand("timm", ["ghostnet_100"], choices, CPU_ONLY).to_run
+    assert experiment.config.precision == "fp32"
+
+
+def test_other_experiments_name_no_dashboard():
+    base = dict(accelerator="cpu", xla=None, xla_flags=None, dynamo="inductor", test="eval", precision="fp32")
+    assert ExperimentConfig(**base).dashboard == "cpu_inductor"
+    for change in (dict(precision="bf16"), dict(test="train"), dict(dynamo="aot_eager"),
+                   dict(compile_options="max-autotune")):
+        assert ExperimentConfig(**{**base, **change}).dashboard is None
+
+
+def test_cuda_graphs_where_the_harness_uses_them():
+    def on_cuda(options: str) -> ExperimentConfig:
+        return ExperimentConfig(accelerator="cuda", xla=None, xla_flags=None, dynamo="inductor", test="eval",
+                                precision="bf16", compile_options=options)
+    assert [uses_cuda_graphs(on_cuda(o)) for o in ("default", "dynamic", "freezing", "aot-inductor")] == [
+        True, True, True, False]
+    assert invalid_reason(on_cuda("freezing"), WITH_CUDA) is None  # freezing is not CPU-only in the harness
+
+
+def test_the_settings_come_with_their_source_commits():
+    assert dashboards.source().startswith("pytorch/pytorch .ci/pytorch/test.sh @ ")
+    assert "llama" in dashboards.dynamic_batch_skips() and dashboards.harness_iterations() == 2
+
+
+@pytest.mark.e2e
+def test_dashboard_beside_a_dimension_flag_is_one_line(run_cli):
+    result = run_cli("--suite-name=dummy", "--dashboard=cpu", "--compile-options=freezing", "--dry-run")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "experiment_runner: error: --dashboard sets the accelerator, dynamo backend, test, precision and compile "
+        "options as PyTorch's CI job of that name does; --compile-options cannot go with it"]
