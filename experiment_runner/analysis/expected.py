@@ -6,6 +6,9 @@ count differs from it, improvements included, so the file is updated on purpose
 (check_accuracy.py, check_graph_breaks.py). This reads a run through `export`'s mapping (the
 harness's accuracy statuses and graph-break counts) and does the same: one line per model whose
 status or count changed, exit 1; exit 0 when nothing did; `--update` rewrites the file.
+`--pytorch` takes PyTorch's own files for the run's dashboard configurations (`--dashboard`),
+shipped in data/ci_expected_accuracy/ with the commit each came from; models a file expects
+and the run lacks are listed, not counted as changes.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from experiment_runner.analysis.columns import results_files
-from experiment_runner.analysis.export import exported
+from experiment_runner.analysis.export import Exported, exported
 from experiment_runner.errors import (
     EXIT_OK,
     EXIT_REGRESSION,
@@ -66,12 +71,31 @@ def changes(actual: dict[str, dict[str, str]], expected: dict[str, dict[str, str
     return lines
 
 
+SHIPPED = Path(__file__).parent / "data" / "ci_expected_accuracy"
+# PyTorch's expected files are named <TEST_CONFIG>_inference.csv, TEST_CONFIG <configuration>_<suite>.
+PYTORCH_FILE = re.compile(r"(?P<test_config>.+_(?:torchbench|huggingface|timm))_inference\.csv")
+
+
+def shipped_commit(name: str) -> str | None:
+    """The pytorch/pytorch commit a shipped expected file was taken from."""
+    sources = json.loads((SHIPPED / "SOURCES.json").read_text())
+    return sources["files"].get(name)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = ReportParser(prog="experiment_runner check-expected", description=__doc__.split("\n\n", 1)[0],
                      epilog="Exit status: 0 as expected (or --update); 1 a status or graph-break count changed; "
                             "2 bad flags; 3 a file cannot be read or written.")
     p.add_argument("files", nargs="+", type=Path, help="results files, or folders searched for *.jsonl")
-    p.add_argument("--expected", type=Path, required=True, help="the expected CSV (name,accuracy,graph_breaks)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--expected", type=Path,
+                        help="the expected CSV (name,accuracy,graph_breaks); one named as PyTorch names its files "
+                             "(cpu_inductor_amp_freezing_timm_inference.csv) is compared with that configuration's "
+                             "experiments of the run")
+    source.add_argument("--pytorch", action="store_true",
+                        help="compare every PyTorch dashboard configuration of the run (--dashboard) with PyTorch's "
+                             "own expected file for it, shipped with this tool (each line names the file and its "
+                             "pytorch/pytorch commit)")
     p.add_argument("--group", metavar="NAME",
                    help="which compiler, suite, dtype, mode and device, as export names its CSVs "
                         "(inductor_torchbench_float32_inference_cpu); needed when the run has several")
@@ -80,20 +104,71 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def accuracy_rows(items: Sequence[Exported]) -> dict[str, dict[str, str]]:
+    """The run's rows as the harness's accuracy CSV has them, by model."""
+    actual = {}
+    for item in items:
+        accuracy = item.accuracy()
+        actual[str(accuracy["name"])] = {"name": str(accuracy["name"]), "accuracy": accuracy["accuracy"],
+                                         "graph_breaks": str(accuracy["graph_breaks"])}
+    return actual
+
+
+def check(label: str, actual: dict[str, dict[str, str]], path: Path, source: str, updatable: bool = True) -> int:
+    """Print the changes of one group against one expected file, then its summary line; the count."""
+    expected = read_expected(path)
+    found = changes(actual, expected)
+    for line in found:
+        print(line)
+    absent = sorted(set(expected) - set(actual))
+    if absent:
+        print(f"{label}: {len(absent)} model(s) of {path.name} not in this run: {', '.join(absent)}")
+    print(f"{label}: {len(actual)} model(s) checked against {source}: "
+          + (f"{len(found)} change(s) (exit 1{'; --update accepts them' if updatable else ''})" if found
+             else "as expected"))
+    return len(found)
+
+
+def check_pytorch(items: Sequence[Exported]) -> int:
+    """--pytorch: each dashboard configuration and suite of the run against PyTorch's file for it."""
+    jobs: dict[str, list[Exported]] = {}
+    for item in items:
+        if item.ci_test_config is not None:
+            jobs.setdefault(item.ci_test_config, []).append(item)
+    if not jobs:
+        raise ReportError("--pytorch: the run has no experiment of a PyTorch dashboard configuration of the "
+                          "torchbench, huggingface or timm suite (plan them with --dashboard)")
+    changed = 0
+    for job, members in sorted(jobs.items()):
+        name = f"{job}_inference.csv"
+        commit = shipped_commit(name)
+        if commit is None:
+            print(f"{job}: no expected file shipped for it ({name}); give one with --expected")
+            continue
+        changed += check(job, accuracy_rows(members), SHIPPED / name, f"PyTorch's {name} @ {commit[:12]}",
+                         updatable=False)
+    return changed
+
+
 @analysis_command("check-expected")
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
+    if args.pytorch and args.update:
+        raise ReportError("--update rewrites the file given with --expected, never PyTorch's shipped ones")
     items = exported(results_files(args.files), args.run_id)
-    groups = sorted({item.output for item in items})
-    group = args.group or (groups[0] if len(groups) == 1 else None)
-    if group not in groups:
-        raise ReportError(f"choose --group: the run has {', '.join(groups) or 'no compiled experiment'}")
-    actual = {}
-    for item in items:
-        if item.output == group:
-            accuracy = item.accuracy()
-            actual[str(accuracy["name"])] = {"name": str(accuracy["name"]), "accuracy": accuracy["accuracy"],
-                                             "graph_breaks": str(accuracy["graph_breaks"])}
+    if args.pytorch:
+        return EXIT_REGRESSION if check_pytorch(items) else EXIT_OK
+    named = PYTORCH_FILE.fullmatch(args.expected.name)
+    if named is not None and args.group is None and any(i.ci_test_config == named["test_config"] for i in items):
+        group = named["test_config"]
+        members = [item for item in items if item.ci_test_config == group]
+    else:
+        groups = sorted({item.output for item in items})
+        group = args.group or (groups[0] if len(groups) == 1 else None)
+        if group not in groups:
+            raise ReportError(f"choose --group: the run has {', '.join(groups) or 'no compiled experiment'}")
+        members = [item for item in items if item.output == group]
+    actual = accuracy_rows(members)
     if args.update:
         kept = read_expected(args.expected) if args.expected.exists() else {}
         kept.update(actual)
@@ -107,9 +182,4 @@ def main(argv: Sequence[str]) -> int:
             raise ReportError(f"cannot write {args.expected}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
         print(f"updated {args.expected}: {len(actual)} model(s) of {group}", file=sys.stderr)
         return EXIT_OK
-    found = changes(actual, read_expected(args.expected))
-    for line in found:
-        print(line)
-    print(f"{group}: {len(actual)} model(s) checked against {args.expected}: "
-          + (f"{len(found)} change(s) (exit 1; --update accepts them)" if found else "as expected"))
-    return EXIT_REGRESSION if found else EXIT_OK
+    return EXIT_REGRESSION if check(group, actual, args.expected, str(args.expected)) else EXIT_OK

@@ -6,8 +6,13 @@
   record's environment. Checked against data/pytorch_benchmark_v3.schema.json.
 - `dynamo-csv`: the harness's performance and accuracy CSVs, one pair per compiler, suite,
   dtype, mode and device, named as the harness names them
-  (`inductor_torchbench_float32_inference_cpu_performance.csv`), with our statuses and
-  verification codes mapped to its accuracy statuses (data/dynamo_export.json says how).
+  (`inductor_torchbench_float32_inference_cpu_performance.csv`; compile options other than the
+  default in the compiler's part, `inductor_freezing_...`), with our statuses and verification
+  codes mapped to its accuracy statuses (data/dynamo_export.json says how). Experiments of a
+  PyTorch dashboard configuration (`--dashboard`) also get the accuracy CSV its CI job writes,
+  where that job writes it: `<TEST_CONFIG>/inference_<suite>.csv`, e.g.
+  `cpu_inductor_amp_freezing_timm/inference_timm_models.csv`, whose expected file is PyTorch's
+  `cpu_inductor_amp_freezing_timm_inference.csv` (check-expected).
 
 With `--cache-bench` measurements, `pytorch-benchmark` also writes each compiled experiment's
 cold and warm compile times and the warm speedup as PyTorch's cachebench.py writes them
@@ -38,11 +43,14 @@ from experiment_runner.analysis.report import (
     read_rows,
     select_run,
 )
+from experiment_runner.core import dashboards
 from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError, ReportParser, analysis_command
 
 DATA = Path(__file__).parent / "data"
 MAPPING: dict[str, Any] = json.loads((DATA / "dynamo_export.json").read_text())
 GB = 1e9
+# The suites PyTorch's CI names in its TEST_CONFIGs and expected files, spelled as ours are.
+CI_SUITES = ("torchbench", "huggingface", "timm")
 
 
 def harness_dtype(precision: str | None) -> str:
@@ -75,18 +83,40 @@ class Exported:
         return self.result.row
 
     @property
+    def harness_suite(self) -> str:
+        return MAPPING["suite"].get(str(self.row.suite), str(self.row.suite))
+
+    @property
     def output(self) -> str:
-        """The harness's CSV name for this experiment's compiler, suite, dtype, mode, device."""
+        """The harness's CSV name for this experiment's compiler (with its compile options, as the
+        dashboard's inductor_dynamic_..., inductor_aot_inductor_... files), suite, dtype, mode, device."""
         r = self.row
-        suite = MAPPING["suite"].get(str(r.suite), str(r.suite))
-        return f"{r.dynamo}_{suite}_{harness_dtype(r.precision)}_{harness_mode(r.test)}_{r.accelerator}"
+        options = f"_{r.compile_options.replace('-', '_')}" if r.compile_options else ""
+        return f"{r.dynamo}{options}_{self.harness_suite}_{harness_dtype(r.precision)}_{harness_mode(r.test)}_{r.accelerator}"
+
+    @property
+    def dashboard(self) -> str | None:
+        """The PyTorch dashboard configuration this experiment is (core/dashboards.json), if any."""
+        r = self.row
+        return dashboards.name_of(str(r.accelerator), r.xla, r.dynamo, str(r.test), str(r.precision),
+                                  r.compile_options or "default")
+
+    @property
+    def ci_test_config(self) -> str | None:
+        """PyTorch CI's TEST_CONFIG for this experiment's configuration and suite
+        (cpu_inductor_amp_freezing_timm): its expected file is `<TEST_CONFIG>_inference.csv`."""
+        if self.dashboard is None or self.row.suite not in CI_SUITES:
+            return None
+        return f"{self.dashboard}_{self.row.suite}"
 
     def graph_stats(self) -> dict[str, int]:
+        """The harness's dynamo columns. graph_breaks is counted as the harness counts it where the
+        record has that count (--verify on inference), else the breaks of everything the child compiled."""
         breaks = (self.record.get("measurements") or {}).get("graph_breaks") or {}
         total, unique = int(breaks.get("total") or 0), int(breaks.get("unique_graphs") or 0)
         reasons = len(breaks.get("reasons") or [])
-        return {"calls_captured": unique, "unique_graphs": unique, "graph_breaks": total,
-                "unique_graph_breaks": reasons}
+        return {"calls_captured": unique, "unique_graphs": unique,
+                "graph_breaks": int(breaks.get("harness_count", total)), "unique_graph_breaks": reasons}
 
     def performance(self) -> dict[str, Any] | None:
         """The performance CSV's row; None where there is no speedup to report."""
@@ -146,6 +176,13 @@ def dynamo_csv(items: Sequence[Exported]) -> dict[str, str]:
         performance = [row for row in (m.performance() for m in members) if row is not None]
         files[f"{output}_performance.csv"] = _csv(performance, MAPPING["performance_columns"])
         files[f"{output}_accuracy.csv"] = _csv([m.accuracy() for m in members], MAPPING["accuracy_columns"])
+    ci_jobs: dict[str, list[Exported]] = {}
+    for item in items:
+        if item.ci_test_config is not None:
+            ci_jobs.setdefault(item.ci_test_config, []).append(item)
+    for job, members in sorted(ci_jobs.items()):  # as PyTorch's CI job <TEST_CONFIG> writes its accuracy CSV
+        files[f"{job}/inference_{members[0].harness_suite}.csv"] = _csv([m.accuracy() for m in members],
+                                                                        MAPPING["accuracy_columns"])
     return files
 
 
@@ -242,6 +279,7 @@ def write(args: argparse.Namespace) -> list[Path]:
         args.output.mkdir(parents=True, exist_ok=True)
         written = []
         for name, text in dynamo_csv(items).items():
+            (args.output / name).parent.mkdir(exist_ok=True)
             (args.output / name).write_text(text)
             written.append(args.output / name)
         return written

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from experiment_runner.analysis.export import DATA
+from experiment_runner.analysis.expected import SHIPPED
 from experiment_runner.cli import main as cli_main
 
 GOLDEN = Path(__file__).parents[1] / "golden"
@@ -33,8 +34,10 @@ def check_golden(produced: Path, golden: Path) -> None:
 
 def test_the_golden_run_exports_byte_for_byte(tmp_path: Path) -> None:
     folder = export(tmp_path, "dynamo-csv")
-    names = sorted(p.name for p in folder.iterdir())
-    assert names == sorted(p.name for p in EXPORT.glob("*.csv"))
+    names = sorted(str(p.relative_to(folder)) for p in folder.rglob("*.csv"))
+    assert names == sorted(str(p.relative_to(EXPORT)) for p in EXPORT.rglob("*.csv"))
+    # The dashboard configurations' accuracy CSVs where PyTorch's CI jobs write them.
+    assert {"cpu_inductor_torchbench/inference_torchbench.csv", "inductor_torchbench/inference_torchbench.csv"} <= set(names)
     for name in names:
         check_golden(folder / name, EXPORT / name)
     check_golden(export(tmp_path, "pytorch-benchmark"), EXPORT / "pytorch_benchmark.json")
@@ -141,3 +144,39 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "is not an expected-results file" in err[-1]
     assert cli_main(["export", str(RESULTS), "--format", "dynamo-csv", "-o", "/dev/null/x"]) == 3
+
+
+def test_check_expected_takes_pytorchs_files_shipped_or_named_as_pytorch_names_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # --pytorch: the golden run's fp32 CPU inductor inference is PyTorch's cpu_inductor configuration.
+    assert cli_main(["check-expected", str(RESULTS), "--pytorch"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    summary = next(line for line in out if line.startswith("cpu_inductor_torchbench: 4 model(s) checked"))
+    commit = json.loads((SHIPPED / "SOURCES.json").read_text())["files"]["cpu_inductor_torchbench_inference.csv"]
+    assert f"PyTorch's cpu_inductor_torchbench_inference.csv @ {commit[:12]}" in summary
+    assert "resnet50: accuracy pass -> fail_accuracy (regression)" in out  # PyTorch expects a pass
+    absent = next(line for line in out if "not in this run" in line)
+    assert "vision_maskrcnn" in absent and "resnet50" not in absent  # listed, not counted as changes
+    assert "inductor_torchbench: no expected file shipped for it (inductor_torchbench_inference.csv); " \
+           "give one with --expected" in out
+
+    # PyTorch's file unchanged, by its own name: it picks that configuration's experiments, no --group.
+    theirs = tmp_path / "cpu_inductor_torchbench_inference.csv"
+    theirs.write_bytes((SHIPPED / theirs.name).read_bytes())
+    assert cli_main(["check-expected", str(RESULTS), "--expected", str(theirs)]) == 1
+    assert capsys.readouterr().out.splitlines()[-1].startswith("cpu_inductor_torchbench: 4 model(s) checked")
+    assert cli_main(["check-expected", str(RESULTS), "--pytorch", "--update"]) == 2
+    assert "never PyTorch's shipped ones" in capsys.readouterr().err
+
+
+def test_shipped_expected_files_are_pytorchs_and_read_as_its_checks_read_them() -> None:
+    from experiment_runner.analysis.expected import read_expected
+    from experiment_runner.core import dashboards
+
+    sources = json.loads((SHIPPED / "SOURCES.json").read_text())["files"]
+    wanted = {d.expected_file(suite) for d in dashboards.dashboards().values() if d.accelerator == "cpu"
+              for suite in ("torchbench", "huggingface", "timm")}
+    assert set(sources) == wanted == {p.name for p in SHIPPED.glob("*.csv")}
+    for name in sources:
+        rows = read_expected(SHIPPED / name)  # blank lines and extra columns, as PyTorch keeps them
+        assert rows and all(row["accuracy"] and row["graph_breaks"].isdigit() for row in rows.values())
