@@ -3,9 +3,11 @@
 Unit tests drive CudaRuntime through a fake torch.cuda; this script runs the same code on a
 real device: synchronization, peak memory reset after warm-up, CUDA-OOM classification (a
 deliberately impossible allocation, in process and through the worker), the profiler's CUDA
-time (equal to its table's "Self CUDA time total" within 1%), an inductor speedup on a small model, and one experiment end to end through the CLI.
+time (equal to its table's "Self CUDA time total" within 1%), an inductor speedup on a small model, one
+experiment end to end through the CLI, and PyTorch's CUDA dashboard configurations (inductor,
+dynamic_inductor, aot_inductor: --dashboard=cuda) end to end, on the dummy model and optionally a real one.
 
-    python studies/cuda_check.py [--skip-cli]
+    PYTHONPATH=. python studies/cuda_check.py [--skip-cli] [--real-model timm/mobilenetv3_large_100]
 
 Exit status 0 when every check holds, 1 otherwise, 2 without CUDA.
 """
@@ -149,17 +151,29 @@ def check_inductor_speedup(runtime: CudaRuntime) -> dict[str, Any]:
             "inductor_first_iter_s": first, "ok": eager / inductor > 1.0}
 
 
+def run_cli(args: list[str], out: Path, workdir: Path, timeout: float) -> tuple[int | None, str, list]:
+    """The runner's exit status (None past `timeout`), its stderr, and the records it wrote."""
+    try:
+        proc = subprocess.run([sys.executable, "-m", "experiment_runner", *args, f"--output-dirname={out}"],
+                              capture_output=True, text=True, timeout=timeout,
+                              env=dict(os.environ, XDG_CACHE_HOME=str(workdir / "xdg")))
+        code, stderr = proc.returncode, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        code, stderr = None, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+    results = out / "results.jsonl"
+    records = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
+    return code, stderr, records
+
+
 def check_cli(workdir: Path) -> dict[str, Any]:
     """One inductor experiment end to end with the instrumentation flags."""
-    out = workdir / "cli"
-    proc = subprocess.run(
-        [sys.executable, "-m", "experiment_runner", "--suite-name=dummy", "--accelerator=cuda", "--dynamo=inductor",
-         "--test=eval", "--precision=fp32", "--repeat=3", f"--output-dirname={out}", "--collect-dynamo-counters",
-         "--profile-cuda-cpu", "--profile-cuda-cpu-individual-ops", "--dump-pytorch-profiles", "--cache-bench"],
-        capture_output=True, text=True, timeout=1200, env=dict(os.environ, XDG_CACHE_HOME=str(workdir / "xdg")))
-    if proc.returncode != 0:
-        return {"ok": False, "stderr": proc.stderr[-2000:]}
-    record = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
+    code, stderr, records = run_cli(
+        ["--suite-name=dummy", "--accelerator=cuda", "--dynamo=inductor", "--test=eval", "--precision=fp32",
+         "--repeat=3", "--collect-dynamo-counters", "--profile-cuda-cpu", "--profile-cuda-cpu-individual-ops",
+         "--dump-pytorch-profiles", "--cache-bench"], workdir / "cli", workdir, timeout=300)
+    if code != 0 or not records:
+        return {"ok": False, "stderr": stderr[-2000:]}
+    record = records[-1]
     m = {**record["metrics"], **record["measurements"]}
     keys = ("compile_time_s", "first_iter_time_s", "steady_iter_time_s", "peak_allocated_bytes",
             "peak_reserved_bytes", "total_cuda_time_s", "per_iter_cuda_time_s", "cold_compile_time_s",
@@ -172,9 +186,36 @@ def check_cli(workdir: Path) -> dict[str, Any]:
             **figures, "ok": ok}
 
 
+def check_dashboards(workdir: Path, suite: str, model: str) -> dict[str, Any]:
+    """PyTorch's CUDA dashboard configurations (--dashboard=cuda) end to end on one model: each
+    verified, recorded under its name, with CUDA graphs where the harness uses them (inductor and
+    dynamic_inductor, not AOT Inductor) and the harness-style graph-break count."""
+    code, stderr, records = run_cli([f"--suite-name={suite}", f"--filter=^{re.escape(model)}$", "--dashboard=cuda",
+                                     "--verify", "--repeat=5", "--speedup=harness"], workdir / f"dash-{suite}", workdir,
+                                    timeout=300)
+    rows = {}
+    for r in records:
+        m, e = {**r["metrics"], **r["measurements"]}, r["experiment"]
+        rows[e["dashboard"] or f"eager-{e['precision']}"] = {
+            "status": r["status"], "verification": r["verification_code"], "cuda_graphs": e["cuda_graphs"],
+            "compile_options": e["compile_options"], "compile_time_s": m.get("compile_time_s"),
+            "median_ms": 1e3 * statistics.median(m["per_iter_time"]) if m.get("per_iter_time") else None,
+            "speedup_harness": (m.get("paired") or {}).get("speedup"),
+            "harness_graph_breaks": (m.get("graph_breaks") or {}).get("harness_count"),
+            "error": (r.get("error") or {}).get("message", "")[:300]}
+    wanted = {"inductor": True, "dynamic_inductor": True, "aot_inductor": False}
+    ok = code == 0 and all(
+        name in rows and rows[name]["status"] == "ok" and rows[name]["verification"] == "PASS"
+        and rows[name]["cuda_graphs"] == graphs for name, graphs in wanted.items())
+    return {"model": f"{suite}/{model}", "returncode": code, "experiments": rows,
+            "stderr_tail": stderr[-1500:] if not ok else "", "ok": ok}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--skip-cli", action="store_true", help="skip the end-to-end CLI experiment")
+    parser.add_argument("--skip-cli", action="store_true", help="skip the end-to-end CLI experiments")
+    parser.add_argument("--real-model", metavar="SUITE/MODEL",
+                        help="also run PyTorch's CUDA dashboard configurations on this model (timm/mobilenetv3_large_100)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print(json.dumps({"error": "CUDA is not available"}))
@@ -190,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
         report["inductor_speedup"] = check_inductor_speedup(runtime)
         if not args.skip_cli:
             report["cli"] = check_cli(workdir)
+            report["dashboards_dummy"] = check_dashboards(workdir, "dummy", "dummy")
+            if args.real_model:
+                suite, _, model = args.real_model.partition("/")
+                report["dashboards_real"] = check_dashboards(workdir, suite, model)
     report["all_ok"] = all(v["ok"] for v in report.values() if isinstance(v, dict))
     print(json.dumps(report, indent=2, default=str))
     return 0 if report["all_ok"] else 1
