@@ -165,8 +165,11 @@ def main(argv: Sequence[str]) -> int:
     else:
         groups = sorted({item.output for item in items})
         group = args.group or (groups[0] if len(groups) == 1 else None)
+        has = ', '.join(groups) or 'no compiled experiment'
+        if args.group is not None and group not in groups:
+            raise ReportError(f"--group {args.group}: the run has no such group; it has {has}")
         if group not in groups:
-            raise ReportError(f"choose --group: the run has {', '.join(groups) or 'no compiled experiment'}")
+            raise ReportError(f"choose --group: the run has {has}")
         members = [item for item in items if item.output == group]
     actual = accuracy_rows(members)
     if args.update:

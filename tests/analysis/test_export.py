@@ -139,10 +139,15 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "choose --group" in capsys.readouterr().err
     group = ["--group", ACCURACY.removesuffix("_accuracy.csv")]
     assert cli_main(["check-expected", str(RESULTS), "--expected", str(tmp_path / "none.csv"), *group]) == 3
+    assert cli_main(["check-expected", str(RESULTS), "--expected", str(tmp_path / "none.csv"),
+                     "--group", "inductor_torchbench_float16_inference_cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "--group inductor_torchbench_float16_inference_cpu: the run has no such group; it has " in err
+    assert "inductor_torchbench_float32_inference_cpu" in err and "choose --group" not in err
     (tmp_path / "bad.csv").write_text("model,status\nx,pass\n")
     assert cli_main(["check-expected", str(RESULTS), "--expected", str(tmp_path / "bad.csv"), *group]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and "is not an expected-results file" in err[-1]
+    assert len(err) == 1 and "is not an expected-results file" in err[-1]
     assert cli_main(["export", str(RESULTS), "--format", "dynamo-csv", "-o", "/dev/null/x"]) == 3
 
 
