@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from verifier import memory
 from verifier.closeness import Comparison, compare, identical
 from verifier.subject import Subject
 from verifier.tolerances import Context, Policy, policy_for
@@ -127,7 +128,12 @@ def procedure(harness: Subject, policy: Policy) -> Verification:
             "iterations": harness.options.verify_iterations if harness.config.test == "train" else 1,
             "eager_device": reference.device.torch_device}
     try:
+        gc.collect()
+        resident = memory.resident_bytes()
+        harness.device.reset_peak_memory()
         eager = run_once(reference, precision, compiled=False)
+        high_water = harness.device.peak_memory().get("timed_peak_rss_bytes")  # absent where it cannot be reset
+        eager_run_bytes = max(0, high_water - resident) if high_water and resident else 0
         gc.collect()
         rerun = run_once(reference, precision, compiled=False)
         gc.collect()
@@ -140,13 +146,25 @@ def procedure(harness: Subject, policy: Policy) -> Verification:
                             details={**base, **determinism.details()})
     base["eager_deterministic"] = determinism.passed
 
+    fits = memory.plan(eager, eager_run_bytes, precision)
+    base["memory"] = fits.describe()
+    if not fits.fits(fits.without_reference):
+        return Verification("VERIFIER_SKIPPED", details={
+            **base, "reason": "the verification would not fit in the memory this host has available "
+                              f"(about {fits.without_reference / memory.GIB:.1f} GiB more even without the "
+                              "float64 reference)"})
     fp64: Any = None
-    try:
-        fp64 = run_once(reference, "fp64", compiled=False)
-        base["reference"] = "float64"
-    except Exception as exc:  # noqa: BLE001 - without it cosine similarity decides
-        base.update(reference=None, reference_error=_error(exc))
-    gc.collect()
+    if not fits.fits(fits.with_reference):
+        base.update(reference=None, reference_skipped=(
+            f"the float64 reference would need about {fits.with_reference / memory.GIB:.1f} GiB more than is "
+            "resident; this host has less available"))
+    else:
+        try:
+            fp64 = run_once(reference, "fp64", compiled=False)
+            base["reference"] = "float64"
+        except Exception as exc:  # noqa: BLE001 - without it cosine similarity decides
+            base.update(reference=None, reference_error=_error(exc))
+        gc.collect()
 
     result = run_once(harness, precision, compiled=True)
     gc.collect()

@@ -30,6 +30,14 @@ class Device(Protocol):
 
     def synchronize(self) -> None: ...
 
+    def reset_peak_memory(self) -> None:
+        """Start a new resident high-water mark (verifier/memory.py measures the eager run with it)."""
+        ...
+
+    def peak_memory(self) -> dict[str, int]:
+        """Peaks since reset_peak_memory: `timed_peak_rss_bytes` where the host can tell."""
+        ...
+
 
 class Subject(Protocol):
     """One experiment that the verifier can load and run again, from the same seed, as often as it needs."""

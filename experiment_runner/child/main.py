@@ -7,6 +7,7 @@ os._exit, kill) leaves the parent to write the record from the outside.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -121,6 +122,17 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
         if task.options.verify:
             from verifier import verify_experiment
 
+            if harness_counts_graph_breaks(harness, result["metrics"]):
+                t0 = time.perf_counter()
+                write_phase(task, "counting graph breaks as the harness")
+                result["metrics"]["graph_breaks"]["harness_count"] = harness_graph_breaks(
+                    model, lambda: harness.autocast(config.precision), dashboards.harness_iterations())
+                result["timings"]["harness_graph_breaks_s"] = time.perf_counter() - t0
+            # The verifier loads its own copies: the timed model, its step and what they hold go
+            # first, so verification has the memory they took (verifier/memory.py plans with it).
+            harness.model = None
+            del model, step, instrumentation
+            gc.collect()
             if on_timed is not None:
                 on_timed({**result, "verification_code": verification_code(task.options.verify, result["status"], None),
                           "artifacts": {**result["artifacts"], **device.artifacts()},
@@ -131,12 +143,6 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
             verification = verify_experiment(harness)
             result["verification"] = verification
             result["timings"]["verify_s"] = time.perf_counter() - t0
-            if harness_counts_graph_breaks(harness, result["metrics"]):
-                t0 = time.perf_counter()
-                write_phase(task, "counting graph breaks as the harness")
-                result["metrics"]["graph_breaks"]["harness_count"] = harness_graph_breaks(
-                    model, lambda: harness.autocast(config.precision), dashboards.harness_iterations())
-                result["timings"]["harness_graph_breaks_s"] = time.perf_counter() - t0
     except ModelSkipped as exc:
         result.update(status="skipped", error={"type": "ModelSkipped", "message": str(exc)})
     except BaseException as exc:  # noqa: BLE001 - every failure must become data

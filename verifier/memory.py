@@ -1,0 +1,103 @@
+"""Does the rest of a verification fit in memory? Planned after the eager runs, from what they took.
+
+Verification holds several copies of a model's outputs at once (eager, the float64 reference,
+the experiment's) and runs the model once more in float64, where weights and activations take
+twice the bytes of float32 (four times bfloat16's). For a large-vocabulary language model at its
+dashboard batch that is many gigabytes, and an OOM kill loses the verdict and tells nothing. So
+the verifier measures the eager run's own growth of the process's resident memory, estimates
+the float64 run, the compiled run and the comparison from it and from the eager output's size,
+and compares the estimate with the memory the host has available: the float64 reference is left
+out when only it does not fit (its reason recorded), and the whole verification is
+VERIFIER_SKIPPED, with the estimate, when even the rest does not.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GIB = 1 << 30
+# Bytes per element of the experiment's floating-point data; amp keeps float32 weights.
+_ELEMENT_BYTES = {"fp32": 4, "amp": 4, "bf16": 2, "fp16": 2, "fp64": 8}
+# The comparison's float64 temporaries, in output-sized float64 tensors (differences, magnitudes, bounds).
+COMPARE_TEMPORARIES = 4
+# Keep this share of what the host says is available as headroom for everything not estimated.
+HEADROOM = 0.8
+
+
+def float_elements(value: Any) -> int:
+    """Floating-point elements in a nested output (tensors in tuples, lists, dicts, dataclasses)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.numel() if value.is_floating_point() else 0
+    if isinstance(value, dict):
+        return sum(float_elements(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(float_elements(v) for v in value)
+    if hasattr(value, "__dataclass_fields__"):
+        return sum(float_elements(getattr(value, name)) for name in value.__dataclass_fields__)
+    return 0
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now (VmRSS), None where /proc cannot tell."""
+    try:
+        match = re.search(r"^VmRSS:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(match.group(1)) * 1024 if match else None
+
+
+def available_bytes() -> int | None:
+    """What the host (or this container's memory limit) can still give: MemAvailable, or the
+    cgroup's limit minus its usage when that is lower; None where neither can be read."""
+    found: list[int] = []
+    try:
+        match = re.search(r"^MemAvailable:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.MULTILINE)
+        if match:
+            found.append(int(match.group(1)) * 1024)
+    except OSError:
+        pass
+    try:
+        limit, used = (Path("/sys/fs/cgroup", name).read_text().strip() for name in ("memory.max", "memory.current"))
+        if limit.isdigit() and used.isdigit():
+            found.append(int(limit) - int(used))
+    except OSError:
+        pass
+    return min(found) if found else None
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Bytes the rest of the verification needs beyond what is resident now, with and without the
+    float64 reference, and what the host has available."""
+
+    with_reference: int
+    without_reference: int
+    available: int | None
+
+    def fits(self, need: int) -> bool:
+        return self.available is None or need <= HEADROOM * self.available
+
+    def describe(self) -> dict[str, float | None]:
+        return {"estimated_gib_with_float64_reference": round(self.with_reference / GIB, 2),
+                "estimated_gib_without_float64_reference": round(self.without_reference / GIB, 2),
+                "available_gib": None if self.available is None else round(self.available / GIB, 2),
+                "headroom": HEADROOM}
+
+
+def plan(eager_output: Any, eager_run_bytes: int, precision: str) -> MemoryPlan:
+    """The estimate, from the eager output (kept while the rest runs) and the eager run's growth
+    of the resident memory (its model copy, activations and output)."""
+    elements = float_elements(eager_output)
+    own = elements * _ELEMENT_BYTES.get(precision, 4)
+    widened = 8 / _ELEMENT_BYTES.get(precision, 4)
+    out64 = elements * 8
+    fp64_run = int(eager_run_bytes * widened)
+    compiled_run = eager_run_bytes  # its model copy and activations, as eager's
+    with_reference = max(fp64_run, out64 + compiled_run, out64 + own + COMPARE_TEMPORARIES * out64)
+    without_reference = max(compiled_run, own + COMPARE_TEMPORARIES * out64)
+    return MemoryPlan(with_reference, without_reference, available_bytes())
