@@ -151,7 +151,8 @@ class FaultySuite(Suite):
                    "verify_segfault", "verify_hang", "linger", "exit_hang")
     QUICK = tuple(f"quick_{i:02d}" for i in range(20))
     # paced_*: each forward sleeps FAULTY_PACE_<NAME> seconds (default PACE_S): a model slowed on purpose;
-    # drift: each forward sleeps PACE_S x (1 + FAULTY_DRIFT_RATE x seconds since FAULTY_DRIFT_T0);
+    # drift: each forward sleeps FAULTY_DRIFT_PACE (default PACE_S) x (1 + FAULTY_DRIFT_RATE x seconds since
+    # FAULTY_DRIFT_T0);
     # batched: batch size 10 (or --batch-size), each forward appends the batch it ran at to FAULTY_BATCH_TRACE.
     PACED = ("paced_a", "paced_b")
     NAPS = tuple(f"nap_{i:02d}" for i in range(8))
@@ -165,7 +166,8 @@ class FaultySuite(Suite):
             return _tiny(request)
         if name == "drift":  # a host slowing down steadily: every call costs more as time goes on
             start, rate = float(os.environ.get("FAULTY_DRIFT_T0", "0")), float(os.environ.get("FAULTY_DRIFT_RATE", "0"))
-            return _tiny(request, lambda output: (time.sleep(PACE_S * (1 + rate * max(0.0, time.time() - start))),
+            pace = float(os.environ.get("FAULTY_DRIFT_PACE", PACE_S))
+            return _tiny(request, lambda output: (time.sleep(pace * (1 + rate * max(0.0, time.time() - start))),
                                                   output)[1])
         if name == "batched":
             return _tiny(request, _trace_batch, batch_size=request.batch_size or 10)
