@@ -724,7 +724,7 @@ def main(argv: Sequence[str]) -> int:
     else:
         sys.stdout.write(render_text(analysis) + render_confirmation(verdicts, args.confirm_processes))
     if verdicts is not None:
-        return EXIT_REGRESSION if any(v.upheld for v in verdicts) else EXIT_OK
+        return EXIT_REGRESSION if any(v.alerts for v in verdicts) else EXIT_OK
     return EXIT_REGRESSION if analysis.regressions_in_window() else EXIT_OK
 
 
