@@ -19,6 +19,7 @@ from typing import Sequence
 
 from experiment_runner.analysis.columns import results_files
 from experiment_runner.analysis.export import exported
+from experiment_runner.analysis.outputs import check_output
 from experiment_runner.errors import (
     EXIT_OK,
     EXIT_REGRESSION,
@@ -83,7 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
 @analysis_command("check-expected")
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
-    items = exported(results_files(args.files), args.run_id)
+    inputs = results_files(args.files)
+    if args.update:
+        check_output(args.expected, inputs, "--expected")
+    items = exported(inputs, args.run_id)
     groups = sorted({item.output for item in items})
     group = args.group or (groups[0] if len(groups) == 1 else None)
     if group not in groups:

@@ -1,0 +1,47 @@
+"""Where an analysis command writes: never over one of its inputs, never into a FIFO or a device.
+
+Every writer (export, history --html, merge, check-expected --update, report --plot) asks here
+before it reads anything, so a wrong `-o` costs one line and exit 2, not the results it was
+about to read, nor a write that blocks forever on a FIFO nobody reads.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Iterable
+
+from experiment_runner.errors import EXIT_USAGE, ReportError
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
+def check_output(path: Path, inputs: Iterable[Path], flag: str, folder: bool = False) -> None:
+    """Refuse `path` as `flag`'s output (ReportError, exit 2) when it exists and is not what the
+    command writes (a regular file, or with `folder` a directory), or when it is one of `inputs`
+    (the same file by device and inode: a symlink, a hard link or `./` do not hide it). A path
+    that does not exist yet, or cannot be looked at, is left to the write to report."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return
+    if folder:
+        if not stat.S_ISDIR(mode):
+            kind = "a file" if stat.S_ISREG(mode) else _kind(mode)
+            raise ReportError(f"{flag} {path} is not a directory ({kind}); give a folder for the files", EXIT_USAGE)
+        return
+    if not stat.S_ISREG(mode):
+        raise ReportError(f"{flag} {path} is {_kind(mode)}, not a regular file; give a file path", EXIT_USAGE)
+    for given in inputs:
+        if os.path.exists(given) and os.path.samefile(path, given):
+            raise ReportError(f"{flag} {path} is one of the inputs ({given}): writing it would destroy what is "
+                              "read; give another file", EXIT_USAGE)
