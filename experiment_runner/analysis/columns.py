@@ -179,14 +179,17 @@ def _schema() -> "pyarrow.Schema":
 
 
 def _duckdb(files: Sequence[Path]) -> "pyarrow.Table | None":
-    """`files` through DuckDB, or None when one of them does not parse cleanly."""
+    """`files` through DuckDB, or None when one of them does not parse cleanly, or none holds a
+    record (DuckDB reads a file that claims size 0, as /proc's do, as empty: the tolerant reader
+    then reads it, and says so when the read fails)."""
     import duckdb
 
     connection = duckdb.connect()
     try:
         relation = connection.sql(_SELECT, params={"files": [str(f) for f in files], "columns": _COLUMNS})
         schema = _schema()
-        return relation.to_arrow_table().select(schema.names).cast(schema)
+        table = relation.to_arrow_table().select(schema.names).cast(schema)
+        return table if len(table) else None
     except (duckdb.InvalidInputException, duckdb.ConversionException, duckdb.IOException):  # the data, not the query
         return None
     finally:

@@ -97,6 +97,14 @@ def open_results(path: Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+def _read_line(handle: BinaryIO, path: Path, limit: int) -> bytes:
+    """One line; a read that fails (EIO from a failing disk) is the file's error, one line for the user."""
+    try:
+        return handle.readline(limit)
+    except OSError as exc:
+        raise ResultsFileError(f"cannot read results file {path}: {exc.strerror or exc}") from exc
+
+
 def iter_records(path: Path, bad_lines: list[BadLine] | None = None) -> Iterator[dict]:
     """Yield the records of a results file, streaming; corrupt, torn, overlong or too deeply
     nested lines are skipped.
@@ -113,10 +121,10 @@ def iter_records(path: Path, bad_lines: list[BadLine] | None = None) -> Iterator
 
     with open_results(path) as handle:
         lineno = 0
-        while raw := handle.readline(MAX_LINE_BYTES + 1):
+        while raw := _read_line(handle, path, MAX_LINE_BYTES + 1):
             lineno += 1
             if len(raw) > MAX_LINE_BYTES:
-                while (rest := handle.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                while (rest := _read_line(handle, path, MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
                     pass
                 skip(lineno, f"a line longer than {MAX_LINE_BYTES} bytes")
                 continue
