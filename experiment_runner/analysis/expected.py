@@ -13,13 +13,15 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from experiment_runner.analysis.columns import results_files
 from experiment_runner.analysis.export import exported
-from experiment_runner.analysis.outputs import check_output
+from experiment_runner.analysis.outputs import check_output, file_kind
 from experiment_runner.errors import (
     EXIT_OK,
     EXIT_REGRESSION,
@@ -33,17 +35,66 @@ COLUMNS = ("name", "accuracy", "graph_breaks")
 PASSING = ("pass", "pass_due_to_skip")
 
 
-def read_expected(path: Path) -> dict[str, dict[str, str]]:
+# An expected-results file lists a few hundred models; one far larger is not one (and is not read whole).
+MAX_EXPECTED_BYTES = 16 * 2**20
+
+
+def _expected_text(path: Path) -> str:
+    """The file's text: a regular file only (a FIFO would block the read, /dev/zero never ends),
+    UTF-8 with or without the BOM spreadsheets write."""
     try:
-        text = path.read_text()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise ReportError(f"cannot read {path}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-    if missing:
-        raise ReportError(f"{path} is not an expected-results file: no {', '.join(missing)} column "
-                          f"(expected {','.join(COLUMNS)})")
-    return {row["name"]: row for row in reader}
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ReportError(f"{path} is {file_kind(mode)}, not an expected-results file (a CSV)")
+        os.set_blocking(fd, True)
+        try:
+            data = handle.read(MAX_EXPECTED_BYTES + 1)
+        except OSError as exc:
+            raise ReportError(f"cannot read {path}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
+    if len(data) > MAX_EXPECTED_BYTES:
+        raise ReportError(f"{path} is larger than {MAX_EXPECTED_BYTES >> 20} MiB: not an expected-results file")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ReportError(f"{path}:{line}: not UTF-8 text (byte {data[exc.start]:#04x}); save it as UTF-8 CSV") from None
+
+
+def read_expected(path: Path) -> dict[str, dict[str, str]]:
+    """The expected file's rows by model name; anything PyTorch's checks would misread (a
+    duplicate model, a graph-break count that is not a whole number, a row without a name or a
+    status) is one line and exit 2, naming the line."""
+    reader = csv.DictReader(io.StringIO(_expected_text(path), newline=""))
+    try:
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ReportError(f"{path} is not an expected-results file: no {', '.join(missing)} column "
+                              f"(expected {','.join(COLUMNS)})")
+        rows: dict[str, dict[str, str]] = {}
+        for row in reader:
+            where = f"{path}:{reader.line_num}"
+            name, accuracy, breaks = (str(row.get(c) or "").strip() for c in COLUMNS)
+            if not name or not accuracy:
+                raise ReportError(f"{where}: a row needs a name and an accuracy status, got {row[COLUMNS[0]]!r}, "
+                                  f"{row[COLUMNS[1]]!r}")
+            if not breaks.isdigit() or not breaks.isascii():
+                raise ReportError(f"{where}: {name}'s graph_breaks must be a whole number >= 0, got {breaks!r}")
+            if name in rows:
+                raise ReportError(f"{where}: {name} is listed twice; keep one row per model")
+            rows[name] = {"name": name, "accuracy": accuracy, "graph_breaks": str(int(breaks))}
+    except csv.Error as exc:
+        raise ReportError(f"{path}:{reader.line_num}: not CSV: {exc}") from None
+    return rows
+
+
+def absent(actual: dict[str, dict[str, str]], expected: dict[str, dict[str, str]]) -> list[str]:
+    """The models the expected file lists that the run does not hold: a model that vanished from
+    the run is no pass (PyTorch's checks read only the run's models, and would say nothing)."""
+    return sorted(set(expected) - set(actual))
 
 
 def changes(actual: dict[str, dict[str, str]], expected: dict[str, dict[str, str]]) -> list[str]:
@@ -111,9 +162,14 @@ def main(argv: Sequence[str]) -> int:
             raise ReportError(f"cannot write {args.expected}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
         print(f"updated {args.expected}: {len(actual)} model(s) of {group}", file=sys.stderr)
         return EXIT_OK
-    found = changes(actual, read_expected(args.expected))
+    expected = read_expected(args.expected)
+    found = changes(actual, expected)
+    lacking = absent(actual, expected)
     for line in found:
         print(line)
+    if lacking:
+        print(f"not in this run ({len(lacking)}, expected by the file): {', '.join(lacking)}")
     print(f"{group}: {len(actual)} model(s) checked against {args.expected}: "
-          + (f"{len(found)} change(s) (exit 1; --update accepts them)" if found else "as expected"))
+          + (f"{len(found)} change(s) (exit 1; --update accepts them)" if found else "as expected")
+          + (f"; {len(lacking)} expected model(s) not in this run" if lacking else ""))
     return EXIT_REGRESSION if found else EXIT_OK

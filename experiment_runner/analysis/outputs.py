@@ -15,7 +15,8 @@ from typing import Iterable
 from experiment_runner.errors import EXIT_USAGE, ReportError
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a path that is not a regular file is, in words, for a one-line refusal."""
     if stat.S_ISDIR(mode):
         return "a directory"
     if stat.S_ISFIFO(mode):
@@ -36,11 +37,11 @@ def check_output(path: Path, inputs: Iterable[Path], flag: str, folder: bool = F
         return
     if folder:
         if not stat.S_ISDIR(mode):
-            kind = "a file" if stat.S_ISREG(mode) else _kind(mode)
+            kind = "a file" if stat.S_ISREG(mode) else file_kind(mode)
             raise ReportError(f"{flag} {path} is not a directory ({kind}); give a folder for the files", EXIT_USAGE)
         return
     if not stat.S_ISREG(mode):
-        raise ReportError(f"{flag} {path} is {_kind(mode)}, not a regular file; give a file path", EXIT_USAGE)
+        raise ReportError(f"{flag} {path} is {file_kind(mode)}, not a regular file; give a file path", EXIT_USAGE)
     for given in inputs:
         if os.path.exists(given) and os.path.samefile(path, given):
             raise ReportError(f"{flag} {path} is one of the inputs ({given}): writing it would destroy what is "
