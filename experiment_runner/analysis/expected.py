@@ -13,15 +13,13 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import os
-import stat
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from experiment_runner.analysis.columns import results_files
 from experiment_runner.analysis.export import exported
-from experiment_runner.analysis.outputs import check_output, file_kind
+from experiment_runner.analysis.files import check_output, read_small
 from experiment_runner.errors import (
     EXIT_OK,
     EXIT_REGRESSION,
@@ -40,23 +38,8 @@ MAX_EXPECTED_BYTES = 16 * 2**20
 
 
 def _expected_text(path: Path) -> str:
-    """The file's text: a regular file only (a FIFO would block the read, /dev/zero never ends),
-    UTF-8 with or without the BOM spreadsheets write."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise ReportError(f"cannot read {path}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
-    with os.fdopen(fd, "rb") as handle:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise ReportError(f"{path} is {file_kind(mode)}, not an expected-results file (a CSV)")
-        os.set_blocking(fd, True)
-        try:
-            data = handle.read(MAX_EXPECTED_BYTES + 1)
-        except OSError as exc:
-            raise ReportError(f"cannot read {path}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
-    if len(data) > MAX_EXPECTED_BYTES:
-        raise ReportError(f"{path} is larger than {MAX_EXPECTED_BYTES >> 20} MiB: not an expected-results file")
+    """The file's text: UTF-8, with or without the BOM spreadsheets write."""
+    data = read_small(path, "an expected-results file (a CSV)", MAX_EXPECTED_BYTES)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

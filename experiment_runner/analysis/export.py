@@ -30,7 +30,7 @@ from typing import Any, Iterable, Sequence
 
 from experiment_runner.analysis.columns import results_files
 from experiment_runner.analysis.loader import Row, run_records, runs_of
-from experiment_runner.analysis.outputs import check_output
+from experiment_runner.analysis.files import check_output
 from experiment_runner.analysis.report import (
     DEFAULT_BASELINE,
     ModelResult,

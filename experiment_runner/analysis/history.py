@@ -37,7 +37,7 @@ from experiment_runner.analysis.columns import Factor, Records, read_back, read_
 from experiment_runner.analysis.confirm import DEFAULT_PROCESSES, Verdict, confirm, render_confirmation, suspects
 from experiment_runner.analysis.evidence import Difference, Event, differences, events
 from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES, speedup_method
-from experiment_runner.analysis.outputs import check_output
+from experiment_runner.analysis.files import check_output
 from experiment_runner.analysis.repro import repro_command
 from experiment_runner.analysis.page import RECORDS_ON_PAGE, encode_series, link_to, render, write_page
 from experiment_runner.core.requirements import install_command

@@ -29,7 +29,7 @@ from experiment_runner.core.results import (
     iter_records,
     process_index,
 )
-from experiment_runner.analysis.outputs import check_output
+from experiment_runner.analysis.files import check_output
 from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError, ReportParser
 
 
@@ -93,7 +93,7 @@ def merge(sources: Sequence[Source], run_id: str | None) -> tuple[list[dict], li
 
 def write_atomically(path: Path, records: Sequence[dict]) -> None:
     """Replace `path` with the records, all or nothing. A symlink is written through (its target
-    is replaced, the link stays); `main` has refused anything but a regular file (outputs.check_output)."""
+    is replaced, the link stays); `main` has refused anything but a regular file (files.check_output)."""
     path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

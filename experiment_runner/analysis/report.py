@@ -27,7 +27,7 @@ from experiment_runner.analysis.loader import (
     runs_of,
     speedup_method,
 )
-from experiment_runner.analysis.outputs import check_output
+from experiment_runner.analysis.files import check_output
 from experiment_runner.core.matrix import parse_none
 from experiment_runner.core.requirements import install_command
 from experiment_runner.core.results import BadLine, ResultsFileError

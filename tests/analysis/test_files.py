@@ -1,5 +1,5 @@
 """No analysis command writes over its own input, into a FIFO or into a device
-(analysis.outputs.check_output, asked by every writer before it reads anything)."""
+(analysis.files.check_output, asked by every writer before it reads anything)."""
 
 from __future__ import annotations
 
