@@ -62,6 +62,8 @@ def analysis_command(name: str) -> Callable[[Callable[[Sequence[str]], int]], Ca
             except ReportError as exc:
                 print(f"experiment_runner {name}: error: {exc}", file=sys.stderr)
                 return exc.code
+            except BrokenPipeError:  # our reader went away: the CLI's exit 141, not an I/O error of ours
+                raise
             except OSError as exc:  # a failing disk or a file gone mid-read: I/O, exit 3, never a traceback
                 where = f"{exc.filename}: " if exc.filename and exc.strerror else ""
                 print(f"experiment_runner {name}: error: {where}{exc.strerror or exc}", file=sys.stderr)
