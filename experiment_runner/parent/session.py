@@ -233,8 +233,7 @@ def run(config: RunConfig) -> int:
         about = f"{m.suite_name}: {suite.description or suite.source + ' models'}"
         return execute(config, plan, state, suite.source, gpu_ids, about)
     finally:
-        if lock is not None:
-            os.close(lock)
+        os.close(lock)
 
 
 def resume(config: RunConfig, plan: matrix.Plan) -> RunState:

@@ -138,9 +138,10 @@ class RunLocked(UsageError):
 LOCK_POLL_S = 0.2
 
 
-def lock_results(results_path: Path, wait_s: float = 0.0) -> int | None:
+def lock_results(results_path: Path, wait_s: float = 0.0) -> int:
     """Take the exclusive lock of the results file's real location (held until this process
-    exits or closes the returned fd); None for a results "file" that is a device (/dev/null).
+    exits or closes the returned fd). Anything but a regular file is refused before any
+    experiment runs: a FIFO would block, a device (/dev/null, /dev/full) fails or loses records.
 
     The lock is a file beside the real results file (`results.jsonl.lock`) that says who holds
     it (pid and host), for the message a second runner prints. OSError when it cannot be
@@ -150,10 +151,11 @@ def lock_results(results_path: Path, wait_s: float = 0.0) -> int | None:
     if real.is_dir():
         raise ResultsFileError(f"cannot read results file {results_path}: Is a directory")
     if real.exists() and not real.is_file():
-        if not real.is_char_device():
+        if not (real.is_char_device() or real.is_block_device()):
             raise UsageError(f"the results file {results_path} is not a regular file (a FIFO or a socket); "
                              "a runner would block on it or fail at its first record")
-        return None  # a device: /dev/null discards the records
+        raise ResultsFileError(f"cannot write results file {results_path}: {real} is a device, not a regular file "
+                               "(its records would fail or be lost); give a file")
     real.parent.mkdir(parents=True, exist_ok=True)
     path = real.with_name(real.name + ".lock")
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
