@@ -31,8 +31,10 @@ from experiment_runner.errors import (
     EXIT_RESULTS_IO,
     EXIT_USAGE,
     RunnerError,
+    Stopped,
     UsageError,
     exit_code,
+    stop,
 )
 
 # Subcommand → the analysis module whose main(argv) runs it.
@@ -292,16 +294,7 @@ def run_command(argv: Sequence[str]) -> int:
     return run(config)
 
 
-class Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGHUP outside the run loop (which handles them itself, like Ctrl-C)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _stop(signum: int, _frame: object) -> None:
-    raise Stopped(signum)
+_show_warning = warnings.showwarning
 
 
 def _one_line_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
@@ -311,9 +304,6 @@ def _one_line_warning(message: Warning | str, category: type[Warning], filename:
         print(f"experiment_runner: warning: {message}", file=sys.stderr)
     else:
         _show_warning(message, category, filename, lineno, file, line)
-
-
-_show_warning = warnings.showwarning
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -341,7 +331,7 @@ def _dispatch(argv: list[str]) -> int:
               "see --help)", file=sys.stderr)
         return EXIT_USAGE
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _stop)
+        signal.signal(sig, stop)
     try:
         return run_command(argv)
     except RunnerError as exc:

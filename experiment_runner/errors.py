@@ -16,6 +16,19 @@ EXIT_REGRESSION = 1  # compare: a significant regression or a new failure (cron 
 EXIT_BROKEN_PIPE = 141  # stdout's reader went away (`| head`): 128 + SIGPIPE, as a shell would report
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, ending what runs as Ctrl-C does (the run loop handles them itself)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def stop(signum: int, _frame: object) -> None:
+    """A signal handler: raise Stopped, so `finally` blocks end what was started."""
+    raise Stopped(signum)
+
+
 class RunnerError(Exception):
     """An error the run reports as one line, with the exit code EXIT_CODES gives its type."""
 

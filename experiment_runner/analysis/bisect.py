@@ -45,7 +45,16 @@ from experiment_runner.analysis.compare import welch_log_ps
 from experiment_runner.analysis.files import read_small
 from experiment_runner.analysis.loader import Row, load_rows
 from experiment_runner.core.process_groups import kill_experiment
-from experiment_runner.errors import EXIT_OK, EXIT_USAGE, ReportError, ReportParser, analysis_command
+from experiment_runner.errors import (
+    EXIT_OK,
+    EXIT_RESULTS_IO,
+    EXIT_USAGE,
+    ReportError,
+    ReportParser,
+    Stopped,
+    analysis_command,
+    stop,
+)
 
 QUESTIONS = ("time", "status", "verification")
 # Exit status when no single first bad environment could be named (a range, or no change).
@@ -118,18 +127,6 @@ def read_environments(pairs: Sequence[str], envs_file: Path | None) -> list[Envi
     return found
 
 
-class Stopped(KeyboardInterrupt):
-    """SIGTERM, ending bisect as Ctrl-C does."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _stop(signum: int, _frame: object) -> None:
-    raise Stopped(signum)
-
-
 class StepRunner:
     """Runs the experiment in one environment (or reuses its finished records) and reads them."""
 
@@ -161,7 +158,7 @@ class StepRunner:
             folder.mkdir(parents=True, exist_ok=True)
             marker.write_text(python + "\n")
         except OSError as exc:
-            raise ReportError(f"cannot write {marker}: {exc.strerror or exc}", 3) from None
+            raise ReportError(f"cannot write {marker}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
 
     def call(self, command: list[str]) -> tuple[int | None, str, str]:
         """Run `command` in its own process group: its exit status (None when it outlived the
@@ -387,7 +384,7 @@ def main(argv: Sequence[str]) -> int:
     environments = read_environments(args.env, args.envs)
     runner = StepRunner(flags, args.output, args.processes, args.step_timeout)
     quiet = args.format == "json"
-    previous = signal.signal(signal.SIGTERM, _stop)
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
         result = bisect(environments, runner, args.question, args.alpha, args.min_change,
                         echo=(lambda line: None) if quiet else print)
