@@ -44,7 +44,8 @@ def _expected_text(path: Path) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise ReportError(f"{path}:{line}: not UTF-8 text (byte {data[exc.start]:#04x}); save it as UTF-8 CSV") from None
+        raise ReportError(f"{path}:{line}: not UTF-8 text (byte {data[exc.start]:#04x}); "
+                          "save it as UTF-8 CSV") from None
 
 
 def read_expected(path: Path) -> dict[str, dict[str, str]]:
