@@ -16,12 +16,14 @@ import os
 import re
 import signal
 import sys
+import warnings
+from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from experiment_runner import __version__
 from experiment_runner.core import matrix
 from experiment_runner.core.flags import Declared, declared
-from experiment_runner.core.results import ResultsFileError
+from experiment_runner.core.results import RecordWarning, ResultsFileError
 from experiment_runner.core.run_config import CONFIGS, GROUPS, MatrixConfig, RunConfig
 from experiment_runner.errors import (
     EXIT_BROKEN_PIPE,
@@ -29,8 +31,10 @@ from experiment_runner.errors import (
     EXIT_RESULTS_IO,
     EXIT_USAGE,
     RunnerError,
+    Stopped,
     UsageError,
     exit_code,
+    stop,
 )
 
 # Subcommand → the analysis module whose main(argv) runs it.
@@ -140,6 +144,11 @@ def check_combinations(config: RunConfig) -> None:
     m, s, o = config.matrix, config.session, config.options
     if not m.partition_id < m.total_partitions:
         raise UsageError("--partition-id must be in [0, --total-partitions)")
+    registry = Path(os.path.realpath(Path(s.output_dirname) / "runs"))
+    results = Path(os.path.realpath(s.results_path))
+    if results == registry or registry in results.parents:
+        raise UsageError(f"--output-basename={s.output_basename} puts the results file in the run registry "
+                         f"({registry}, where each run is registered); name it otherwise")
     if s.retry_failed and not s.resume:
         raise UsageError("--retry-failed retries within a resumed run; it cannot go with --no-resume")
     if s.gpu_ids is not None and not re.fullmatch(r"\d+(,\d+)*", s.gpu_ids.replace(" ", "")):
@@ -293,19 +302,20 @@ def run_command(argv: Sequence[str]) -> int:
     return run(config)
 
 
-class Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGHUP outside the run loop (which handles them itself, like Ctrl-C)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
+_show_warning = warnings.showwarning
 
 
-def _stop(signum: int, _frame: object) -> None:
-    raise Stopped(signum)
+def _one_line_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                      file: Any = None, line: str | None = None) -> None:
+    """Records this reader may misread are said as one line, like every other warning of ours."""
+    if issubclass(category, RecordWarning):
+        print(f"experiment_runner: warning: {message}", file=sys.stderr)
+    else:
+        _show_warning(message, category, filename, lineno, file, line)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    warnings.showwarning = _one_line_warning
     try:
         return _dispatch(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:
@@ -329,7 +339,7 @@ def _dispatch(argv: list[str]) -> int:
               "see --help)", file=sys.stderr)
         return EXIT_USAGE
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _stop)
+        signal.signal(sig, stop)
     try:
         return run_command(argv)
     except RunnerError as exc:

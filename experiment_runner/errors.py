@@ -16,6 +16,19 @@ EXIT_REGRESSION = 1  # compare: a significant regression or a new failure (cron 
 EXIT_BROKEN_PIPE = 141  # stdout's reader went away (`| head`): 128 + SIGPIPE, as a shell would report
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, ending what runs as Ctrl-C does (the run loop handles them itself)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def stop(signum: int, _frame: object) -> None:
+    """A signal handler: raise Stopped, so `finally` blocks end what was started."""
+    raise Stopped(signum)
+
+
 class RunnerError(Exception):
     """An error the run reports as one line, with the exit code EXIT_CODES gives its type."""
 
@@ -51,7 +64,8 @@ class ReportParser(argparse.ArgumentParser):
 
 def analysis_command(name: str) -> Callable[[Callable[[Sequence[str]], int]], Callable[[Sequence[str]], int]]:
     """An analysis command's `main(argv)`: a ReportError raised anywhere in it is one line on
-    stderr (`experiment_runner NAME: error: ...`) and its exit status; --help (argparse's
+    stderr (`experiment_runner NAME: error: ...`) and its exit status, an OSError (a results file
+    that fails to read, ResultsFileError included) one line and exit 3; --help (argparse's
     SystemExit) returns argparse's status instead of leaving the interpreter."""
     def wrap(main: Callable[[Sequence[str]], int]) -> Callable[[Sequence[str]], int]:
         @functools.wraps(main)
@@ -61,6 +75,12 @@ def analysis_command(name: str) -> Callable[[Callable[[Sequence[str]], int]], Ca
             except ReportError as exc:
                 print(f"experiment_runner {name}: error: {exc}", file=sys.stderr)
                 return exc.code
+            except BrokenPipeError:  # our reader went away: the CLI's exit 141, not an I/O error of ours
+                raise
+            except OSError as exc:  # a failing disk or a file gone mid-read: I/O, exit 3, never a traceback
+                where = f"{exc.filename}: " if exc.filename and exc.strerror else ""
+                print(f"experiment_runner {name}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+                return EXIT_RESULTS_IO
             except SystemExit as exc:  # --help
                 return int(exc.code or 0)
         return run

@@ -247,9 +247,12 @@ def records_follow_the_schema(tmp_path_factory: pytest.TempPathFactory):
     `schema_version` but no `timings.finished_at`).
     """
     yield
-    from experiment_runner.core.record_schema import record_errors
-    from experiment_runner.core.results import iter_records
+    import warnings
 
+    from experiment_runner.core.record_schema import record_errors
+    from experiment_runner.core.results import RecordWarning, iter_records
+
+    warnings.simplefilter("ignore", RecordWarning)  # tests write misreadable records on purpose; judged below
     failures = []
     for path in sorted(p for p in tmp_path_factory.getbasetemp().rglob("*.jsonl") if p.is_file()):
         # The runner's own bounded reader: tests write torn, overlong and deeply nested lines on purpose.

@@ -11,13 +11,18 @@ PASS or not). A step that is neither is measured once more with twice the proces
 called undecided and skipped. An environment that cannot run the experiment is skipped and
 named, as `git bisect skip` does; the answer then says on which side of it the change may lie.
 
-Every step's records stay in its folder (their `environment` says which interpreter and
-versions ran), so `report`, `compare` and `history` read them, and rerunning the same command
-reuses every finished step: the runner's own resume finds them done.
+Every step's records stay in its folder (their `environment` says which versions ran; the
+folder's `interpreter` file says which interpreter), so `report`, `compare` and `history` read
+them, and rerunning the same command reuses every finished step: the runner's own resume finds
+them done. A folder holding another interpreter's records is never reused. Before the first
+step, the oldest environment's runner plans the run flags (`--dry-run`): they must select one
+experiment. A step that fails (any non-zero exit of the runner) or outlives --step-timeout is
+skipped; SIGINT or SIGTERM end the step's whole process group and bisect with no verdict.
 
 Exit status: 0 a first bad environment was named; 1 it could not be (the ends do not differ, or
 environments in between could not be judged: the output names the range); 2 bad input or an
-end that cannot run the experiment.
+end that cannot run the experiment; 3 a file cannot be read; 130 / 143 stopped by SIGINT /
+SIGTERM (rerun the same command to resume).
 """
 
 from __future__ import annotations
@@ -25,7 +30,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import re
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -33,13 +42,30 @@ from pathlib import Path
 from typing import Sequence
 
 from experiment_runner.analysis.compare import welch_log_ps
+from experiment_runner.analysis.files import read_small
 from experiment_runner.analysis.loader import Row, load_rows
-from experiment_runner.errors import EXIT_OK, EXIT_USAGE, ReportError, ReportParser, analysis_command
+from experiment_runner.core.process_groups import kill_experiment
+from experiment_runner.errors import (
+    EXIT_OK,
+    EXIT_RESULTS_IO,
+    EXIT_USAGE,
+    ReportError,
+    ReportParser,
+    Stopped,
+    analysis_command,
+    stop,
+)
 
 QUESTIONS = ("time", "status", "verification")
 # Exit status when no single first bad environment could be named (a range, or no change).
 EXIT_UNDETERMINED = 1
 DEFAULT_PROCESSES = 5
+DEFAULT_STEP_TIMEOUT_S = 3600.0
+# How long a step's runner has, after SIGTERM, to record its experiments as interrupted.
+STOP_GRACE_S = 10.0
+MAX_ENVS_BYTES = 2**20
+# Names a step's folder can take: no path separator, no `.` or `..` (`g` and `./g` are one folder).
+NAME = re.compile(r"(?!\.\.?$)[A-Za-z0-9._+-]+")
 
 
 @dataclass(frozen=True)
@@ -78,10 +104,11 @@ def read_environments(pairs: Sequence[str], envs_file: Path | None) -> list[Envi
             raise ReportError(f"--env {pair!r}: expected NAME=PATH/bin/python")
         found.append(Environment(name, python))
     if envs_file is not None:
+        data = read_small(envs_file, "an environments file (`NAME PYTHON` per line)", MAX_ENVS_BYTES)
         try:
-            lines = envs_file.read_text().splitlines()
-        except OSError as exc:
-            raise ReportError(f"cannot read --envs {envs_file}: {exc.strerror or exc}", 3) from None
+            lines = data.decode().splitlines()
+        except UnicodeDecodeError:
+            raise ReportError(f"--envs {envs_file} is not UTF-8 text: expected `NAME PYTHON` per line") from None
         for number, line in enumerate(lines, 1):
             if line.strip() and not line.lstrip().startswith("#"):
                 parts = line.split()
@@ -89,6 +116,10 @@ def read_environments(pairs: Sequence[str], envs_file: Path | None) -> list[Envi
                     raise ReportError(f"{envs_file}:{number}: expected `NAME PYTHON`, got {line.strip()!r}")
                 found.append(Environment(*parts))
     names = [e.name for e in found]
+    bad = next((name for name in names if not NAME.fullmatch(name)), None)
+    if bad is not None:
+        raise ReportError(f"environment name {bad!r} is not a folder name: use letters, digits, `.`, `_`, `+`, `-` "
+                          "(no `/`, not `.` or `..`); each names its step's folder under --output")
     if len(found) < 2:
         raise ReportError("bisect needs at least two environments, oldest first (--env NAME=PYTHON or --envs FILE)")
     if len(set(names)) != len(names):
@@ -99,25 +130,81 @@ def read_environments(pairs: Sequence[str], envs_file: Path | None) -> list[Envi
 class StepRunner:
     """Runs the experiment in one environment (or reuses its finished records) and reads them."""
 
-    def __init__(self, run_flags: list[str], output: Path, processes: int) -> None:
+    def __init__(self, run_flags: list[str], output: Path, processes: int,
+                 timeout_s: float = DEFAULT_STEP_TIMEOUT_S) -> None:
         self.run_flags = run_flags
         self.output = output
         self.processes = processes
+        self.timeout_s = timeout_s
 
     def command(self, environment: Environment, processes: int) -> list[str]:
         return [environment.python, "-m", "experiment_runner", *self.run_flags, f"--processes={processes}",
                 f"--output-dirname={self.output / environment.name}", "--no-progress-bar"]
 
+    def claim(self, environment: Environment) -> None:
+        """Make the step's folder this interpreter's: its `interpreter` file names it (as given,
+        made absolute, not resolved: two virtual environments link the same base interpreter).
+        A folder with another interpreter's records, or records of no known one, is refused."""
+        folder = self.output / environment.name
+        python = os.path.abspath(shutil.which(environment.python) or environment.python)
+        marker = folder / "interpreter"
+        try:
+            owner = marker.read_text().strip() if marker.is_file() else None
+            if owner is None and (folder / "results.jsonl").exists():
+                owner = "an unknown interpreter"
+            if owner is not None and owner != python:
+                raise ReportError(f"{folder} holds the records of {owner}, not of {python}: a step reuses only its "
+                                  "own interpreter's records; give another --output")
+            folder.mkdir(parents=True, exist_ok=True)
+            marker.write_text(python + "\n")
+        except OSError as exc:
+            raise ReportError(f"cannot write {marker}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
+
+    def call(self, command: list[str]) -> tuple[int | None, str, str]:
+        """Run `command` in its own process group: its exit status (None when it outlived the
+        step's timeout), stdout and stderr. Its whole group is ended whatever ends the call
+        (the timeout, SIGINT, SIGTERM, an error of ours): no step outlives bisect."""
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=self.timeout_s)
+            return proc.returncode, out, err
+        except subprocess.TimeoutExpired:
+            return None, "", ""
+        finally:
+            running = proc.poll() is None
+            kill_experiment(proc.pid, None, grace_s=STOP_GRACE_S if running else 0.0)
+            if running:
+                proc.communicate()
+
+    def planned(self, environment: Environment) -> None:
+        """Refuse (exit 2) run flags that select other than one experiment, as the environment's
+        runner plans them (`--dry-run`); an environment that cannot plan is left to its step."""
+        try:
+            code, out, err = self.call([*self.command(environment, 1), "--dry-run"])
+        except OSError:
+            return
+        count = re.match(r"(\d+) experiment\(s\)", out)
+        if code == EXIT_USAGE:
+            tail = (err.strip().splitlines() or ["(no output)"])[-1]
+            raise ReportError(f"{environment.name} refused the run flags: {tail}")
+        if code == 0 and count is not None and int(count.group(1)) != 1:
+            raise ReportError(f"the run flags select {count.group(1)} experiments; bisect needs one (an anchored "
+                              "--filter and one value of every dimension: the line `history` prints for a change)")
+
     def measure(self, environment: Environment, processes: int) -> tuple[Row | None, str]:
         """The experiment's row in this environment (its newest run), or None and why not."""
+        self.claim(environment)
         try:
-            proc = subprocess.run(self.command(environment, processes), capture_output=True, text=True, check=False)
+            code, _, err = self.call(self.command(environment, processes))
         except OSError as exc:
             return None, f"cannot start {environment.python}: {exc.strerror or exc}"
+        if code is None:
+            return None, f"timed out after {self.timeout_s:g} s (--step-timeout); its processes were ended"
         results = self.output / environment.name / "results.jsonl"
-        if proc.returncode not in (0, 1) or not results.is_file():
-            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-            return None, f"exit status {proc.returncode}: {tail}"
+        if code != 0 or not results.is_file():  # 1 is the runner's own failure: no result to judge
+            tail = (err.strip().splitlines() or ["(no output)"])[-1]
+            return None, f"exit status {code}: {tail}"
         rows = load_rows([results])
         row = rows[-1] if rows else None
         if row is None:
@@ -185,6 +272,7 @@ def bisect(environments: list[Environment], runner: StepRunner, question: str, a
         echo(describe_step(len(result.steps), done))
         return done
 
+    runner.planned(environments[0])
     ends: list[Row] = []
     for index in (0, len(environments) - 1):
         done = step(index)
@@ -272,6 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-change", type=float, default=0.05, help="smallest time change the ends must show")
     p.add_argument("--alpha", type=float, default=0.01, help="significance level of each judgement")
     p.add_argument("--output", type=Path, default=Path("bisect"), help="where the steps' records go")
+    p.add_argument("--step-timeout", type=float, default=DEFAULT_STEP_TIMEOUT_S, metavar="SECONDS",
+                   help="end a step (its whole process group) after this long and skip it (default %(default)g)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("run_flags", nargs=argparse.REMAINDER, help="-- then the run flags of the one experiment")
     return p
@@ -287,13 +377,24 @@ def main(argv: Sequence[str]) -> int:
         raise ReportError("--processes must be at least 2: a step is judged on per-process medians")
     if not (0.0 < args.alpha < 1.0 and math.isfinite(args.min_change) and args.min_change >= 0):
         raise ReportError("--alpha must be in (0, 1) and --min-change a number >= 0")
+    if not (math.isfinite(args.step_timeout) and args.step_timeout > 0):
+        raise ReportError("--step-timeout must be a positive number of seconds")
     if args.question == "verification" and "--verify" not in flags:
         flags = [*flags, "--verify"]  # the question needs a verification code
     environments = read_environments(args.env, args.envs)
-    runner = StepRunner(flags, args.output, args.processes)
+    runner = StepRunner(flags, args.output, args.processes, args.step_timeout)
     quiet = args.format == "json"
-    result = bisect(environments, runner, args.question, args.alpha, args.min_change,
-                    echo=(lambda line: None) if quiet else print)
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        result = bisect(environments, runner, args.question, args.alpha, args.min_change,
+                        echo=(lambda line: None) if quiet else print)
+    except KeyboardInterrupt as exc:  # the step's process group is ended already (StepRunner.call)
+        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        print(f"experiment_runner bisect: stopped by {signal.Signals(signum).name}: no verdict; finished steps "
+              f"are kept in {args.output} (rerun the same command to resume)", file=sys.stderr)
+        return 128 + signum
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if args.format == "json":
         print(json.dumps({
             "environments": [e.name for e in environments],

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES, iter_rows, legacy_experiment_id
-from experiment_runner.core.record_schema import field_schema, field_types
+from experiment_runner.core.record_schema import SCHEMA_VERSION, field_schema, field_types
 from experiment_runner.core.results import BadLine, ResultsFileError, iter_records, legacy_run_id
 from experiment_runner.errors import EXIT_RESULTS_IO, ReportError
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 _FIGURES = ("warmup_time", "compile_time_s", "timed_peak_rss_bytes", "peak_allocated_bytes")
 # Every record field the query below reads, as a path into the record schema.
 RECORD_PATHS: tuple[str, ...] = (
-    "run_id", "experiment_id", "timestamp", "status", "verification_code", "model.suite_name", "model.model_name",
+    "schema_version", "run_id", "experiment_id", "timestamp", "status", "verification_code", "model.suite_name", "model.model_name",
     *(f"experiment.{name}" for name in ("accelerator", *CONFIG_FIELDS, "test", "precision", "batch_size")),
     "metrics.per_iter_time", "metrics.error", *(f"{block}.{name}" for block in ("metrics", "measurements")
                                                 for name in _FIGURES),
@@ -75,7 +75,7 @@ _COLUMNS = record_columns(RECORD_PATHS)
 # DuckDB rejects a field that `columns` does not declare, so every field read here is in RECORD_PATHS.
 _SELECT = """
 WITH raw AS (
-  SELECT filename, run_id, experiment_id, timestamp, status, verification_code,
+  SELECT filename, schema_version, run_id, experiment_id, timestamp, status, verification_code,
          model.suite_name AS suite, model.model_name AS model,
          experiment.accelerator AS accelerator, experiment.xla AS xla, experiment.xla_flags AS xla_flags,
          experiment.dynamo AS dynamo, experiment.torch_xla2 AS torch_xla2,
@@ -110,7 +110,9 @@ SELECT filename, run_id, experiment_id, timestamp,
        -- the timed runs' peak only, as `report` compares it: a lifetime peak (older records) holds the
        -- interpreter and compilation, and a series mixing the two would change at an upgrade
        coalesce(peak_allocated, peak_rss)::DOUBLE AS peak_memory_bytes,
-       paired_speedup
+       paired_speedup,
+       -- a record of a schema this reader does not know: the tolerant reader reads the file, and says so
+       coalesce(schema_version <> $version, false) AS misread
 FROM med
 """
 STRING_FIELDS = ("run_id", "experiment_id", "status", "verification_code", "suite", "model", "accelerator",
@@ -179,14 +181,21 @@ def _schema() -> "pyarrow.Schema":
 
 
 def _duckdb(files: Sequence[Path]) -> "pyarrow.Table | None":
-    """`files` through DuckDB, or None when one of them does not parse cleanly."""
+    """`files` through DuckDB, or None when one of them does not parse cleanly, holds a record of a
+    schema_version this reader does not know, or none holds a record (DuckDB reads a file that
+    claims size 0, as /proc's do, as empty): the tolerant reader then reads them, and says why."""
     import duckdb
+    import pyarrow.compute as pc
 
     connection = duckdb.connect()
     try:
-        relation = connection.sql(_SELECT, params={"files": [str(f) for f in files], "columns": _COLUMNS})
+        relation = connection.sql(_SELECT, params={"files": [str(f) for f in files], "columns": _COLUMNS,
+                                                   "version": SCHEMA_VERSION})
+        table = relation.to_arrow_table()
+        if not len(table) or pc.any(table["misread"]).as_py():
+            return None
         schema = _schema()
-        return relation.to_arrow_table().select(schema.names).cast(schema)
+        return table.select(schema.names).cast(schema)
     except (duckdb.InvalidInputException, duckdb.ConversionException, duckdb.IOException):  # the data, not the query
         return None
     finally:

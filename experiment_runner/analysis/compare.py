@@ -92,8 +92,8 @@ confirm/ beside B's results file: a regression is upheld when the reruns' median
 beyond the threshold above A's, a new failure when the reruns fail the same way.
 
 Exit status: 0 no significant regression; 1 a significant regression or a new failure (with
---confirm: one the reruns upheld); 2 bad flags, no such run or scipy missing; 3 a file cannot be
-read."""
+--confirm: one the reruns upheld, or one they could not judge); 2 bad flags, no such run or scipy
+missing; 3 a file cannot be read."""
 
 
 @dataclass
@@ -282,7 +282,7 @@ class Outcome:
     @property
     def failed(self) -> bool:
         if self.verdicts is not None:
-            return any(v.upheld for v in self.verdicts)
+            return any(v.alerts for v in self.verdicts)
         return bool(self.flagged)
 
 

@@ -11,6 +11,10 @@ is as far above the runs before the change as a change must be (`--min-effect` n
 and `--min-change`), a status or verification change when the reruns end the same way.
 The reruns stay on disk, so the next `history` over the folder sees them as a run. `compare`'s
 suspects are its regressions and new failures, judged against run A.
+
+A rerun that cannot run (its folder cannot be written, its suite is not importable here, the
+runner fails) or that leaves no measurement to judge confirms nothing and clears nothing:
+its suspect stays an alert, said as "CANNOT CONFIRM" with the reason.
 """
 
 from __future__ import annotations
@@ -38,6 +42,13 @@ class Verdict:
     measured: Any  # the reruns' value of the metric (None when they left no usable record)
     reason: str
     output: str  # the folder the reruns wrote to
+    # False when the reruns could not judge it (no rerun, no record, no figure): the alert stands
+    judged: bool = True
+
+    @property
+    def alerts(self) -> bool:
+        """Whether the suspect still alerts: upheld, or not judged (unconfirmable is not unconfirmed)."""
+        return self.upheld or not self.judged
 
 
 @dataclass(frozen=True)
@@ -63,7 +74,7 @@ def _rerun(argv: list[str], folder: Path, processes: int) -> list[Row]:
                f"--output-dirname={folder}", "--no-resume", "--no-progress-bar"]
     proc = subprocess.run(command, capture_output=True, text=True, check=False)
     results = folder / "results.jsonl"
-    if proc.returncode not in (0, 1) or not results.is_file():
+    if proc.returncode != 0 or not results.is_file():  # 1 is the runner's own failure, not a result
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise RuntimeError(f"the rerun exited with status {proc.returncode}: {tail}")
     rows = load_rows([results])
@@ -77,16 +88,16 @@ def _value(row: Row, metric: str) -> Any:
             "status": row.status, "verification": row.verification_code}[metric]
 
 
-def judge(change: Any, row: Row | None, min_effect: float, min_change: float) -> tuple[bool, Any, str]:
-    """Whether the rerun `row` upholds `change`, what it measured, and why, in words."""
+def judge(change: Any, row: Row | None, min_effect: float, min_change: float) -> tuple[bool | None, Any, str]:
+    """Whether the rerun `row` upholds `change` (None: it cannot tell), what it measured, and why."""
     if row is None:
-        return False, None, "the reruns left no record of this experiment"
+        return None, None, "the reruns left no record of this experiment"
     measured = _value(row, change.metric)
     if change.metric in ("status", "verification"):
         upheld = measured == change.after
         return upheld, measured, f"the reruns ended {measured} (before the change: {change.before})"
     if row.status != "ok" or not isinstance(measured, (int, float)) or not change.before:
-        return False, measured, f"the reruns ended {row.status}, with no {change.metric} to compare"
+        return None, measured, f"the reruns ended {row.status}, with no {change.metric} to compare"
     step = math.log(measured / change.before)
     needed = max(min_effect * (change.noise or 0.0), math.log1p(min_change))
     upheld = step >= needed
@@ -113,10 +124,11 @@ def confirm(changes: Sequence[Any], info: dict[str, dict[str, Any]], newest_file
                 done[eid] = (None, str(exc), folder)
         row, failure, folder = done[eid]
         if failure:
-            verdicts.append(Verdict(eid, change.metric, False, None, failure, str(folder)))
+            verdicts.append(Verdict(eid, change.metric, False, None, failure, str(folder), judged=False))
             continue
         upheld, measured, reason = judge(change, row, min_effect, min_change)
-        verdicts.append(Verdict(eid, change.metric, upheld, measured, reason, str(folder)))
+        verdicts.append(Verdict(eid, change.metric, bool(upheld), measured, reason, str(folder),
+                                judged=upheld is not None))
     return verdicts
 
 
@@ -127,8 +139,15 @@ def render_confirmation(verdicts: Sequence[Verdict] | None, processes: int) -> s
     if not verdicts:
         return "confirmation: nothing to confirm (no suspected slowdown, no regression to alert on)\n"
     upheld = sum(v.upheld for v in verdicts)
-    out = [f"confirmation: {len(verdicts)} suspect(s) rerun with --processes {processes}; {upheld} upheld "
-           f"({'exit 1' if upheld else 'exit 0'})"]
-    out += [f"  {'CONFIRMED' if v.upheld else 'NOT CONFIRMED'}  {v.metric:<12} {v.experiment_id}: {v.reason} "
-            f"(reruns in {v.output})" for v in verdicts]
+    unjudged = sum(not v.judged for v in verdicts)
+    kept = f", {unjudged} could not be confirmed (their alerts stand)" if unjudged else ""
+    out = [f"confirmation: {len(verdicts)} suspect(s) rerun with --processes {processes}; {upheld} upheld{kept} "
+           f"({'exit 1' if upheld or unjudged else 'exit 0'})"]
+    out += [f"  {_label(v)}  {v.metric:<12} {v.experiment_id}: {v.reason} (reruns in {v.output})" for v in verdicts]
     return "\n".join(out) + "\n"
+
+
+def _label(verdict: Verdict) -> str:
+    if not verdict.judged:
+        return "CANNOT CONFIRM"
+    return "CONFIRMED" if verdict.upheld else "NOT CONFIRMED"

@@ -24,6 +24,7 @@ from typing import Sequence
 
 from experiment_runner.analysis.columns import results_files
 from experiment_runner.analysis.export import Exported, exported
+from experiment_runner.analysis.files import check_output, read_small
 from experiment_runner.errors import (
     EXIT_OK,
     EXIT_REGRESSION,
@@ -37,17 +38,52 @@ COLUMNS = ("name", "accuracy", "graph_breaks")
 PASSING = ("pass", "pass_due_to_skip")
 
 
-def read_expected(path: Path) -> dict[str, dict[str, str]]:
+# An expected-results file lists a few hundred models; one far larger is not one (and is not read whole).
+MAX_EXPECTED_BYTES = 16 * 2**20
+
+
+def _expected_text(path: Path) -> str:
+    """The file's text: UTF-8, with or without the BOM spreadsheets write."""
+    data = read_small(path, "an expected-results file (a CSV)", MAX_EXPECTED_BYTES)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ReportError(f"cannot read {path}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-    if missing:
-        raise ReportError(f"{path} is not an expected-results file: no {', '.join(missing)} column "
-                          f"(expected {','.join(COLUMNS)})")
-    return {row["name"]: row for row in reader}
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ReportError(f"{path}:{line}: not UTF-8 text (byte {data[exc.start]:#04x}); "
+                          "save it as UTF-8 CSV") from None
+
+
+def read_expected(path: Path) -> dict[str, dict[str, str]]:
+    """The expected file's rows by model name; anything PyTorch's checks would misread (a
+    duplicate model, a graph-break count that is not a whole number, a row without a name or a
+    status) is one line and exit 2, naming the line."""
+    reader = csv.DictReader(io.StringIO(_expected_text(path), newline=""))
+    try:
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ReportError(f"{path} is not an expected-results file: no {', '.join(missing)} column "
+                              f"(expected {','.join(COLUMNS)})")
+        rows: dict[str, dict[str, str]] = {}
+        for row in reader:
+            where = f"{path}:{reader.line_num}"
+            name, accuracy, breaks = (str(row.get(c) or "").strip() for c in COLUMNS)
+            if not name or not accuracy:
+                raise ReportError(f"{where}: a row needs a name and an accuracy status, got {row[COLUMNS[0]]!r}, "
+                                  f"{row[COLUMNS[1]]!r}")
+            if not breaks.isdigit() or not breaks.isascii():
+                raise ReportError(f"{where}: {name}'s graph_breaks must be a whole number >= 0, got {breaks!r}")
+            if name in rows:
+                raise ReportError(f"{where}: {name} is listed twice; keep one row per model")
+            rows[name] = {"name": name, "accuracy": accuracy, "graph_breaks": str(int(breaks))}
+    except csv.Error as exc:
+        raise ReportError(f"{path}:{reader.line_num}: not CSV: {exc}") from None
+    return rows
+
+
+def absent(actual: dict[str, dict[str, str]], expected: dict[str, dict[str, str]]) -> list[str]:
+    """The models the expected file lists that the run does not hold: a model that vanished from
+    the run is no pass (PyTorch's checks read only the run's models, and would say nothing)."""
+    return sorted(set(expected) - set(actual))
 
 
 def changes(actual: dict[str, dict[str, str]], expected: dict[str, dict[str, str]]) -> list[str]:
@@ -120,12 +156,13 @@ def check(label: str, actual: dict[str, dict[str, str]], path: Path, source: str
     found = changes(actual, expected)
     for line in found:
         print(line)
-    absent = sorted(set(expected) - set(actual))
-    if absent:
-        print(f"{label}: {len(absent)} model(s) of {path.name} not in this run: {', '.join(absent)}")
+    lacking = absent(actual, expected)
+    if lacking:
+        print(f"{label}: {len(lacking)} model(s) of {path.name} not in this run: {', '.join(lacking)}")
     print(f"{label}: {len(actual)} model(s) checked against {source}: "
           + (f"{len(found)} change(s) (exit 1{'; --update accepts them' if updatable else ''})" if found
-             else "as expected"))
+             else "as expected")
+          + (f"; {len(lacking)} expected model(s) not in this run" if lacking else ""))
     return len(found)
 
 
@@ -155,7 +192,10 @@ def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     if args.pytorch and args.update:
         raise ReportError("--update rewrites the file given with --expected, never PyTorch's shipped ones")
-    items = exported(results_files(args.files), args.run_id)
+    inputs = results_files(args.files)
+    if args.update:
+        check_output(args.expected, inputs, "--expected")
+    items = exported(inputs, args.run_id)
     if args.pytorch:
         return EXIT_REGRESSION if check_pytorch(items) else EXIT_OK
     named = PYTORCH_FILE.fullmatch(args.expected.name)

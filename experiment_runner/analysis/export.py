@@ -35,6 +35,7 @@ from typing import Any, Iterable, Sequence
 
 from experiment_runner.analysis.columns import results_files
 from experiment_runner.analysis.loader import Row, run_records, runs_of
+from experiment_runner.analysis.files import check_output
 from experiment_runner.analysis.report import (
     DEFAULT_BASELINE,
     ModelResult,
@@ -268,21 +269,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def write(args: argparse.Namespace) -> list[Path]:
-    items = exported(results_files(args.files), args.run_id)
+    inputs = results_files(args.files)
+    csvs = args.format == "dynamo-csv"
+    check_output(args.output, inputs, "-o", folder=csvs)
+    items = exported(inputs, args.run_id)
     if not items:
         raise ReportError("the run holds no compiled experiment (dynamo other than None) to export")
     try:
-        if args.format == "pytorch-benchmark":
+        if not csvs:
             args.output.parent.mkdir(parents=True, exist_ok=True)
             args.output.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in benchmark_records(items)))
             return [args.output]
         args.output.mkdir(parents=True, exist_ok=True)
-        written = []
-        for name, text in dynamo_csv(items).items():
-            (args.output / name).parent.mkdir(exist_ok=True)
-            (args.output / name).write_text(text)
-            written.append(args.output / name)
-        return written
+        files = {args.output / name: text for name, text in dynamo_csv(items).items()}
+        for path in files:
+            check_output(path, inputs, "-o")
+        for path, text in files.items():
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text)
+        return list(files)
     except OSError as exc:
         raise ReportError(f"cannot write {exc.filename or args.output}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
 

@@ -33,10 +33,11 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from experiment_runner.analysis.columns import Factor, Records, read_back, read_records
+from experiment_runner.analysis.columns import Factor, Records, read_back, read_records, results_files
 from experiment_runner.analysis.confirm import DEFAULT_PROCESSES, Verdict, confirm, render_confirmation, suspects
 from experiment_runner.analysis.evidence import Difference, Event, differences, events
 from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES, speedup_method
+from experiment_runner.analysis.files import check_output
 from experiment_runner.analysis.repro import repro_command
 from experiment_runner.analysis.page import RECORDS_ON_PAGE, encode_series, link_to, render, write_page
 from experiment_runner.core.requirements import install_command
@@ -709,6 +710,8 @@ def _check_dependencies() -> None:
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     config = _config(args)
+    if args.html is not None:
+        check_output(args.html, results_files(args.paths), "--html")
     _check_dependencies()
     analysis = detect(load_history(args.paths), config, args.window)
     records = load_change_records(analysis)
@@ -724,7 +727,7 @@ def main(argv: Sequence[str]) -> int:
     else:
         sys.stdout.write(render_text(analysis) + render_confirmation(verdicts, args.confirm_processes))
     if verdicts is not None:
-        return EXIT_REGRESSION if any(v.upheld for v in verdicts) else EXIT_OK
+        return EXIT_REGRESSION if any(v.alerts for v in verdicts) else EXIT_OK
     return EXIT_REGRESSION if analysis.regressions_in_window() else EXIT_OK
 
 

@@ -29,7 +29,8 @@ from experiment_runner.core.results import (
     iter_records,
     process_index,
 )
-from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, EXIT_USAGE, ReportError, ReportParser
+from experiment_runner.analysis.files import check_output
+from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError, ReportParser
 
 
 @dataclass
@@ -92,11 +93,8 @@ def merge(sources: Sequence[Source], run_id: str | None) -> tuple[list[dict], li
 
 def write_atomically(path: Path, records: Sequence[dict]) -> None:
     """Replace `path` with the records, all or nothing. A symlink is written through (its target
-    is replaced, the link stays); anything but a regular file (a device, a FIFO, a folder) is
-    refused, never replaced by one."""
+    is replaced, the link stays); `main` has refused anything but a regular file (files.check_output)."""
     path = Path(os.path.realpath(path))
-    if path.exists() and not path.is_file():
-        raise ReportError(f"-o {path} is not a regular file; give a file path", EXIT_USAGE)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -124,17 +122,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str]) -> int:
     try:
         args = build_parser().parse_args(argv)
+        check_output(args.output, args.inputs, "-o")
         sources = [read_source(path) for path in args.inputs]
         records, conflicts = merge(sources, args.run_id)
-        write_atomically(args.output, records)
+        try:
+            write_atomically(args.output, records)
+        except OSError as exc:
+            raise ReportError(f"cannot write {args.output}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
     except ReportError as exc:
         print(f"experiment_runner: error: merge: {exc}", file=sys.stderr)
         return exc.code
-    except ResultsFileError as exc:
+    except ResultsFileError as exc:  # an input, read or failing to read (an I/O error is one too)
         print(f"experiment_runner: error: merge: {exc}", file=sys.stderr)
-        return EXIT_RESULTS_IO
-    except OSError as exc:
-        print(f"experiment_runner: error: merge: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_RESULTS_IO
     except SystemExit as exc:  # --help
         return int(exc.code or 0)

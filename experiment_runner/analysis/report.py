@@ -27,6 +27,7 @@ from experiment_runner.analysis.loader import (
     runs_of,
     speedup_method,
 )
+from experiment_runner.analysis.files import check_output
 from experiment_runner.core.matrix import parse_none
 from experiment_runner.core.requirements import install_command
 from experiment_runner.core.results import BadLine, ResultsFileError
@@ -515,7 +516,10 @@ def report(args: argparse.Namespace) -> str:
     tables = args.table or ("summary" if args.format == "csv" else "all")
     if args.format == "csv" and tables == "all":
         raise ReportError("csv holds one table: choose --table summary or --table models")
-    rows = read_rows(results_files(args.files))
+    inputs = results_files(args.files)
+    if args.plot is not None:
+        check_output(args.plot, inputs, "--plot", folder=True)
+    rows = read_rows(inputs)
     runs = runs_of(rows)
     run = select_run(runs, args.run_id)
     selected = [r for r in rows if r.run_id == run.run_id]

@@ -167,6 +167,7 @@ class RecordContext:
     run_id: str
     options: RunOptions
     output_dir: Path
+    fingerprint: str  # RunConfig.fingerprint: which command's run this is (resume reads it)
     host_environment: dict[str, Any] = field(default_factory=dict)
     timestamp: float = field(default_factory=time.time)
     processes: int = 1  # --processes: fresh processes per experiment
@@ -217,6 +218,7 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": ctx.run_id,
+        "fingerprint": ctx.fingerprint,
         "experiment_id": exp.experiment_id,
         "model": {"suite_name": exp.suite_name, "model_name": exp.model_name,
                   "source": result.get("source") or source},

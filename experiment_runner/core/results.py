@@ -15,8 +15,11 @@ import os
 import stat
 import warnings
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator, Mapping
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping
+
+from experiment_runner.core.record_schema import SCHEMA_VERSION, field_types, record_schema
 
 STATUSES = ("ok", "error", "oom", "timeout", "crashed", "skipped", "interrupted")
 # A record with one of these statuses ends its experiment for `--resume`; an interrupted
@@ -50,6 +53,42 @@ def verification_code(verify: bool, status: str, verification: Mapping[str, Any]
 
 class ResultsFileError(OSError):
     """The results file cannot be read or written; the message says which and why."""
+
+
+class RecordWarning(UserWarning):
+    """Records were read that this reader may misread (a newer schema_version, a field of the
+    wrong type); the CLI prints it as one line."""
+
+
+# A top-level field's JSON type, as Python sees it after json.loads.
+_JSON_TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool), "null": lambda v: v is None,
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "object": lambda v: isinstance(v, dict), "array": lambda v: isinstance(v, list),
+}
+
+
+def record_problem(record: dict) -> str | None:
+    """Why a parsed record may be misread, or None: a schema_version this reader does not know,
+    or a top-level field whose JSON type the schema does not allow. Records without a
+    schema_version are the reference runner's and are not held to our schema."""
+    if "schema_version" not in record:
+        return None
+    version = record["schema_version"]
+    if version != SCHEMA_VERSION or isinstance(version, bool):
+        return f"schema_version {version!r}, this reader knows {SCHEMA_VERSION}"
+    allowed = _top_level_types()
+    for name, value in record.items():
+        kinds = allowed.get(name, ())
+        if kinds and not any(_JSON_TYPES[kind](value) for kind in kinds if kind in _JSON_TYPES):
+            return f"{name} is {type(value).__name__} {str(value)[:40]!r}, the schema says {' or '.join(kinds)}"
+    return None
+
+
+@cache
+def _top_level_types() -> dict[str, tuple[str, ...]]:
+    return {name: field_types(name) for name in record_schema()["properties"]}
 
 
 def jsonable(value: Any) -> Any:
@@ -97,12 +136,21 @@ def open_results(path: Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+def _read_line(handle: BinaryIO, path: Path, limit: int) -> bytes:
+    """One line; a read that fails (EIO from a failing disk) is the file's error, one line for the user."""
+    try:
+        return handle.readline(limit)
+    except OSError as exc:
+        raise ResultsFileError(f"cannot read results file {path}: {exc.strerror or exc}") from exc
+
+
 def iter_records(path: Path, bad_lines: list[BadLine] | None = None) -> Iterator[dict]:
     """Yield the records of a results file, streaming; corrupt, torn, overlong or too deeply
     nested lines are skipped.
 
     Skipped lines go to `bad_lines` when given, else each becomes a warning naming its
-    line number.
+    line number. Records read that may be misread (`record_problem`) are yielded, and said once
+    per file as a RecordWarning when the file has been read to its end.
     """
     def skip(lineno: int, reason: str) -> None:
         bad = BadLine(lineno, reason[:200])
@@ -111,12 +159,13 @@ def iter_records(path: Path, bad_lines: list[BadLine] | None = None) -> Iterator
         else:
             warnings.warn(f"{path}:{lineno}: skipped a corrupt or torn line ({bad.reason})", stacklevel=3)
 
+    odd: list[BadLine] = []
     with open_results(path) as handle:
         lineno = 0
-        while raw := handle.readline(MAX_LINE_BYTES + 1):
+        while raw := _read_line(handle, path, MAX_LINE_BYTES + 1):
             lineno += 1
             if len(raw) > MAX_LINE_BYTES:
-                while (rest := handle.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                while (rest := _read_line(handle, path, MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
                     pass
                 skip(lineno, f"a line longer than {MAX_LINE_BYTES} bytes")
                 continue
@@ -132,7 +181,12 @@ def iter_records(path: Path, bad_lines: list[BadLine] | None = None) -> Iterator
             except RecursionError:
                 skip(lineno, "JSON nested too deeply")
                 continue
+            if (problem := record_problem(record)) is not None:
+                odd.append(BadLine(lineno, problem))
             yield record
+    if odd:
+        warnings.warn(f"{path}: read {len(odd)} record(s) this reader may misread (line {odd[0].lineno}: "
+                      f"{odd[0].reason})", RecordWarning, stacklevel=2)
 
 
 def legacy_run_id(file_name: str, timestamp: Any) -> str:

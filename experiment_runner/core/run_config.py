@@ -155,7 +155,8 @@ class SessionConfig:
         "measure each experiment in N fresh processes, interleaved pyperf-style (round 1 runs every "
         "experiment once, round 2 again, ...); one record per process, with process.index and process.count. "
         "With N >= 2 `compare` tests on per-process medians, so process-to-process noise (memory layout, "
-        "autotuning, clocks) is sampled", MEASUREMENT, parse=int, metavar="N", low=1, wanted="at least 1"))
+        "autotuning, clocks) is sampled", MEASUREMENT, parse=int, metavar="N", low=1, high=1000,
+        wanted="between 1 and 1000 (pyperf uses 20)"))
     subprocess_timeout: float = option(60 * 60, Flag(
         "seconds per experiment; then the child's whole process group is killed", HOSTS, parse=float,
         metavar="SECONDS",
@@ -166,8 +167,8 @@ class SessionConfig:
     heartbeat: float = option(30.0, Flag(
         "without a progress bar (stderr not a terminal: cron, CI, a log file), say every SECONDS which "
         "experiments are running, in which phase (loading, warm-up with its compilation, timing, "
-        "instrumenting, verifying) and for how long", OUTPUT, parse=float, metavar="SECONDS", low=0,
-        low_open=True, wanted="a positive number of seconds"))
+        "instrumenting, verifying) and for how long", OUTPUT, parse=float, metavar="SECONDS", low=0.5,
+        wanted="at least 0.5 seconds (a line per experiment each time: less floods the log)"))
     wait_for_lock: float = option(0.0, Flag(
         "when another runner is writing the same results file, wait up to SECONDS for it to finish instead "
         "of exiting 2 (cron jobs that may overlap); then resume as usual", OUTPUT, parse=float, metavar="SECONDS",

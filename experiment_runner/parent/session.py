@@ -233,8 +233,7 @@ def run(config: RunConfig) -> int:
         about = f"{m.suite_name}: {suite.description or suite.source + ' models'}"
         return execute(config, plan, state, suite.source, gpu_ids, about)
     finally:
-        if lock is not None:
-            os.close(lock)
+        os.close(lock)
 
 
 def resume(config: RunConfig, plan: matrix.Plan) -> RunState:
@@ -246,8 +245,11 @@ def resume(config: RunConfig, plan: matrix.Plan) -> RunState:
     run_id, timestamp = new_run_id(), s.timestamp
     if not s.resume:
         return RunState(run_id, time.time() if timestamp is None else timestamp, set(), set())
-    state = resume_state(s.results_path, s.retry_failed, s.timestamp, config.fingerprint(),
-                         registered_runs(Path(s.output_dirname), s.results_path))
+    registered, damaged = registered_runs(Path(s.output_dirname), s.results_path)
+    for path, why in damaged:
+        print(f"experiment_runner: warning: ignored the damaged run entry {path} ({why}); the records' "
+              "fingerprints say which run is this command's", file=sys.stderr)
+    state = resume_state(s.results_path, s.retry_failed, s.timestamp, config.fingerprint(), registered)
     if state.bad_lines:
         where = ", ".join(str(b.lineno) for b in state.bad_lines[:5])
         print(f"experiment_runner: warning: skipped {len(state.bad_lines)} corrupt or torn line(s) "
@@ -311,7 +313,7 @@ def _execute(config: RunConfig, plan: matrix.Plan, state: RunState, source: str,
         raise
 
     ctx = RecordContext(run_id=state.run_id, options=config.options, output_dir=output_dir,
-                        host_environment=describe_environment(),
+                        fingerprint=config.fingerprint(), host_environment=describe_environment(),
                         timestamp=state.timestamp, processes=s.processes,
                         shard={"partition_id": m.partition_id, "total_partitions": m.total_partitions,
                                "by": m.shard_by or "contiguous"})

@@ -12,7 +12,9 @@ path leads to it, stops (or waits) instead of running experiments a second time.
 A run exists from its start: `register_run` writes `runs/<run_id>/run.json` (what it plans, as
 a fingerprint, and its command line) before any experiment starts, and `resume_state` counts
 registered runs too, so a run killed before its first record is continued, not started anew.
-A rerun continues its own command's run: runs with another fingerprint are not resumed.
+A rerun continues its own command's run: runs with another fingerprint are not resumed. Each
+record carries its command's fingerprint too, and the records' word comes first: a registry
+deleted, damaged or left behind (a results file copied alone) never hands a run to another command.
 """
 
 from __future__ import annotations
@@ -136,9 +138,10 @@ class RunLocked(UsageError):
 LOCK_POLL_S = 0.2
 
 
-def lock_results(results_path: Path, wait_s: float = 0.0) -> int | None:
+def lock_results(results_path: Path, wait_s: float = 0.0) -> int:
     """Take the exclusive lock of the results file's real location (held until this process
-    exits or closes the returned fd); None for a results "file" that is a device (/dev/null).
+    exits or closes the returned fd). Anything but a regular file is refused before any
+    experiment runs: a FIFO would block, a device (/dev/null, /dev/full) fails or loses records.
 
     The lock is a file beside the real results file (`results.jsonl.lock`) that says who holds
     it (pid and host), for the message a second runner prints. OSError when it cannot be
@@ -148,10 +151,11 @@ def lock_results(results_path: Path, wait_s: float = 0.0) -> int | None:
     if real.is_dir():
         raise ResultsFileError(f"cannot read results file {results_path}: Is a directory")
     if real.exists() and not real.is_file():
-        if not real.is_char_device():
+        if not (real.is_char_device() or real.is_block_device()):
             raise UsageError(f"the results file {results_path} is not a regular file (a FIFO or a socket); "
                              "a runner would block on it or fail at its first record")
-        return None  # a device: /dev/null discards the records
+        raise ResultsFileError(f"cannot write results file {results_path}: {real} is a device, not a regular file "
+                               "(its records would fail or be lost); give a file")
     real.parent.mkdir(parents=True, exist_ok=True)
     path = real.with_name(real.name + ".lock")
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -212,23 +216,26 @@ def register_run(output_dir: Path, entry: RunEntry) -> None:
     os.replace(tmp, folder / "run.json")
 
 
-def registered_runs(output_dir: Path, results_path: Path) -> dict[str, RunEntry]:
-    """The runs registered in this output folder for this results file (by its real path)."""
-    real, found = os.path.realpath(results_path), {}
+def registered_runs(output_dir: Path, results_path: Path) -> tuple[dict[str, RunEntry], list[tuple[Path, str]]]:
+    """The runs registered in this output folder for this results file (by its real path), and
+    the entries that cannot be read as one (truncated, corrupt, unreadable), with why."""
+    real, found, damaged = os.path.realpath(results_path), {}, []
     for path in sorted((output_dir / "runs").glob("*/run.json")) if (output_dir / "runs").is_dir() else []:
         try:
             entry = RunEntry(**json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError):
-            continue  # a folder of an older runner, or a torn entry: not a registered run
+        except (OSError, ValueError, TypeError) as exc:
+            damaged.append((path, getattr(exc, "strerror", None) or type(exc).__name__))
+            continue
         if entry.results == real:
             found[entry.run_id] = entry
-    return found
+    return found, damaged
 
 
 @dataclass
 class _RunSeen:
     timestamp: float | None
     latest: dict[tuple[str, int], str]  # (experiment_id, process index) -> status of its last record
+    fingerprint: str | None = None  # its records' (RunConfig.fingerprint); None in older records
 
     def finished(self, retry_failed: bool) -> tuple[set[tuple[str, int]], set[str]]:
         """The (experiment_id, process index) pairs with a final record, and the experiments
@@ -258,6 +265,8 @@ def _runs_in(path: Path, bad: list[BadLine]) -> dict[str, _RunSeen]:
         seen = runs.setdefault(run_id, _RunSeen(stamp if isinstance(stamp, (int, float)) else None, {}))
         runs[run_id] = runs.pop(run_id)  # keep the order of each run's latest record: the last is the latest
         seen.latest[(record.get("experiment_id"), process_index(record))] = record.get("status")
+        if isinstance(record.get("fingerprint"), str):
+            seen.fingerprint = record["fingerprint"]
     return runs
 
 
@@ -277,8 +286,9 @@ def resume_state(results_path: Path, retry_failed: bool, timestamp: float | None
     """The run a resumed invocation continues and its finished experiments.
 
     Candidates are the file's runs and the runs registered for it (`registered`: a run killed
-    before its first record is one too), minus those registered with another `fingerprint`
-    (another command's run; runs of older runners, unregistered, count as this command's).
+    before its first record is one too), minus another command's: those whose records carry
+    another `fingerprint`, or, for records without one (older runners) and runs with no record
+    yet, registered with another (runs of older runners, unregistered, count as this command's).
     Of those, the one stamped `timestamp` when given (a nightly job passes one per night, so a
     rerun after a crash continues that night and a new night starts a new run), else the
     latest: unregistered runs in the order of their last record, then registered ones in the
@@ -298,8 +308,11 @@ def resume_state(results_path: Path, retry_failed: bool, timestamp: float | None
         runs.setdefault(run_id, _RunSeen(entry.timestamp, {}))
     ordered = sorted(runs, key=lambda run_id: (run_id in registered,
                                                registered[run_id].last_started if run_id in registered else 0.0))
-    mine = [run_id for run_id in ordered
-            if fingerprint is None or run_id not in registered or registered[run_id].fingerprint == fingerprint]
+    def owner(run_id: str) -> str | None:
+        entry = registered.get(run_id)
+        return runs[run_id].fingerprint or (entry.fingerprint if entry is not None else None)
+
+    mine = [run_id for run_id in ordered if fingerprint is None or owner(run_id) in (None, fingerprint)]
     candidates = [run_id for run_id in mine if timestamp is None or runs[run_id].timestamp == timestamp]
     if not candidates:
         return ResumeState(None, set(), set(), bad, other_runs=len(runs) - len(mine))

@@ -110,5 +110,5 @@ def test_the_output_is_written_through_a_symlink_and_never_replaces_a_device(tmp
         {"model_name": "a"}]
     code, _, err = merge(capsys, str(shard), "-o", "/dev/null")
     assert code == 2 and err.strip().splitlines() == [
-        "experiment_runner: error: merge: -o /dev/null is not a regular file; give a file path"]
+        "experiment_runner: error: merge: -o /dev/null is a device, not a regular file; give a file path"]
     assert Path("/dev/null").is_char_device()

@@ -365,7 +365,7 @@ def test_worker_records_counters_dumps_and_profiles(tmp_path, fresh_dynamo):
     assert dump["repeat"] == 1 and dump["counters"]["stats"]["unique_graphs"] == 1
     assert dump["changed_in_this_repeat"] == {}, "no recompilation inside the timed runs"
 
-    ctx = RecordContext(run_id="r", options=task.options, output_dir=tmp_path)
+    ctx = RecordContext(run_id="r", fingerprint="0123456789ab", options=task.options, output_dir=tmp_path)
     record = build_record(ctx, task.experiment, ChildOutcome(result, 0), artifacts_dir=tmp_path)
     assert record_errors(json.loads(encode(record))) == [], "a record of every figure follows the record schema"
 

@@ -28,7 +28,7 @@ def task(tmp_path: Path) -> Task:
 
 
 def record(tmp_path: Path, outcome: ChildOutcome) -> dict:
-    ctx = RecordContext(run_id="r", options=RunOptions(verify=True), output_dir=tmp_path)
+    ctx = RecordContext(run_id="r", fingerprint="0123456789ab", options=RunOptions(verify=True), output_dir=tmp_path)
     return build_record(ctx, experiment(), outcome, artifacts_dir=tmp_path, timeout_s=30)
 
 
@@ -125,7 +125,7 @@ def test_verification_code_is_decided_in_one_place() -> None:
 def test_a_record_takes_its_code_from_the_same_decision(tmp_path: Path) -> None:
     died = record(tmp_path, ChildOutcome(result=None, returncode=1))
     assert (died["status"], died["verification_code"]) == ("crashed", "VERIFIER_DIDNT_RUN")
-    ctx = RecordContext(run_id="r", options=RunOptions(verify=True), output_dir=tmp_path)
+    ctx = RecordContext(run_id="r", fingerprint="0123456789ab", options=RunOptions(verify=True), output_dir=tmp_path)
     skipped = build_record(ctx, experiment(), skip_reason="listed")
     assert skipped["verification_code"] == "VERIFIER_SKIPPED"
     verified = record(tmp_path, ChildOutcome(result={**TIMED, "verification": {"code": "PASS"}}, returncode=0))

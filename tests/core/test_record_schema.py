@@ -93,8 +93,8 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
 def build(tmp_path: Path, verify: bool = True, **kwargs: Any) -> dict[str, Any]:
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="inductor", test="train",
                               precision="fp32")
-    ctx = RecordContext(run_id="20261124T000000Z-abcdef", options=RunOptions(verify=verify), output_dir=tmp_path,
-                        host_environment={"hostname": "h", "python": "3.11.7"}, processes=2)
+    ctx = RecordContext(run_id="20261124T000000Z-abcdef", fingerprint="0123456789ab", options=RunOptions(verify=verify),
+                        output_dir=tmp_path, host_environment={"hostname": "h", "python": "3.11.7"}, processes=2)
     if "outcome" in kwargs:
         kwargs.setdefault("artifacts_dir", tmp_path / "runs" / "exp")
         kwargs.setdefault("timeout_s", 30.0)

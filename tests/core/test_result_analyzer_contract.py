@@ -80,7 +80,8 @@ def test_records_of_a_real_run_read_as_the_reference_tools_read_them(run_cli) ->
 
 
 def record_of(status_case: str) -> dict[str, Any]:
-    ctx = RecordContext(run_id="r", options=RunOptions(repeat=2), output_dir=Path("."), timestamp=1.0)
+    ctx = RecordContext(run_id="r", fingerprint="0123456789ab", options=RunOptions(repeat=2), output_dir=Path("."),
+                        timestamp=1.0)
     exp = Experiment("torchbench", "m", ExperimentConfig("cpu", None, None, None, "train", "fp32"))
     if status_case == "skipped":
         return build_record(ctx, exp, skip_reason="the model cannot train")
@@ -99,7 +100,8 @@ def test_skips_and_deaths_are_failures_to_the_reference_tools(case: str) -> None
 
 
 def test_figures_of_ours_never_land_in_metrics() -> None:
-    ctx = RecordContext(run_id="r", options=RunOptions(repeat=2), output_dir=Path("."), timestamp=1.0)
+    ctx = RecordContext(run_id="r", fingerprint="0123456789ab", options=RunOptions(repeat=2), output_dir=Path("."),
+                        timestamp=1.0)
     exp = Experiment("torchbench", "m", ExperimentConfig("cpu", None, None, "inductor", "eval", "fp32"))
     figures = {"total_time": [0.2, 0.1], "per_iter_time": [0.2, 0.1], "warmup_time": [3.0],
                "peak_rss_bytes": 10, "compile_time_s": 2.9, "dynamo_counters": {"stats": {}},

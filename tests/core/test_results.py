@@ -140,3 +140,39 @@ def test_readers_are_bounded_and_refuse_what_is_not_a_file(tmp_path, monkeypatch
     for not_a_file in (tmp_path / "fifo", Path("/dev/zero")):
         with pytest.raises(ResultsFileError, match="not a regular file"):
             list(iter_records(not_a_file))
+
+
+def test_the_records_say_whose_run_it_is_whatever_the_registry_says(tmp_path):
+    """A command continues the run whose records carry its fingerprint: with the registry gone
+    (deleted, or the results file copied alone), or saying otherwise, another command's run is
+    never continued, and its own command still continues it."""
+    from experiment_runner.parent.store import RunEntry
+
+    path = tmp_path / "results.jsonl"
+    for r in [record("eval-run", "a", fingerprint="eval"), record("eval-run", "b", fingerprint="eval")]:
+        append_record(path, r)
+    train = resume_state(path, False, fingerprint="train", registered={})
+    assert (train.run_id, train.other_runs) == (None, 1), "no registry: the records still say it is eval's"
+    assert resume_state(path, False, fingerprint="eval", registered={}).run_id == "eval-run"
+    moved = {"eval-run": RunEntry("eval-run", "train", 0.0, str(path), [], 0.0)}  # another run's entry, moved here
+    assert resume_state(path, False, fingerprint="train", registered=moved).run_id is None
+    assert resume_state(path, False, fingerprint="eval", registered=moved).done == {("a", 0), ("b", 0)}
+    waiting = {"fresh": RunEntry("fresh", "train", 0.0, str(path), [], 1.0)}  # killed before its first record
+    assert resume_state(path, False, fingerprint="train", registered=waiting).run_id == "fresh"
+
+
+def test_a_damaged_registry_entry_is_named_not_trusted(tmp_path):
+    import dataclasses
+
+    from experiment_runner.parent.store import RunEntry, register_run, registered_runs
+
+    results = tmp_path / "results.jsonl"
+    register_run(tmp_path, RunEntry("good", "f", 0.0, str(results), ["experiment_runner"], 0.0))
+    register_run(tmp_path, RunEntry("torn", "f", 0.0, str(results), ["experiment_runner"], 0.0))
+    torn = tmp_path / "runs" / "torn" / "run.json"
+    torn.write_text(torn.read_text()[:20])
+    (tmp_path / "runs" / "odd").mkdir()
+    (tmp_path / "runs" / "odd" / "run.json").write_text(json.dumps({"run_id": "odd"}))
+    found, damaged = registered_runs(tmp_path, results)
+    assert list(found) == ["good"] and dataclasses.asdict(found["good"])["fingerprint"] == "f"
+    assert damaged == [(tmp_path / "runs" / "odd" / "run.json", "TypeError"), (torn, "JSONDecodeError")]

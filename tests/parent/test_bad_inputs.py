@@ -44,3 +44,61 @@ def test_analysis_commands_refuse_a_device(command: str, tmp_path: Path, capsys:
     err = capsys.readouterr().err
     assert code == 3, err
     assert len(err.strip().splitlines()) == 1 and "not a regular file" in err
+
+
+@pytest.mark.parametrize(("flag", "message"), [
+    ("--processes=100000000", "--processes must be between 1 and 1000 (pyperf uses 20), got 100000000"),
+    ("--heartbeat=0.001", "--heartbeat must be at least 0.5 seconds (a line per experiment each time: less floods "
+                          "the log), got 0.001"),
+    ("--output-basename=runs", "--output-basename=runs puts the results file in the run registry ({out}/runs, "
+                               "where each run is registered); name it otherwise"),
+    ("--output-basename=runs/r.jsonl", "--output-basename=runs/r.jsonl puts the results file in the run registry"),
+])
+def test_flags_that_would_stall_flood_or_break_later_runs_are_refused(tmp_path: Path, flag: str,
+                                                                      message: str) -> None:
+    from experiment_runner.cli import parse_config
+    from experiment_runner.errors import UsageError
+
+    out = tmp_path / "out"
+    with pytest.raises(UsageError) as refused:
+        parse_config([*COMMON, "--dry-run", f"--output-dirname={out}", flag])
+    assert message.format(out=os.path.realpath(out)) in str(refused.value)
+    assert not out.exists(), "nothing was written"
+
+
+@pytest.mark.e2e
+def test_a_device_as_the_results_file_is_refused_before_any_experiment(tmp_path: Path, cli_cache: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.run([*cli_command(list(COMMON), out), "--output-basename=/dev/null"],
+                          env=cli_env(cli_cache, new_marker("devnull")), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "experiment_runner: error: cannot write results file /dev/null: /dev/null is a device, not a regular file "
+        "(its records would fail or be lost); give a file")
+    assert not (out / "runs").exists(), "no run was registered, no experiment ran"
+
+
+def test_records_a_reader_may_misread_are_said_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import warnings
+
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)  # cli_main sets its own
+    golden = (Path(__file__).parents[1] / "golden" / "results.jsonl").read_text().splitlines()
+    first = json.loads(golden[0])
+    newer = {**json.loads(golden[1]), "schema_version": 2}
+    mistyped = {**json.loads(golden[2]), "status": 5}
+    for command in ("report", "history"):  # history's DuckDB reader hands such a file to the tolerant one
+        path = tmp_path / command / "results.jsonl"
+        path.parent.mkdir()
+        path.write_text("".join(json.dumps(r) + "\n" for r in (first, newer, mistyped)))
+        assert cli_main([command, str(path)]) == 0
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"experiment_runner: warning: {path}: read 2 record(s) this reader may misread (line 2: "
+                       "schema_version 2, this reader knows 1)"], (command, err)
+    path = tmp_path / "mistyped.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (first, mistyped)))
+    assert cli_main(["report", str(path)]) == 0
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"experiment_runner: warning: {path}: read 1 record(s) this reader may misread (line 2: status is int '5', "
+        "the schema says string)"]

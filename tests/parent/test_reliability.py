@@ -234,8 +234,8 @@ def test_output_io_failure_is_one_line_and_exit_3(launcher: str, fault: str, tmp
         popen["preexec_fn"] = _file_size_1k
         expected = ("task.json", "File too large")
     else:
-        (out / "results.jsonl").symlink_to("/dev/full")
-        expected = (f"{out / 'results.jsonl'}", "No space left on device")
+        (out / "results.jsonl").symlink_to("/dev/full")  # refused before any experiment runs
+        expected = (f"{out / 'results.jsonl'}", "/dev/full is a device, not a regular file")
     run = invoke_cli([*COMMON, "--filter=^quick_00$", f"--launcher={launcher}"], out, cli_cache, **popen)
     assert run.returncode == 3, run.stderr
     assert "Traceback" not in run.stderr

@@ -81,3 +81,32 @@ def test_another_command_starts_its_own_run_and_a_rerun_continues_its_own(run_cl
     cosmetic = run_cli(*COMMON, "--filter=^quick_00$", "--repeat=3", "--heartbeat=5", output_dir=out)
     assert "nothing to run" in cosmetic.stdout, "how experiments are measured does not make another run"
     assert len(read_records(out / "results.jsonl")) == 2
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "copied alone"])
+def test_a_lost_or_damaged_registry_never_hands_a_run_to_another_command(run_cli, tmp_path: Path,
+                                                                         damage: str) -> None:
+    out = tmp_path / "out"
+    evaluated = run_cli(*COMMON, "--filter=^quick_00$", output_dir=out)
+    assert evaluated.returncode == 0, evaluated.stderr
+    (eval_run,) = {r["run_id"] for r in evaluated.records()}
+    (entry,) = out.glob("runs/*/run.json")
+    if damage == "deleted":
+        entry.unlink()
+    elif damage == "truncated":
+        entry.write_text(entry.read_text()[:10])
+    else:
+        copy = tmp_path / "copy"
+        copy.mkdir()
+        (copy / "results.jsonl").write_bytes((out / "results.jsonl").read_bytes())
+        out = copy
+    train = [arg if arg != "--test=eval" else "--test=train" for arg in COMMON]
+    trained = run_cli(*train, "--filter=^quick_00$", output_dir=out)
+    assert trained.returncode == 0, trained.stderr
+    runs = [r["run_id"] for r in trained.records()]
+    assert runs[0] == eval_run and runs[1] != eval_run, "train started its own run"
+    if damage == "truncated":
+        assert f"warning: ignored the damaged run entry {entry} (JSONDecodeError)" in trained.stderr
+    again = run_cli(*COMMON, "--filter=^quick_00$", output_dir=out)
+    assert again.returncode == 0 and f"in run {eval_run} of" in again.stdout, again.stdout
+    assert "nothing to run" in again.stdout and len(read_records(out / "results.jsonl")) == 2

@@ -1,0 +1,98 @@
+"""check-expected reads a bad expected file as bad: one line and exit 2 naming what is wrong
+(exit 3 when it cannot be read at all), reads a spreadsheet's BOM correctly, and lists the
+models the file expects that the run lacks."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from experiment_runner.analysis.expected import read_expected
+from experiment_runner.cli import main as cli_main
+
+RESULTS = Path(__file__).parents[1] / "golden" / "results.jsonl"
+GROUP = ["--group", "inductor_torchbench_float32_inference_cpu"]
+# What the golden run holds for that group (tests/analysis/test_export.py checks the same).
+GOOD = "name,accuracy,graph_breaks\ndlrm,timeout,0\nllama,pass,0\nnanogpt,pass,0\nresnet50,fail_accuracy,0\n"
+
+
+def check(capsys: pytest.CaptureFixture[str], expected: Path | str) -> tuple[int, str, list[str]]:
+    code = cli_main(["check-expected", str(RESULTS), "--expected", str(expected), *GROUP])
+    out, err = capsys.readouterr()
+    return code, out, err.strip().splitlines()
+
+
+def test_the_golden_expectations_hold(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "e.csv").write_text(GOOD)
+    code, out, _ = check(capsys, tmp_path / "e.csv")
+    assert code == 0 and out.strip().endswith("4 model(s) checked against " + str(tmp_path / "e.csv") + ": as expected")
+
+
+def test_a_bom_as_spreadsheets_write_it_is_read_correctly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "e.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + GOOD.replace("\n", "\r\n").encode())
+    assert list(read_expected(path)) == ["dlrm", "llama", "nanogpt", "resnet50"]
+    code, out, _ = check(capsys, path)
+    assert code == 0 and out.strip().endswith("as expected"), out
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (GOOD.replace("llama,pass,0", "llama,pass,two"), "e.csv:3: llama's graph_breaks must be a whole number >= 0, "
+                                                     "got 'two'"),
+    (GOOD.replace("llama,pass,0", "llama,pass,1.5"), "e.csv:3: llama's graph_breaks must be a whole number >= 0, "
+                                                     "got '1.5'"),
+    (GOOD.replace("llama,pass,0", "llama,pass,-1"), "got '-1'"),
+    (GOOD.replace("llama,pass,0", "llama,pass,"), "got ''"),
+    (GOOD + "llama,fail_accuracy,0\n", "e.csv:6: llama is listed twice; keep one row per model"),
+    (GOOD + ",pass,0\n", "e.csv:6: a row needs a name and an accuracy status"),
+    (GOOD.encode().replace(b"nanogpt", b"nan\xe9gpt"), "e.csv:4: not UTF-8 text (byte 0xe9); save it as UTF-8 CSV"),
+    ("model,status\nx,pass\n", "is not an expected-results file: no name, accuracy, graph_breaks column"),
+])
+def test_a_bad_expected_file_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    content: str | bytes, message: str) -> None:
+    path = tmp_path / "e.csv"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    code, out, err = check(capsys, path)
+    assert code == 2 and not out, out
+    assert len(err) == 1 and err[0].startswith("experiment_runner check-expected: error: ") and message in err[0], err
+
+
+def test_a_fifo_or_a_device_is_refused_without_reading(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """/dev/zero never ends; a FIFO blocks until someone writes. A writer here feeds the FIFO
+    valid expectations, so a command that read it would pass instead of hanging this test."""
+    fifo = tmp_path / "e.fifo"
+    os.mkfifo(fifo)
+
+    def write_once() -> None:
+        try:
+            with open(fifo, "w") as handle:  # until a reader opens the FIFO
+                handle.write(GOOD)
+        except BrokenPipeError:  # the reader left without reading: what is asked of it
+            pass
+
+    writer = threading.Thread(target=write_once, daemon=True)
+    writer.start()
+    code, _, err = check(capsys, fifo)
+    assert code == 2 and err == [f"experiment_runner check-expected: error: {fifo} is a FIFO, not an "
+                                 "expected-results file (a CSV)"], err
+    writer.join(timeout=60)
+    code, _, err = check(capsys, "/dev/zero")
+    assert code == 2 and err == ["experiment_runner check-expected: error: /dev/zero is a device, not an "
+                                 "expected-results file (a CSV)"], err
+    code, _, err = check(capsys, "/proc/self/mem")
+    assert code == 3 and err == ["experiment_runner check-expected: error: cannot read /proc/self/mem: "
+                                 "Input/output error"], err
+
+
+def test_models_expected_but_absent_from_the_run_are_listed(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "e.csv"
+    path.write_text(GOOD + "alexnet,pass,0\nvgg16,pass,1\n")
+    code, out, _ = check(capsys, path)
+    lines = out.strip().splitlines()
+    assert "inductor_torchbench_float32_inference_cpu: 2 model(s) of e.csv not in this run: alexnet, vgg16" in lines
+    assert lines[-1].endswith("as expected; 2 expected model(s) not in this run"), out
+    assert code == 0, "the harness's checks read only the run's models; a missing one is listed, not failed"
