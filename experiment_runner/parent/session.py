@@ -21,7 +21,7 @@ from experiment_runner.core.requirements import install_command
 from experiment_runner.core.results import ResultsFileError
 from experiment_runner.core.run_config import MatrixConfig, RunConfig
 from experiment_runner.core.shards import balanced_shards, read_durations
-from experiment_runner.errors import EXIT_OK, ResultsIOError, RunnerError, UsageError
+from experiment_runner.errors import EXIT_OK, ResultsIOError, RunnerError, UsageError, did_you_mean
 from experiment_runner.parent.executors import ExecutorOptions, create
 from experiment_runner.parent.host import ProbeError, probe_capabilities, torch_xla_importable
 from experiment_runner.parent.launch.forkserver_launcher import children_import_dynamo, prestart
@@ -56,8 +56,11 @@ def check_requested(config: MatrixConfig, caps: matrix.HostCapabilities) -> None
             raise UsageError(f"--accelerator={acc} with xla, but torch_xla found no {acc} PJRT device")
     for backend in config.dynamo or ():
         if backend not in (None, "openxla") and backend not in caps.dynamo_backends:
-            known = ", ".join(sorted(caps.dynamo_backends))
-            raise UsageError(f"unknown dynamo backend {backend!r}; known: None, openxla, {known}")
+            # torch lists openxla itself where torch_xla is installed; its *_TESTING_ONLY backends are its own.
+            known = ["None", *sorted({b for b in caps.dynamo_backends if not b.endswith("_TESTING_ONLY")}
+                                     | {"openxla"})]
+            raise UsageError(f"unknown dynamo backend {backend!r}{did_you_mean(backend, known)} "
+                             f"(known: {', '.join(known)})")
 
 
 def print_dry_run(plan: matrix.Plan, done: set[tuple[str, int]], processes: int = 1) -> None:
