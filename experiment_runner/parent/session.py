@@ -79,15 +79,22 @@ def print_dry_run(plan: matrix.Plan, done: set[tuple[str, int]], processes: int 
             mark = f"  [{finished} of {processes} processes done in the run being resumed]"
         print(printable(f"{i:4d}. {exp.model_name}: {exp.config.label()}{mark}"))
     if plan.dropped:
-        print(f"\n{len(plan.dropped)} combination(s) dropped:")
-        by_reason: dict[str, list[str]] = {}
+        # A combination is one model in one configuration: say so, or 20 dropped reads as 10 listed.
+        models = {d.model_name for d in plan.dropped}
+        configs = {d.config.label() for d in plan.dropped}
+        print(f"\n{len(plan.dropped)} combination(s) of a model and a configuration dropped "
+              f"({len(configs)} configuration(s), {len(models)} model(s)):")
+        by_reason: dict[str, tuple[list[str], set[str], list[matrix.Dropped]]] = {}
         for d in plan.dropped:
-            labels = by_reason.setdefault(d.reason, [])
+            labels, names, members = by_reason.setdefault(d.reason, ([], set(), []))
             if d.config.label() not in labels:
                 labels.append(d.config.label())
-        for reason, labels in by_reason.items():
+            names.add(d.model_name)
+            members.append(d)
+        for reason, (labels, names, members) in by_reason.items():
             examples = "; ".join(labels[:3]) + (f"; and {len(labels) - 3} more" if len(labels) > 3 else "")
-            print(f"  - {reason}: {examples}")
+            print(f"  - {reason}: {len(members)} ({len(labels)} configuration(s) x {len(names)} model(s)): "
+                  f"{examples}")
 
 
 def print_models(plan: matrix.Plan, suite: SuiteCatalog, models: list[str], batch_size: int | None) -> None:
