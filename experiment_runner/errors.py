@@ -44,7 +44,7 @@ class ReportError(Exception):
 
 
 def did_you_mean(word: str, choices: Sequence[str]) -> str:
-    """"; did you mean 'X'?" for the choice closest to a misspelt word, or nothing."""
+    """The suffix "; did you mean 'X'?" naming the choice closest to a misspelt word, or nothing."""
     close = difflib.get_close_matches(word, list(choices), n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
 
