@@ -101,3 +101,10 @@ def test_a_suite_whose_package_is_missing_is_one_line_and_no_records(run_cli, tm
         f"experiment_runner: error: --suite-name=timm needs timm, not installed here; install with: "
         f"{install_command(['timm'])}"]
     assert not run.output_dir.exists()
+
+
+def test_the_readme_says_which_torch_index_a_cpu_host_takes() -> None:
+    """PyPI's torch for Linux is the CUDA build: a CPU host without a local wheel needs the CPU index."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    fresh = readme.split("## Fresh machine", 1)[1].split("### Run the tests", 1)[0]
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in fresh
