@@ -1,7 +1,7 @@
 """Command line: drop-in compatible with PyTorch/XLA's benchmarks/experiment_runner.py.
 
-`experiment_runner [run flags]` runs a matrix; `experiment_runner report ...`,
-`experiment_runner compare ...` and `experiment_runner history ...` analyse results files.
+`experiment_runner [run flags]` runs a matrix; the SUBCOMMANDS (`experiment_runner report ...`,
+`compare`, `merge`, `history`, `bisect`, `export`, `check-expected`) analyse results files.
 Bad input is one line on stderr and a non-zero exit (see `errors.py`), never a traceback.
 
 Flags and dispatch only: the run itself is `parent.session.run`, the analysis commands
@@ -33,33 +33,35 @@ from experiment_runner.errors import (
     RunnerError,
     Stopped,
     UsageError,
+    argparse_hint,
+    did_you_mean,
     exit_code,
     stop,
 )
 
-# Subcommand → the analysis module whose main(argv) runs it.
-SUBCOMMANDS = {"report": "experiment_runner.analysis.report", "compare": "experiment_runner.analysis.compare",
-               "merge": "experiment_runner.analysis.merge", "history": "experiment_runner.analysis.history",
-               "bisect": "experiment_runner.analysis.bisect", "export": "experiment_runner.analysis.export",
-               "check-expected": "experiment_runner.analysis.expected"}
+# Subcommand → the analysis module whose main(argv) runs it, and what it is for (--help and a
+# bare `experiment_runner` list them).
+SUBCOMMANDS = {
+    "report": ("experiment_runner.analysis.report", "one run's dashboard metrics: text, CSV, JSON or HTML"),
+    "compare": ("experiment_runner.analysis.compare", "two runs experiment by experiment; exit 1 on a regression"),
+    "merge": ("experiment_runner.analysis.merge", "shard files into one results file"),
+    "history": ("experiment_runner.analysis.history", "change points over nightly runs, and an HTML page"),
+    "bisect": ("experiment_runner.analysis.bisect", "the first bad build between a good and a bad one"),
+    "export": ("experiment_runner.analysis.export", "PyTorch's dashboard CSVs and benchmark-database records"),
+    "check-expected": ("experiment_runner.analysis.expected", "gate a run on expected results (PyTorch's CI CSVs)"),
+}
+
+
+def commands_text() -> str:
+    """The subcommands, one line each, as --help and a bare `experiment_runner` show them."""
+    width = max(map(len, SUBCOMMANDS))
+    return "\n".join(["commands (experiment_runner COMMAND --help for each):",
+                      *(f"  {name:{width}}  {what}" for name, (_, what) in SUBCOMMANDS.items())])
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message}{_did_you_mean(message, self)} (see --help)")
-
-
-def _did_you_mean(message: str, parser: argparse.ArgumentParser) -> str:
-    """A suggestion for a misspelt flag (argparse learns this only in Python 3.12+)."""
-    import difflib
-
-    unknown = re.search(r"unrecognized arguments: (\S+)", message)
-    if unknown is None or not unknown.group(1).startswith("--"):
-        return ""
-    flag = unknown.group(1).split("=", 1)[0]
-    known = [name for action in parser._actions for name in action.option_strings]
-    close = difflib.get_close_matches(flag, known, n=1)
-    return f"; did you mean {close[0]}?" if close else ""
+        raise UsageError(f"{message}{argparse_hint(message, self)} (see --help)")
 
 
 def default_text(option: Declared) -> str | None:
@@ -89,11 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     configuration dataclasses supply the rest."""
     p = _Parser(
         prog="experiment_runner",
-        description="Run an accelerator x xla x dynamo x test matrix of PyTorch model benchmarks, "
-                    "one child process per experiment, one JSON line per experiment. "
-                    "Subcommands: 'experiment_runner report FILE...', 'experiment_runner compare A B', "
-                    "'experiment_runner merge SHARD.jsonl... -o ALL.jsonl' and "
-                    "'experiment_runner history PATH...' (change points over nightly runs).",
+        description="Run an accelerator x xla x dynamo x test matrix of PyTorch model benchmarks,\n"
+                    "one child process per experiment, one JSON line per experiment\n"
+                    "(experiment_runner --suite-name=SUITE [flags]), or analyse results files:\n\n"
+                    + commands_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         argument_default=argparse.SUPPRESS,
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -329,14 +331,16 @@ def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] in SUBCOMMANDS:
         from importlib import import_module
 
-        return import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
+        return import_module(SUBCOMMANDS[argv[0]][0]).main(argv[1:])
     if argv and not argv[0].startswith("-"):
-        import difflib
-
-        close = difflib.get_close_matches(argv[0], SUBCOMMANDS, n=1)
-        hint = f"did you mean '{close[0]}'?" if close else f"commands: {', '.join(SUBCOMMANDS)}"
-        print(f"experiment_runner: error: unknown command {argv[0]!r}; {hint} (a run takes flags only: "
+        hint = did_you_mean(argv[0], list(SUBCOMMANDS)) or f"; commands: {', '.join(SUBCOMMANDS)}"
+        print(f"experiment_runner: error: unknown command {argv[0]!r}{hint} (a run takes flags only: "
               "see --help)", file=sys.stderr)
+        return EXIT_USAGE
+    if not argv:
+        print("experiment_runner: error: nothing to do: a run needs --suite-name (try experiment_runner "
+              f"--suite-name=dummy --dry-run; experiment_runner --help lists every flag)\n{commands_text()}",
+              file=sys.stderr)
         return EXIT_USAGE
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
+import re
 import sys
 from typing import Callable, NoReturn, Sequence
 
@@ -54,12 +56,30 @@ class ReportError(Exception):
         self.code = code
 
 
+def did_you_mean(word: str, choices: Sequence[str]) -> str:
+    """The suffix "; did you mean 'X'?" naming the choice closest to a misspelt word, or nothing."""
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def argparse_hint(message: str, parser: argparse.ArgumentParser) -> str:
+    """A did-you-mean for argparse's error about a misspelt flag or value (argparse suggests
+    nothing before Python 3.12)."""
+    unknown = re.search(r"unrecognized arguments: (--[^\s=]+)", message)
+    if unknown is not None:
+        return did_you_mean(unknown.group(1), [name for action in parser._actions for name in action.option_strings])
+    invalid = re.search(r"invalid choice: '?(.*?)'? \(choose from (.*)\)$", message)
+    if invalid is not None:
+        return did_you_mean(invalid.group(1), [c.strip(" '") for c in invalid.group(2).split(",")])
+    return ""
+
+
 class ReportParser(argparse.ArgumentParser):
     """The analysis commands' parser: bad arguments are a ReportError (one line, exit 2), not
     argparse's usage dump and exit."""
 
     def error(self, message: str) -> NoReturn:
-        raise ReportError(f"{message} (see {self.prog} --help)")
+        raise ReportError(f"{message}{argparse_hint(message, self)} (see {self.prog} --help)")
 
 
 def analysis_command(name: str) -> Callable[[Callable[[Sequence[str]], int]], Callable[[Sequence[str]], int]]:

@@ -55,8 +55,12 @@ CAUSES = {
     "small_leaf_cosine": f"cosine similarity would decide a leaf of fewer than {COSINE_MIN_ELEMENTS} elements: "
                          "same passes any value of the same direction (a scalar loss of the same sign); compare "
                          "uses the RMSE rule, or allclose without a reference.",
-    "fp64_nonfinite": "the float64 reference is NaN or inf where eager is finite: same's RMSEs become NaN and "
-                      "equal_nan passes whatever the result is; compare requires the result to match eager there.",
+    "fp64_nonfinite": "the float64 reference is NaN or inf where eager is finite: same's RMSEs become NaN or inf "
+                      "and it passes whatever the result is; compare judges those positions as with no reference "
+                      "(allclose there, else the leaf's cosine similarity).",
+    "scalar_rule": "a one-element leaf (a loss) that allclose passes: same stops there; compare's scalar rule also "
+                   "fails it when it is more than the multiplier times as far from float64 as eager, plus a floor "
+                   "of a quarter of the allclose bound.",
     "shared_nan_rmse": "eager and result have NaN in the same places and allclose fails elsewhere: same's RMSEs "
                        "are NaN and equal_nan passes; compare computes the RMSE over the finite positions.",
     "shared_nan_cosine": "eager and result have NaN in the same places and cosine decides: same's cosine "
@@ -362,6 +366,8 @@ def explain(case: Case) -> str:
 
 
 def explain_leaf(ref: Any, res: Any, fp64: Any, case: Case) -> str:
+    if _scalar_rule_decides(ref, res, fp64, case.tol):
+        return "scalar_rule"
     if isinstance(ref, float):
         return "python_float"
     if not isinstance(ref, torch.Tensor) or not isinstance(res, torch.Tensor):
@@ -404,6 +410,16 @@ def explain_leaf(ref: Any, res: Any, fp64: Any, case: Case) -> str:
         if abs(float(score) - 0.99) < 1e-4:
             return "cosine_rounding"
     return "UNEXPLAINED"
+
+
+def _scalar_rule_decides(ref: Any, res: Any, fp64: Any, tol: float) -> bool:
+    """A one-element float leaf with a finite float64 reference that allclose passes."""
+    if fp64 is None or not isinstance(ref, (float, torch.Tensor)) or not torch.as_tensor(ref).is_floating_point():
+        return False
+    a, b, g = (torch.as_tensor(v).double() for v in (ref, res, fp64))
+    if a.numel() != 1 or a.shape != b.shape or g.numel() != 1:
+        return False
+    return bool(g.isfinite().all() and a.isfinite().all()) and torch.allclose(a, b, atol=tol, rtol=tol)
 
 
 def run(cases: int, seed: int) -> dict[str, Any]:

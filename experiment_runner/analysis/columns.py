@@ -39,7 +39,7 @@ RECORD_PATHS: tuple[str, ...] = (
     *(f"experiment.{name}" for name in ("accelerator", *CONFIG_FIELDS, "test", "precision", "batch_size")),
     "metrics.per_iter_time", "metrics.error", *(f"{block}.{name}" for block in ("metrics", "measurements")
                                                 for name in _FIGURES),
-    "measurements.paired",
+    "measurements.paired", "measurements.noisy_host",
 )
 # An object is read as JSON and taken apart in the query (json_extract).
 _SQL_TYPES = {"string": "VARCHAR", "number": "DOUBLE", "integer": "BIGINT", "boolean": "BOOLEAN", "object": "JSON"}
@@ -89,7 +89,8 @@ WITH raw AS (
          coalesce(measurements.warmup_time, metrics.warmup_time)[1] AS warmup_first,
          coalesce(measurements.peak_allocated_bytes, metrics.peak_allocated_bytes) AS peak_allocated,
          coalesce(measurements.timed_peak_rss_bytes, metrics.timed_peak_rss_bytes) AS peak_rss,
-         TRY_CAST(json_extract(measurements.paired, '$.speedup') AS DOUBLE) AS paired_speedup
+         TRY_CAST(json_extract(measurements.paired, '$.speedup') AS DOUBLE) AS paired_speedup,
+         measurements.noisy_host AS noisy
   FROM read_json($files, format='newline_delimited', columns=$columns, filename=true)
 ), timed AS (
   SELECT *, CASE WHEN first_is_warmup THEN all_samples[2:] ELSE all_samples END AS samples,
@@ -110,14 +111,16 @@ SELECT filename, run_id, experiment_id, timestamp,
        -- the timed runs' peak only, as `report` compares it: a lifetime peak (older records) holds the
        -- interpreter and compilation, and a series mixing the two would change at an upgrade
        coalesce(peak_allocated, peak_rss)::DOUBLE AS peak_memory_bytes,
-       paired_speedup,
+       paired_speedup, coalesce(noisy, false)::DOUBLE AS noisy_host,
        -- a record of a schema this reader does not know: the tolerant reader reads the file, and says so
        coalesce(schema_version <> $version, false) AS misread
 FROM med
 """
 STRING_FIELDS = ("run_id", "experiment_id", "status", "verification_code", "suite", "model", "accelerator",
                  *CONFIG_FIELDS, "test", "precision")
-FLOAT_FIELDS = ("timestamp", "median", "compile_time_s", "peak_memory_bytes", "batch_size", "paired_speedup")
+# noisy_host: 1 where the record says other processes used the CPUs during its timed runs, else 0.
+FLOAT_FIELDS = ("timestamp", "median", "compile_time_s", "peak_memory_bytes", "batch_size", "paired_speedup",
+                "noisy_host")
 
 
 @dataclass
@@ -218,6 +221,7 @@ def _python(path: Path) -> "pyarrow.Table":
         data[name] = [getattr(row, name) for row in rows]
     data["median"] = [row.median_per_iter_time_s for row in rows]
     data["peak_memory_bytes"] = [row.peak_allocated_bytes or row.timed_peak_rss_bytes for row in rows]
+    data["noisy_host"] = [float(row.noisy_host) for row in rows]
     return pa.Table.from_pydict(data, schema=_schema())
 
 

@@ -504,6 +504,10 @@ def main(argv: Sequence[str]) -> int:
     if args.confirm_processes < 1:
         raise ReportError("--confirm-processes must be at least 1")
     outcome = compare(args)
+    if not outcome.comparisons:
+        raise ReportError(f"run A ({outcome.run_a.run_id}) and run B ({outcome.run_b.run_id}) have no experiment in "
+                          f"common ({len(outcome.only_a)} only in A, {len(outcome.only_b)} only in B): nothing to "
+                          "compare; compare runs of the same suite, models and configurations")
     add_evidence(outcome, args)
     if args.confirm:
         outcome.verdicts = run_confirmation(outcome, args)

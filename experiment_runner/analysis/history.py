@@ -107,6 +107,7 @@ class History:
     info: list[dict[str, Any]]  # per experiment: suite, model, configuration fields, batch size
     row: np.ndarray  # record number of each (experiment, run), -1 where absent
     series: dict[str, np.ndarray]  # METRICS and PAIRED, NaN where absent or not ok
+    noisy: np.ndarray  # (experiment, run): the record says noisy_host (other processes used the CPUs)
 
     @cached_property
     def experiment_index(self) -> dict[str, int]:
@@ -115,7 +116,7 @@ class History:
     def first_runs(self, n: int) -> "History":
         """The history as it was after its first `n` runs (same experiments)."""
         return History(self.records, self.run_ids[:n], self.run_times[:n], self.experiment_ids, self.info,
-                       self.row[:, :n], {m: series[:, :n] for m, series in self.series.items()})
+                       self.row[:, :n], {m: series[:, :n] for m, series in self.series.items()}, self.noisy[:, :n])
 
     def status(self) -> tuple[np.ndarray, list[str]]:
         return self._codes("status")
@@ -163,6 +164,7 @@ def build_history(records: Records) -> History:
     ok = np.array([label == "ok" for label in records.strings["status"].labels] + [False])[
         records.strings["status"].codes]
     present = row >= 0
+    noisy = present & (records.numbers["noisy_host"] == 1.0)[np.maximum(row, 0)]
     series = {}
     for metric, column in {**METRIC_COLUMNS, PAIRED: "paired_speedup"}.items():
         values = np.where(ok, records.numbers[column], np.nan)
@@ -176,7 +178,7 @@ def build_history(records: Records) -> History:
              "batch_size": None if math.isnan(batch[e]) else int(batch[e])} for e in range(n_exp)]
     run_times = np.where(np.isfinite(last), last, np.nan)[order]
     return History(records, [runs.labels[i] for i in order], run_times, list(experiments.labels), info, row,
-                   series)
+                   series, noisy)
 
 
 def configuration(info: dict[str, Any]) -> str:
@@ -301,6 +303,30 @@ class Analysis:
     def regressions_in_window(self) -> list[Change]:
         return self.alerts
 
+    def not_judged(self) -> list[str]:
+        """Why history could not judge what it read, as compare says why it did not: too few
+        runs, no experiment in two runs."""
+        h, needed = self.history, 2 * self.config.min_runs
+        reasons = []
+        if len(h.run_ids) < needed:
+            reasons.append(f"{len(h.run_ids)} run(s): a step needs {needed} runs to be found as a change "
+                           f"({self.config.min_runs} on each side), and {self.config.min_runs + 1} to be suspected in the "
+                           "newest run")
+        if len(h.run_ids) > 1 and not ((h.row >= 0).sum(axis=1) > 1).any():
+            reasons.append(f"no experiment appears in more than one of the {len(h.run_ids)} runs: nothing to "
+                           "follow from run to run (different suites, models or configurations?)")
+        return reasons
+
+    def noisy_runs(self) -> list[str]:
+        """The runs whose records say noisy_host, where compare judges no time. history keeps their
+        times (on a shared host every night may be noisy, and nothing would be left to judge) and
+        says which they are: a step there may be the neighbours', not the build's."""
+        h = self.history
+        return [f"run {h.run_ids[i]} ({_when(h.run_times[i])}): {int(h.noisy[:, i].sum())} of "
+                f"{int((h.row[:, i] >= 0).sum())} records say noisy_host (other processes used the CPUs while they "
+                "were timed): a time step there may be the host's, not the build's (compare does not judge it)"
+                for i in np.flatnonzero(h.noisy.any(axis=0)).tolist()]
+
     def as_json(self) -> dict[str, Any]:
         h = self.history
         return {
@@ -309,6 +335,8 @@ class Analysis:
                      for i, run_id in enumerate(h.run_ids)],
             "window": self.window,
             "regressions_in_window": len(self.regressions_in_window()),
+            "not_judged": self.not_judged(),
+            "noisy_runs": self.noisy_runs(),
             "changes": [change_json(c, h, self.evidence.get(c)) for c in newest_first(self.changes)],
             "events": [event_json(e, newest_first(self.changes), h) for e in self.events()],
             "experiments": [{"experiment_id": e, **h.info[i], "configuration": configuration(h.info[i]),
@@ -592,10 +620,8 @@ def render_text(analysis: Analysis) -> str:
     out.append(f"{len(bad)} regression(s) first found in the newest {analysis.window} run(s)"
                + (f"; {suspected} suspected in the newest run (the next run confirms or clears them)"
                   if suspected else ""))
-    needed = 2 * analysis.config.min_runs
-    if len(h.run_ids) < needed:
-        out.append(f"note: {len(h.run_ids)} run(s): a step needs {needed} runs to be found as a change "
-                   "(two on each side); until then a step in the newest run is shown as suspected")
+    out += [f"not judged: {reason}" for reason in analysis.not_judged()]
+    out += [f"noisy host: {run}" for run in analysis.noisy_runs()]
     return "\n".join(out) + "\n"
 
 

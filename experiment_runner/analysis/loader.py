@@ -97,6 +97,8 @@ class Row:
     log: str | None = None
     # --speedup=paired: the median of its interleaved baseline/compiled ratios (measurements.paired)
     paired_speedup: float | None = None
+    # when the parent wrote the record (timings.finished_at); `timestamp` is the run's start
+    finished_at: float | None = None
 
     @property
     def configuration(self) -> str:
@@ -261,6 +263,7 @@ def flatten(record: dict[str, Any], file_name: str, folder: Path | None = None) 
         log=_log_path(record, folder),
         paired_speedup=_number((figures.get("paired") or {}).get("speedup"))
         if isinstance(figures.get("paired"), dict) else None,
+        finished_at=_number(record["timings"].get("finished_at")) if isinstance(record.get("timings"), dict) else None,
     )
 
 
@@ -295,6 +298,7 @@ def combine(processes: Sequence[Row]) -> Row:
     return replace(
         first, processes=len(processes), timestamp=max((r.timestamp for r in processes if r.timestamp is not None),
                                                        default=None),
+        finished_at=max((r.finished_at for r in processes if r.finished_at is not None), default=None),
         n_samples=len(pooled), median_per_iter_time_s=median, min_per_iter_time_s=stats.get("min"),
         q1_per_iter_time_s=stats.get("q1"), q3_per_iter_time_s=stats.get("q3"),
         relative_iqr=stats.get("relative_iqr"), unstable=stats.get("unstable"),
@@ -351,20 +355,25 @@ def final_rows(rows: Iterable[tuple[Row, int]]) -> list[Row]:
 @dataclass(frozen=True)
 class RunInfo:
     run_id: str
-    timestamp: float | None  # the run's last record, for "latest" and plots over time
+    timestamp: float | None  # the run's time (its records' latest), for "latest" and plots over time
     experiments: int
+    # when its last record was written (timings.finished_at; records without it: None)
+    last_record: float | None = None
 
 
 def runs_of(rows: Iterable[Row]) -> list[RunInfo]:
     """The runs among `rows`, oldest first: by last timestamp, then by order of appearance."""
-    seen: dict[str, tuple[float | None, int, int]] = {}
+    seen: dict[str, tuple[float | None, int, int, float | None]] = {}
     for order, row in enumerate(rows):
-        stamp, _, count = seen.get(row.run_id, (None, 0, 0))
-        if row.timestamp is not None:
-            stamp = row.timestamp if stamp is None else max(stamp, row.timestamp)
-        seen[row.run_id] = (stamp, order, count + 1)
+        stamp, _, count, finished = seen.get(row.run_id, (None, 0, 0, None))
+        stamp = _later(stamp, row.timestamp)
+        seen[row.run_id] = (stamp, order, count + 1, _later(finished, row.finished_at))
     ordered = sorted(seen.items(), key=lambda item: (item[1][0] is not None, item[1][0] or 0.0, item[1][1]))
-    return [RunInfo(run_id, stamp, count) for run_id, (stamp, _, count) in ordered]
+    return [RunInfo(run_id, stamp, count, finished) for run_id, (stamp, _, count, finished) in ordered]
+
+
+def _later(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 @contextmanager

@@ -5,6 +5,8 @@ opened from disk or served by any web server, and can be mailed or archived with
 nightly results. The data is compact (each series as integers, hundredths of a percent
 of its median), and plots are drawn by `page.html`'s script as SVG only when they
 scroll into view or a model is clicked, so 2,000 experiments x 365 nights stay fast.
+A report page also carries its tables as HTML (static_tables), so a reader without
+JavaScript (a mail client, lynx, grep) reads the same figures.
 """
 
 from __future__ import annotations
@@ -44,10 +46,58 @@ def _json_for_script(data: Any) -> str:
     return json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/").replace("<!--", "<\\!--")
 
 
-def render(data: dict[str, Any]) -> str:
+def render(data: dict[str, Any], tables: tuple[str, str] = ("", "")) -> str:
+    """The page; `tables` are the dashboard rows and per-model tables already drawn (the script
+    draws them where these are empty)."""
     template = resources.files("experiment_runner.analysis").joinpath("page.html").read_text(encoding="utf-8")
     return (template.replace("{{TITLE}}", html.escape(data["title"]))
+            .replace("{{DASHBOARD_ROWS}}", tables[0]).replace("{{MODELS}}", tables[1])
             .replace("{{DATA}}", _json_for_script(data)))
+
+
+def _num(value: float | None, digits: int, suffix: str = "") -> str:
+    """As the page script's num(): '-' for a missing figure."""
+    return "-" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def _row(cells: Sequence[tuple[str, str]], cls: str) -> str:
+    tds = "".join(f'<td class="{c}">{html.escape(text)}</td>' if c else f"<td>{html.escape(text)}</td>"
+                  for c, text in cells)
+    return f'<tr class="{cls}">{tds}</tr>'
+
+
+def static_tables(data: dict[str, Any]) -> tuple[str, str]:
+    """A one-run page's dashboard rows and per-model speedup tables as HTML, as the script
+    draws them (same classes and figures), for readers that run no JavaScript."""
+    rows = []
+    for row in data["dashboard"]:
+        models, passed = row["models"][-1], row["passed"][-1]
+        method = {"paired": " paired", "mixed": " mixed"}.get(row["speedup_method"][-1], "")
+        rows.append(_row([
+            ("", row["suite"]), ("", row["accelerator"]), ("", row["test"]), ("", row["precision"]),
+            ("", row["configuration"] + (" (baseline)" if row["baseline"] else "")),
+            ("num", f"{passed}/{models}" + (f" ({100 * passed / models:.0f}%)" if models else "")),
+            ("num speedup", "1.000x" if row["baseline"] else _num(row["speedup_geomean"][-1], 3, "x") + method),
+            ("num", _num(row["compile_time_mean_s"][-1], 3)),
+            ("num", "1.000x" if row["baseline"] else _num(row["memory_ratio_geomean"][-1], 3, "x"))], "dash-row"))
+    groups: dict[str, tuple[list[str], dict[str, dict[str, str]]]] = {}
+    for row in data["dashboard"]:
+        if row["baseline"]:
+            continue
+        configs, cells = groups.setdefault(" / ".join(row[k] for k in ("suite", "accelerator", "test", "precision")),
+                                           ([], {}))
+        configs.append(row["configuration"])
+        for e, speedup in zip(row["experiments"], row["speedups_latest"]):
+            experiment = data["experiments"][e]
+            cells.setdefault(experiment["model"], {})[row["configuration"]] = (
+                experiment.get("cell") or _num(speedup, 2, "x"))
+    tables = []
+    for key, (configs, cells) in groups.items():
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in ["model", *configs])
+        body = "".join(_row([("", model), *(("num", cells[model].get(c, "")) for c in configs)], "model-row")
+                       for model in sorted(cells))
+        tables.append(f"<h3>{html.escape(key)}</h3><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    return "\n".join(rows), "\n".join(tables)
 
 
 def write_page(path: Path, page: str) -> None:
@@ -95,4 +145,4 @@ def report_page(run: Any, baseline: str, summaries: Sequence[dict[str, Any]],
         "runs": [{"id": run.run_id, "t": run.timestamp}], "files": [], "experiments": experiments,
         "series": {}, "changes": [], "records": {}, "dashboard": dashboard,
     }
-    return render(data)
+    return render(data, static_tables(data))

@@ -307,8 +307,15 @@ def render_text(run: RunInfo, fixed: dict[str, str | None], summaries: Sequence[
                 results: Sequence[ModelResult], tables: str) -> str:
     from tabulate import tabulate
 
-    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(run.timestamp)) if run.timestamp else "unknown time"
-    out = [f"run {run.run_id} ({run.experiments} experiments, last record {when})",
+    def utc(t: float) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+    # A run's timestamp is when it started; its last record says when it was written (older records do not).
+    if run.last_record is not None:
+        when = (f"started {utc(run.timestamp)}, " if run.timestamp else "") + f"last record {utc(run.last_record)}"
+    else:
+        when = f"run timestamp {utc(run.timestamp)}" if run.timestamp else "unknown time"
+    out = [f"run {run.run_id} ({run.experiments} experiments, {when})",
            f"baseline: {describe_baseline(fixed)}", ""]
     if tables in ("all", "summary"):
         rows = []

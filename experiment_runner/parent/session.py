@@ -21,7 +21,7 @@ from experiment_runner.core.requirements import install_command
 from experiment_runner.core.results import ResultsFileError
 from experiment_runner.core.run_config import MatrixConfig, RunConfig
 from experiment_runner.core.shards import balanced_shards, read_durations
-from experiment_runner.errors import EXIT_OK, ResultsIOError, RunnerError, UsageError
+from experiment_runner.errors import EXIT_OK, ResultsIOError, RunnerError, UsageError, did_you_mean
 from experiment_runner.parent.executors import ExecutorOptions, create
 from experiment_runner.parent.host import ProbeError, probe_capabilities, torch_xla_importable
 from experiment_runner.parent.launch.forkserver_launcher import children_import_dynamo, prestart
@@ -56,8 +56,11 @@ def check_requested(config: MatrixConfig, caps: matrix.HostCapabilities) -> None
             raise UsageError(f"--accelerator={acc} with xla, but torch_xla found no {acc} PJRT device")
     for backend in config.dynamo or ():
         if backend not in (None, "openxla") and backend not in caps.dynamo_backends:
-            known = ", ".join(sorted(caps.dynamo_backends))
-            raise UsageError(f"unknown dynamo backend {backend!r}; known: None, openxla, {known}")
+            # torch lists openxla itself where torch_xla is installed; its *_TESTING_ONLY backends are its own.
+            known = ["None", *sorted({b for b in caps.dynamo_backends if not b.endswith("_TESTING_ONLY")}
+                                     | {"openxla"})]
+            raise UsageError(f"unknown dynamo backend {backend!r}{did_you_mean(backend, known)} "
+                             f"(known: {', '.join(known)})")
 
 
 def print_dry_run(plan: matrix.Plan, done: set[tuple[str, int]], processes: int = 1) -> None:
@@ -76,15 +79,22 @@ def print_dry_run(plan: matrix.Plan, done: set[tuple[str, int]], processes: int 
             mark = f"  [{finished} of {processes} processes done in the run being resumed]"
         print(printable(f"{i:4d}. {exp.model_name}: {exp.config.label()}{mark}"))
     if plan.dropped:
-        print(f"\n{len(plan.dropped)} combination(s) dropped:")
-        by_reason: dict[str, list[str]] = {}
+        # A combination is one model in one configuration: say so, or 20 dropped reads as 10 listed.
+        models = {d.model_name for d in plan.dropped}
+        configs = {d.config.label() for d in plan.dropped}
+        print(f"\n{len(plan.dropped)} combination(s) of a model and a configuration dropped "
+              f"({len(configs)} configuration(s), {len(models)} model(s)):")
+        by_reason: dict[str, tuple[list[str], set[str], list[matrix.Dropped]]] = {}
         for d in plan.dropped:
-            labels = by_reason.setdefault(d.reason, [])
+            labels, names, members = by_reason.setdefault(d.reason, ([], set(), []))
             if d.config.label() not in labels:
                 labels.append(d.config.label())
-        for reason, labels in by_reason.items():
+            names.add(d.model_name)
+            members.append(d)
+        for reason, (labels, names, members) in by_reason.items():
             examples = "; ".join(labels[:3]) + (f"; and {len(labels) - 3} more" if len(labels) > 3 else "")
-            print(f"  - {reason}: {examples}")
+            print(f"  - {reason}: {len(members)} ({len(labels)} configuration(s) x {len(names)} model(s)): "
+                  f"{examples}")
 
 
 def print_models(plan: matrix.Plan, suite: SuiteCatalog, models: list[str], batch_size: int | None) -> None:

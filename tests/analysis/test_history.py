@@ -57,7 +57,7 @@ def test_text_json_and_html_give_the_same_changes(capsys: pytest.CaptureFixture[
     document = json.loads(out)
     from_json = [(c["experiment_id"], c["metric"], c["kind"], c["first_bad_run"]) for c in document["changes"]]
     body = text.split("\nchanges:\n", 1)[-1].splitlines()[1 if "\nchanges:\n" not in text else 0:]
-    lines = [line for line in body if not line.startswith(("    ", "note: ")) and " first found in the newest " not in line]
+    lines = [line for line in body if not line.startswith(("    ", "not judged: ", "noisy host: ")) and " first found in the newest " not in line]
     regressions = [i for i, line in enumerate(text.splitlines()) if " REGRESSION " in line]
     for i in regressions:  # each regression is followed by the command that runs it again
         details = [line for line in text.splitlines()[i + 1:i + 4] if line.startswith("    ")]
@@ -134,6 +134,7 @@ def test_columns_agree_with_the_loader(tmp_path: Path) -> None:
             peak = row.peak_allocated_bytes or row.timed_peak_rss_bytes
             assert same(records.numbers["peak_memory_bytes"][i], peak), "the timed peak, as report uses"
             assert same(records.numbers["paired_speedup"][i], row.paired_speedup)
+            assert records.numbers["noisy_host"][i] == float(row.noisy_host)
 
 
 def same(column: float, loaded: float | None) -> bool:

@@ -1,7 +1,8 @@
 """The history page in a real browser: Debian's chromium driven by playwright, the page served over HTTP.
 
-Needs `/usr/bin/chromium` (`apt-get install -y chromium`; `.ci/run` installs it). Without it
-this test fails rather than skips: a page nobody rendered is not tested. The screenshot
+Needs `/usr/bin/chromium` (`sudo apt-get install -y chromium`). Without it these tests skip
+with that install line on a laptop, but fail under CI (`CI` set, as `.ci/run` sets it, and
+.ci/run installs chromium first): a page nobody rendered in CI is not tested. The screenshot
 lands in $EXPERIMENT_RUNNER_ARTIFACTS (default output/ci-artifacts/) for CI to keep.
 """
 
@@ -13,7 +14,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from experiment_runner.cli import main as cli_main
 pytestmark = pytest.mark.browser
 
 CHROMIUM = Path("/usr/bin/chromium")
+INSTALL_CHROMIUM = "sudo apt-get install -y chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
 ARTIFACTS = Path(os.environ.get("EXPERIMENT_RUNNER_ARTIFACTS", Path(__file__).parents[2] / "output" / "ci-artifacts"))
 SPEC = HistorySpec(nights=20, models=4, seed=5, step_fraction=0.4, failure_fraction=0.13)
@@ -52,10 +54,19 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+def require_chromium(environ: Mapping[str, str]) -> None:
+    """Skip without chromium, with the line that installs it; under CI, which installs it, fail."""
+    if CHROMIUM.exists():
+        return
+    message = f"the browser tests need Debian's chromium at {CHROMIUM}; install it: {INSTALL_CHROMIUM}"
+    if environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"{message} (CI is set: CI must run them)")
+    pytest.skip(message)
+
+
 @pytest.fixture
 def browser() -> Iterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.fail("the browser test needs Debian's chromium at /usr/bin/chromium: apt-get install -y chromium")
+    require_chromium(os.environ)
     with sync_playwright() as driver:
         launched = driver.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
         try:

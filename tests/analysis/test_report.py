@@ -347,3 +347,26 @@ def test_a_speedup_from_noisy_samples_is_shown_as_such(tmp_path: Path, capsys: p
                for s in json.loads(capsys.readouterr().out)["summary"]}
     assert flagged[("eval", "fp32", "xla=None dynamo=inductor")] == 1
     assert flagged[("eval", "bf16", "xla=None dynamo=inductor")] == 0
+
+
+def test_the_html_report_holds_its_figures_without_javascript(capsys: pytest.CaptureFixture[str]) -> None:
+    """A reader that runs no script (a mail client, lynx, grep) gets the dashboard and per-model tables."""
+    import re
+
+    _, out, _ = run(capsys, RESULTS, "--format", "json")
+    document = json.loads(out)
+    code, page, _ = run(capsys, RESULTS, "--format", "html")
+    assert code == 0
+    markup = page.split('<script type="application/json"', 1)[0]
+    rows = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r'<tr class="dash-row">(.*?)</tr>', markup)]
+    assert len(rows) == len(document["summary"]) > 0
+    for summary, cells in zip(document["summary"], rows):
+        assert cells[:4] == [summary[k] for k in ("suite", "accelerator", "test", "precision")]
+        assert cells[5].startswith(f"{summary['passed']}/{summary['models']}")
+        if not summary["baseline"] and summary["speedup_geomean"] is not None:
+            assert cells[6].startswith(f"{summary['speedup_geomean']:.3f}x")
+    speedups = [m for m in document["models"] if m["configuration"] == "xla=None dynamo=inductor"
+                and m["test"] == "eval" and m["speedup"]]
+    assert speedups
+    for m in speedups:
+        assert f'<tr class="model-row"><td>{m["model"]}</td><td class="num">{m["speedup"]:.2f}x</td>' in markup

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 from conftest import cli_command, cli_env, new_marker
 
+from experiment_runner.cli import SUBCOMMANDS
+
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
-SUBCOMMANDS = ("report", "compare", "merge", "history")
 
 pytestmark = pytest.mark.e2e
 
@@ -88,8 +89,8 @@ def test_the_readme_commands_run_here(tmp_path: Path, cli_cache: Path) -> None:
     for name in ("last_night.jsonl", "tonight.jsonl", *(f"shard{i}.jsonl" for i in range(4))):
         shutil.copy(results, tmp_path / name)
     for night in ("2026-11-23", "2026-11-24"):
-        (tmp_path / "nightly" / night).mkdir(parents=True)
-        shutil.copy(results, tmp_path / "nightly" / night / "results.jsonl")
+        (tmp_path / "output" / "nightly" / night).mkdir(parents=True)
+        shutil.copy(results, tmp_path / "output" / "nightly" / night / "results.jsonl")
 
     for line in lines:
         proc = run(line, tmp_path, cli_cache)
@@ -98,5 +99,7 @@ def test_the_readme_commands_run_here(tmp_path: Path, cli_cache: Path) -> None:
         assert proc.returncode in (0, 1), f"{line}: exit {proc.returncode}\n{said[-2000:]}"
         assert proc.returncode == 0 or line.split()[1] in ("compare", "history"), f"{line}\n{said[-2000:]}"
         assert nonexistent_commands(said) == [], f"{line}\n{said[-2000:]}"
-    assert (tmp_path / "report.html").read_text().lstrip().lower().startswith("<!doctype html")
-    assert (tmp_path / "all.jsonl").exists() and (tmp_path / "nightly" / "index.html").exists()
+    # The pages land under output/ (ignored by git), not as untracked files in a checkout.
+    assert (tmp_path / "output" / "report.html").read_text().lstrip().lower().startswith("<!doctype html")
+    assert (tmp_path / "all.jsonl").exists() and (tmp_path / "output" / "nightly" / "index.html").exists()
+    assert not (tmp_path / "report.html").exists() and not (tmp_path / "nightly").exists()

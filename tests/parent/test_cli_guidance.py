@@ -9,9 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from experiment_runner.cli import build_parser, main, parse_config
+from experiment_runner.cli import SUBCOMMANDS, build_parser, main, parse_config
+from experiment_runner.core.matrix import HostCapabilities
+from experiment_runner.core.run_config import MatrixConfig
 from experiment_runner.core.requirements import install_command, missing
 from experiment_runner.errors import EXIT_USAGE, UsageError
+from experiment_runner.parent.session import check_requested
+
+ALL_COMMANDS = ("report", "compare", "merge", "history", "bisect", "export", "check-expected")
 
 
 def test_a_misspelt_command_suggests_the_right_one(capsys: pytest.CaptureFixture[str]) -> None:
@@ -23,11 +28,43 @@ def test_a_misspelt_command_suggests_the_right_one(capsys: pytest.CaptureFixture
 
 
 def test_a_misspelt_flag_suggests_the_right_one() -> None:
-    with pytest.raises(UsageError, match="did you mean --accelerator"):
+    with pytest.raises(UsageError, match="did you mean '--accelerator'"):
         parse_config(["--suite-name=dummy", "--acclerator=cpu"])
     with pytest.raises(UsageError) as unknown:
         parse_config(["--suite-name=dummy", "--zzzz"])
     assert "did you mean" not in str(unknown.value)
+
+
+def test_a_misspelt_value_suggests_the_right_one(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(UsageError, match=r"invalid choice: 'evl' .*; did you mean 'eval'\?"):
+        parse_config(["--suite-name=dummy", "--test=evl"])
+    assert main(["report", "--fromat", "html", "results.jsonl"]) == EXIT_USAGE
+    assert capsys.readouterr().err.strip() == ("experiment_runner report: error: unrecognized arguments: --fromat; "
+                                               "did you mean '--format'? (see experiment_runner report --help)")
+    assert main(["report", "--format", "htm", "results.jsonl"]) == EXIT_USAGE
+    assert "invalid choice: 'htm'" in (err := capsys.readouterr().err) and "did you mean 'html'?" in err
+
+
+def test_an_unknown_backend_suggests_one_and_lists_each_usable_backend_once() -> None:
+    caps = HostCapabilities(dynamo_backends=frozenset({"inductor", "eager", "openxla", "openxla_eval",
+                                                       "relu_compile_error_TESTING_ONLY"}))
+    with pytest.raises(UsageError) as unknown:
+        check_requested(MatrixConfig(suite_name="dummy", dynamo=("inducter",)), caps)
+    assert str(unknown.value) == ("unknown dynamo backend 'inducter'; did you mean 'inductor'? "
+                                  "(known: None, eager, inductor, openxla, openxla_eval)")
+    check_requested(MatrixConfig(suite_name="dummy", dynamo=("relu_compile_error_TESTING_ONLY",)), caps)
+
+
+def test_every_subcommand_is_discoverable(capsys: pytest.CaptureFixture[str]) -> None:
+    assert tuple(SUBCOMMANDS) == ALL_COMMANDS
+    help_text = build_parser().format_help()
+    assert all(f"\n  {name} " in help_text for name in ALL_COMMANDS), help_text
+    assert main([]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("experiment_runner: error: nothing to do: a run needs --suite-name")
+    assert all(f"\n  {name} " in err for name in ALL_COMMANDS), err
+    opening = (Path(__file__).parents[2] / "README.md").read_text().split("\n\n", 2)[1]
+    assert all(f"`{name}`" in opening for name in ALL_COMMANDS), opening
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -64,3 +101,10 @@ def test_a_suite_whose_package_is_missing_is_one_line_and_no_records(run_cli, tm
         f"experiment_runner: error: --suite-name=timm needs timm, not installed here; install with: "
         f"{install_command(['timm'])}"]
     assert not run.output_dir.exists()
+
+
+def test_the_readme_says_which_torch_index_a_cpu_host_takes() -> None:
+    """PyPI's torch for Linux is the CUDA build: a CPU host without a local wheel needs the CPU index."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    fresh = readme.split("## Fresh machine", 1)[1].split("### Run the tests", 1)[0]
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in fresh

@@ -17,7 +17,8 @@ from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.child.harness import ExperimentHarness
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
-from verifier import Context, UnsupportedOutput, compare, identical, policy_for, verify_experiment
+from verifier import (Context, ReferenceMismatch, UnsupportedOutput, compare, identical, policy_for,
+                      verify_experiment)
 from verifier.closeness import COSINE_MIN_ELEMENTS, COSINE_THRESHOLD
 from verifier.run import reference_harness
 from verifier.tolerances import load_data
@@ -152,11 +153,26 @@ def test_all_nan_reference_cannot_pass_a_result_that_differs_from_eager():
     nan64 = torch.full((100,), float("nan"), dtype=torch.float64)
     outcome = compare(a, -a, nan64, tolerance=1e-3)
     assert not outcome.passed and outcome.worst.unreferenced == 100
-    assert "NaN/inf at 100 positions" in outcome.worst.reason
+    assert "NaN/inf at all 100 positions" in outcome.worst.reason
     assert compare(a, a.clone(), nan64, tolerance=1e-3).passed
 
 
-def test_where_the_reference_is_not_finite_the_result_must_match_eager():
+def test_a_non_finite_reference_is_judged_as_no_reference_not_more_strictly():
+    """Issue 40's first reproduction: a bf16 result off eager by rounding, float64 all inf."""
+    g = torch.randn(64, 64, generator=gen(11), dtype=torch.float64)
+    eager = g.bfloat16()
+    result = (g * (1 + 1e-3 * torch.randn(g.shape, generator=gen(12), dtype=torch.float64))).bfloat16()
+    inf64 = torch.full_like(g, float("inf"))
+    assert not torch.allclose(eager.double(), result.double(), atol=1e-3, rtol=1e-3)
+    outcome, unreferenced = compare(eager, result, None, tolerance=1e-3), compare(eager, result, inf64,
+                                                                                   tolerance=1e-3)
+    assert (outcome.passed, unreferenced.passed) == (True, True)
+    assert unreferenced.method == "cosine" and unreferenced.worst.unreferenced == 4096
+    assert "judged as with no reference" in unreferenced.worst.reason
+    assert not compare(eager, -result, inf64, tolerance=1e-3).passed  # cosine still judges
+
+
+def test_where_the_reference_is_not_finite_those_positions_are_judged_as_without_one():
     eager, result = noisy(TRUTH, 1e-3, 2), noisy(TRUTH, 1e-3, 3)
     reference = TRUTH.clone()
     reference[:10] = float("nan")
@@ -164,9 +180,83 @@ def test_where_the_reference_is_not_finite_the_result_must_match_eager():
     result[:20] = eager[:20]  # agrees with eager where there is no truth: the RMSE decides the rest
     outcome = compare(eager, result, reference, tolerance=1e-4)
     assert outcome.passed and outcome.method == "rmse" and outcome.worst.unreferenced == 20
-    result[15] = eager[15] + 1.0
+    result[15] = eager[15] + 1.0  # no reference would pass this (cosine 0.9999): neither do we fail it
+    assert compare(eager, result, None, tolerance=1e-4).passed
     outcome = compare(eager, result, reference, tolerance=1e-4)
-    assert not outcome.passed and "1 differ" in outcome.worst.reason
+    assert outcome.passed and "1 differ beyond allclose, and cosine similarity" in outcome.worst.reason
+    result[10:20] = 100.0  # far enough that no reference would fail it too
+    assert not compare(eager, result, None, tolerance=1e-4).passed
+    outcome = compare(eager, result, reference, tolerance=1e-4)
+    assert not outcome.passed and "10 differ beyond allclose" in outcome.worst.reason
+    small, small_ref = eager[:8].clone(), reference[8:16].clone()  # 2 NaN, 6 finite
+    assert not compare(small, small * 1.01, small_ref, tolerance=1e-4).passed  # allclose alone, as without
+
+
+# --- issue 40: a scalar loss judged against the float64 reference's own error ------------------
+
+def test_a_loss_six_percent_off_fails_though_allclose_passes():
+    """Issue 40's second reproduction: eager 0.2% from float64, the compiled loss 6%."""
+    outcome = compare({"loss": torch.tensor(1.890625)}, {"loss": torch.tensor(2.0087166)},
+                      {"loss": torch.tensor(1.89488006, dtype=torch.float64)}, tolerance=4e-2)
+    assert not outcome.passed and outcome.method == "scalar" and outcome.failed_paths == ["loss"]
+    worst = outcome.worst
+    assert worst.multiplier == 3.0 and worst.floor == pytest.approx(0.25 * 4e-2 * (1 + 1.89488006))
+    assert worst.rmse_result == pytest.approx(0.11384, rel=1e-3) and "allclose alone would pass" in worst.reason
+
+
+def test_a_loss_as_close_as_eager_passes_and_exact_eager_does_not_flap():
+    fp64 = torch.tensor(1.89488006, dtype=torch.float64)
+    close = compare(torch.tensor(1.890625), torch.tensor(1.8987), fp64, tolerance=4e-2)
+    assert close.passed and close.method == "scalar"
+    exact = fp64.float()  # eager equal to float64 after rounding: the floor, not 3 x 0, decides
+    ulp = torch.nextafter(exact, torch.tensor(3.0))
+    assert compare(exact, ulp, fp64, tolerance=1e-4).passed
+    bf16 = torch.tensor(1.890625, dtype=torch.bfloat16)  # a bf16 loss one unit in the last place off
+    one_step = torch.nextafter(bf16.float(), torch.tensor(3.0)).bfloat16()
+    assert compare(bf16, one_step, torch.tensor(1.890625, dtype=torch.float64), tolerance=1e-4).passed
+    assert compare(2.0, 2.0 + 1e-9, 2.0, tolerance=1e-4).passed  # a Python float loss
+    assert not compare(2.0, 2.05, 2.0, tolerance=4e-2).passed
+
+
+def test_the_scalar_rule_leaves_loss_without_a_reference_to_allclose():
+    assert compare(torch.tensor(1.890625), torch.tensor(2.0087166), None, tolerance=4e-2).passed
+    nan64 = torch.tensor(float("nan"), dtype=torch.float64)
+    assert compare(torch.tensor(1.890625), torch.tensor(2.0087166), nan64, tolerance=4e-2).passed
+
+
+# --- issue 40: a reference of another structure is never judged by cosine -----------------
+
+@pytest.mark.parametrize("reference, where", [
+    (lambda g: g, "a: it holds a Tensor without 'a'"),
+    (lambda g: {"b": g}, "a: it holds a dict without 'a'"),
+    (lambda g: {"a": [g]}, "a: it holds a list"),
+    (lambda g: {"a": g[:10]}, "a: it holds 640 values where the outputs hold 4096"),
+    (lambda g: {"a": g.long()}, "a: it holds torch.int64 values"),
+])
+def test_a_reference_of_another_structure_raises(reference, where):
+    """Issue 40's third reproduction: a 1% scale error that cosine similarity would pass."""
+    g = torch.randn(64, 64, generator=gen(5), dtype=torch.float64)
+    eager = g.float()
+    with pytest.raises(ReferenceMismatch, match=f"at {where}"):
+        compare({"a": eager}, {"a": eager * 1.01}, reference(g), tolerance=1e-3)
+    with pytest.raises(ReferenceMismatch, match="at 1: it holds a list without 1"):
+        compare([eager, eager], [eager, eager * 1.01], [g], tolerance=1e-3)
+
+
+def test_a_reference_of_another_structure_is_exception_raised(tmp_path, monkeypatch):
+    from verifier import run as verifier_run
+
+    real = verifier_run.run_once
+
+    def wrapped_reference(harness, precision, compiled):
+        out = real(harness, precision, compiled)
+        return {"wrapped": out} if precision == "fp64" else out
+
+    monkeypatch.setattr(verifier_run, "run_once", wrapped_reference)
+    verification = verify_experiment(harness_for("eval", None, tmp_path))
+    assert verification["code"] == "EXCEPTION_RAISED", verification
+    assert verification["details"]["error"]["type"] == "ReferenceMismatch"
+    assert "at <output>: it holds a dict" in verification["details"]["error"]["message"]
 
 
 @pytest.mark.parametrize("size", [1, 5, 15])
