@@ -362,9 +362,12 @@ def test_confirm_upholds_a_real_slowdown_and_clears_a_noisy_night(capsys: pytest
     args = ["--suite-name=faulty", "--filter=^paced_[ab]$", "--accelerator=cpu", "--dynamo=None", "--test=eval",
             "--precision=fp32", "--repeat=5", "--no-progress-bar"]
     nightly = tmp_path / "nightly"
+    # 20 ms paces (30 ms slowed): long beside the milliseconds a busy host adds to a sleep.
+    monkeypatch.setenv("FAULTY_PACE_PACED_A", "0.02")
+    monkeypatch.setenv("FAULTY_PACE_PACED_B", "0.02")
     for night in range(5):
         if night == 4:
-            monkeypatch.setenv("FAULTY_PACE_PACED_B", "0.006")
+            monkeypatch.setenv("FAULTY_PACE_PACED_B", "0.03")
         proc = subprocess.run(cli_command(args, nightly / f"night{night}"), capture_output=True, text=True,
                               timeout=300)
         assert proc.returncode == 0, proc.stderr
