@@ -12,7 +12,9 @@ so the catalog never imports torch or torchbenchmark; the child imports
 With the real package, the references' rules apply (data/torchbench_rules.json): PyTorch's
 torchbench.yaml skip lists and PyTorch/XLA's deny list (skipped records, with the reason),
 its per-model inference precision on GPUs and TPUs, and its batch-size overrides. A model
-whose own requirements are missing fails with the `pip install -r` line that installs them.
+whose own requirements are missing fails with the `pip install -r` line that installs them; one
+whose torchvision weights cannot be downloaded here is built with random weights, its record
+saying so (benchmark_models.torchbench.offline).
 
 Without it, the built-in models of `benchmark_models.torchbench.models` run, with
 torchbench's architectures and default batch sizes, so `--suite-name=torchbench` works on
@@ -27,10 +29,12 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from benchmark_models.base import DataFileSuite, LoadRequest, ModelNotFound, ModelSkipped
 from benchmark_models.data_files import read_data
 from benchmark_models.model import BenchmarkModel, map_tensors
+from benchmark_models.torchbench import offline
 from benchmark_models.training import recipe_for
 from experiment_runner.core.matrix import SkipRule
 
@@ -215,13 +219,34 @@ class TorchBenchSuite(DataFileSuite):
         except ImportError as exc:
             raise ImportError(missing_requirement_hint(self._package, request.model_name, exc)) from exc
         build_device = request.device if request.device.split(":")[0] in ("cpu", "cuda") else "cpu"
-        try:
-            instance = module.Model(test=request.test, device=build_device,
-                                    batch_size=self._torchbenchmark_batch_size(module.Model, request),
-                                    extra_args=[])
-        except NotImplementedError as exc:
-            raise ModelSkipped(f"torchbenchmark: {request.model_name} does not implement "
-                               f"{request.test} on {build_device}: {exc}") from exc
+        provenance = self.provenance()
+
+        def build() -> Any:
+            try:
+                return module.Model(test=request.test, device=build_device,
+                                    batch_size=self._torchbenchmark_batch_size(module.Model, request), extra_args=[])
+            except NotImplementedError as exc:
+                raise ModelSkipped(f"torchbenchmark: {request.model_name} does not implement "
+                                   f"{request.test} on {build_device}: {exc}") from exc
+
+        with offline.torchvision_downloads() as urls:
+            try:
+                instance = build()
+            except ModelSkipped:
+                raise
+            except Exception as exc:  # noqa: BLE001 - only a download this host cannot reach is handled
+                network = offline.unreachable(exc)
+                if network is None:
+                    raise
+                if not urls:
+                    raise offline.DownloadUnreachable(
+                        f"torchbenchmark model {request.model_name} downloads a file while it is built and this host "
+                        f"cannot reach it ({network}); run it once where the download works (it is cached), or "
+                        "skip it with --exclude") from exc
+                with offline.without_torchvision_weights():
+                    instance = build()
+                provenance.update(pretrained_weights="random", weights_unreachable=urls[0],
+                                  weights_error=str(network)[:300])
         model, inputs = instance.get_module()
         if build_device != request.device:
             model = model.to(request.device)
@@ -229,7 +254,7 @@ class TorchBenchSuite(DataFileSuite):
         args, kwargs = ((), dict(inputs)) if isinstance(inputs, dict) else (tuple(inputs), {})
         return BenchmarkModel(module=model, args=args, kwargs=kwargs, batch_size=int(instance.batch_size),
                               source=self.source, recipe=recipe_for(self.name, request.model_name),
-                              provenance=self.provenance())
+                              provenance=provenance)
 
     @staticmethod
     def _torchbenchmark_batch_size(model_class: type, request: LoadRequest) -> int | None:

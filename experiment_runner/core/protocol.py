@@ -29,7 +29,8 @@ from experiment_runner.core.matrix import Experiment
 from experiment_runner.core.options import RunOptions
 
 # What a running worker can be busy with, in order; "warm-up" holds dynamo's compilation.
-PHASES: tuple[str, ...] = ("loading", "warm-up", "timing", "instrumenting", "verifying")
+PHASES: tuple[str, ...] = ("loading", "warm-up", "timing", "timing pairs", "instrumenting",
+                          "counting graph breaks as the harness", "verifying")
 PHASE_FILE = "phase"
 
 

@@ -46,6 +46,20 @@ class RunOutcome:
 BAR_REFRESH_S = 1.0
 
 
+# A failure's message on its progress line: at most this many characters of its first line.
+MESSAGE_CHARS = 240
+
+
+def brief(message: str, width: int = MESSAGE_CHARS) -> str:
+    """A message's first line in at most `width` characters, its end kept whole: messages end with
+    what to do (`install it: pip install -r <checkout>/.../requirements.txt`), so the middle goes."""
+    line = next((part for part in str(message).strip().splitlines() if part.strip()), "")
+    if len(line) <= width:
+        return line
+    tail = width * 2 // 3
+    return f"{line[:width - tail - 3]}...{line[-tail:]}"
+
+
 def describe(record: dict[str, Any], output_dir: Path | None = None) -> str:
     """One progress line: status and median time per iteration; for a failure, why and its log."""
     stats = (record.get("stats") or {}).get("per_iter_time")
@@ -55,7 +69,7 @@ def describe(record: dict[str, Any], output_dir: Path | None = None) -> str:
     error = record.get("error") or {}
     why = ""
     if record["status"] not in ("ok", "skipped"):
-        why = f" - {error.get('type')}: {str(error.get('message', ''))[:120]}"
+        why = f" - {error.get('type')}: {brief(error.get('message', ''))}"
         log = (record.get("artifacts") or {}).get("log")
         if log and output_dir is not None:
             why += f" (log: {output_dir / log})"

@@ -50,20 +50,32 @@ try:
 except ModuleNotFoundError as exc:
     print(exc.name)
     raise SystemExit(3)
+except ImportError as exc:
+    print(exc.name or "")
+    print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    raise SystemExit(4)
 """
 
 
 def missing_imports_of(module: str, path: str) -> list[str]:
     """The package `module` needs but cannot import here, found in a child (it may import torch).
 
-    Only a missing module counts: any other failure is left to the experiments, whose records
-    say what went wrong."""
+    A missing module is returned; an installed one that fails to import (an ImportError that is
+    not ModuleNotFoundError: a broken or mismatched install) raises CatalogError naming it, since it
+    fails every model alike. Any other failure is left to the experiments, whose records say it."""
     try:
         proc = subprocess.run([sys.executable, "-c", _IMPORT_CHECK, module, path], capture_output=True, text=True,
                               timeout=CATALOG_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return []
-    name = proc.stdout.strip().splitlines()[-1:] if proc.returncode == 3 else []
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode == 4 and len(lines) >= 2:
+        broken, error = lines[-2].split(".")[0], lines[-1]
+        what = f"{broken}, which is installed but fails to import" if broken else "a package that fails to import"
+        raise CatalogError(f"{module} ({path}) cannot be imported: it needs {what} ({error}); "
+                           + (f"reinstall it: {sys.executable} -m pip install --force-reinstall {broken}" if broken
+                              else "see the error above"))
+    name = lines[-1:] if proc.returncode == 3 else []
     return [name[0].split(".")[0]] if name else []
 
 

@@ -9,7 +9,6 @@ from experiment_runner.core import dashboards
 
 
 @pytest.mark.slow
-@pytest.mark.e2e
 @pytest.mark.parametrize("name", dashboards.groups()["cpu"])
 def test_a_cpu_dashboard_configuration_runs_verifies_and_is_recorded_under_its_name(run_cli, name):
     wanted = dashboards.dashboards()[name]

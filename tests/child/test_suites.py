@@ -234,12 +234,13 @@ def test_builtin_torchbench_torchvision_model_runs_end_to_end(run_cli):
 def test_torchbench_checkout_is_listed_and_loaded_through_its_api(run_cli):
     """Default batch sizes come from the model, NotImplementedError becomes `skipped`; the
     references' rules apply (torchbench.yaml's skips and batch sizes); a missing requirement says
-    how to install it; every record names the checkout."""
+    how to install it; pretrained torchvision weights this host cannot download give random
+    weights, said in the record; every record names the checkout."""
     run = run_cli("--suite-name=torchbench", "--accelerator=cpu", "--dynamo=None", "--repeat=1",
                   "--warmup-iterations=1", env={TORCHBENCH_DIR_ENV: str(FAKE_TORCHBENCH)})
     assert run.returncode == 0, run.stderr
     records = {(r["model"]["model_name"], r["experiment"]["test"]): r for r in run.records()}
-    models = ("dlrm", "eval_only", "hf_Bert", "needs_extra", "tiny_mlp")
+    models = ("dlrm", "eval_only", "hf_Bert", "needs_extra", "pretrained_vision", "tiny_mlp")
     assert set(records) == {(m, t) for m in models for t in ("eval", "train")}
     assert {r["model"]["source"] for r in records.values()} == {"torchbenchmark"}
     for key, batch_size in ((("tiny_mlp", "eval"), 3), (("tiny_mlp", "train"), 6), (("eval_only", "eval"), 2),
@@ -257,6 +258,11 @@ def test_torchbench_checkout_is_listed_and_loaded_through_its_api(run_cli):
         assert failed["status"] == "error"
         requirements = FAKE_TORCHBENCH.resolve() / "torchbenchmark" / "models" / "needs_extra" / "requirements.txt"
         assert f"pip install -r {requirements}" in failed["error"]["message"]
+        offline = records[("pretrained_vision", test)]
+        assert offline["status"] == "ok", offline["error"]
+        assert offline["environment"]["pretrained_weights"] == "random"
+        assert offline["environment"]["weights_unreachable"] == "http://127.0.0.1:9/tiny_weights-00000000.pth"
+        assert "Connection refused" in offline["environment"]["weights_error"]
 
 
 @pytest.fixture
@@ -273,7 +279,7 @@ def forget_the_checkout(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_torchbench_checkout_honours_a_batch_size_override(monkeypatch, forget_the_checkout):
     monkeypatch.setenv(TORCHBENCH_DIR_ENV, str(FAKE_TORCHBENCH))
     suite = get_suite("torchbench")
-    assert suite.model_names() == ["dlrm", "eval_only", "hf_Bert", "needs_extra", "tiny_mlp"]
+    assert suite.model_names() == ["dlrm", "eval_only", "hf_Bert", "needs_extra", "pretrained_vision", "tiny_mlp"]
     assert suite.source == "torchbenchmark"
     model = suite.load(LoadRequest("tiny_mlp", "train", "cpu", "cpu", "fp32", batch_size=5))
     assert model.batch_size == 5 and model.args[0].shape == (5, 16)
@@ -356,3 +362,19 @@ def test_every_listed_model_runs_one_eval_and_one_train_iteration(suite, model):
         optimizer.step()
         del loaded, optimizer, loss
     print(json.dumps({"suite": suite, "model": model, "seconds": round(time.perf_counter() - started, 1)}))
+
+
+def test_only_a_download_this_host_cannot_reach_counts_as_offline():
+    import urllib.error
+
+    from benchmark_models.torchbench.offline import unreachable
+
+    refused = urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+    try:
+        try:
+            raise refused
+        except urllib.error.URLError as exc:
+            raise RuntimeError("loading the weights failed") from exc
+    except RuntimeError as wrapped:
+        assert unreachable(wrapped) is refused
+    assert unreachable(ValueError("a model's own bug")) is None

@@ -38,3 +38,16 @@ def test_without_a_terminal_a_heartbeat_names_the_running_experiment_and_its_pha
     log = run.output_dir / record["artifacts"]["log"]
     assert failure.endswith(f"(log: {log})") and log.exists()
     assert "Next: experiment_runner report" in run.stdout and "--retry-failed" in run.stdout
+
+
+def test_a_failures_line_keeps_the_instruction_its_message_ends_with() -> None:
+    from experiment_runner.parent.runner import MESSAGE_CHARS, describe
+
+    requirements = "/home/a-user/a/long/path/to/a/clone/of/pytorch-benchmark/torchbenchmark/models/" \
+                   "vision_maskrcnn/requirements.txt"
+    message = ("torchbenchmark model vision_maskrcnn needs a package that is not installed (No module named "
+               f"'pycocotools'); install it: pip install -r {requirements}\nTraceback (most recent call last): ...")
+    line = describe({"status": "error", "error": {"type": "ImportError", "message": message}})
+    assert line.endswith(f"install it: pip install -r {requirements}")
+    assert line.startswith("error - ImportError: torchbenchmark model vision_maskrcnn needs")
+    assert len(line) <= len("error - ImportError: ") + MESSAGE_CHARS and "Traceback" not in line

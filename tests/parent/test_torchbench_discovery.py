@@ -137,3 +137,27 @@ def test_a_checkout_whose_own_dependency_is_missing_is_one_line_and_no_records(r
         "experiment_runner: error: --suite-name=torchbench needs surely_not_installed_pkg, not installed here; "
         f"install with: {install_command(['surely_not_installed_pkg'])}")
     assert not run.results_path.exists()
+
+
+@pytest.mark.e2e
+def test_a_checkout_whose_own_dependency_is_broken_is_one_line_naming_it(run_cli, tmp_path: Path) -> None:
+    """psutil installed but broken (an ImportError that is not ModuleNotFoundError) fails every
+    model alike: one parent-side line naming the package and how to reinstall it, exit 2."""
+    import shutil
+
+    checkout = tmp_path / "checkout"
+    shutil.copytree(FAKE_CHECKOUT, checkout)
+    broken = tmp_path / "site" / "broken_dep_pkg"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError(\"cannot import name '_psplatform' from partially "
+                                        "initialized module 'broken_dep_pkg'\", name='broken_dep_pkg')\n")
+    init = checkout / "torchbenchmark" / "__init__.py"
+    init.write_text("import broken_dep_pkg  # as psutil is, for the real torchbenchmark\n" + init.read_text())
+    run = run_cli("--suite-name=torchbench", "--accelerator=cpu", "--dynamo=None", "--test=eval",
+                  env={"TORCHBENCH_DIR": str(checkout), "PYTHONPATH": str(tmp_path / "site")})
+    assert run.returncode == 2, run.stderr
+    line = run.stderr.strip().splitlines()[-1]
+    assert line.startswith("experiment_runner: error: torchbenchmark (") and "broken_dep_pkg, which is installed " \
+        "but fails to import (cannot import name '_psplatform'" in line, line
+    assert line.endswith("-m pip install --force-reinstall broken_dep_pkg")
+    assert not run.results_path.exists()
