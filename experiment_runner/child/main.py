@@ -49,9 +49,10 @@ def error_block(exc: BaseException) -> dict[str, Any]:
 
 def harness_counts_graph_breaks(harness: ExperimentHarness, metrics: dict[str, Any]) -> bool:
     """The harness's graph-break count is its accuracy mode's (--verify here), for dynamo
-    inference; AOT Inductor goes through torch.export, where dynamo breaks nothing."""
+    inference off XLA (PyTorch/XLA's runner has no such column); AOT Inductor goes through
+    torch.export, where dynamo breaks nothing."""
     config = harness.config
-    return (config.dynamo is not None and config.test == "eval" and "graph_breaks" in metrics
+    return (config.dynamo is not None and config.xla is None and config.test == "eval" and "graph_breaks" in metrics
             and config.compile_options not in AOT_INDUCTOR_OPTIONS)
 
 
