@@ -36,6 +36,20 @@ def test_the_paired_summary_of_known_pairs() -> None:
 DRIFT_PACE_S = 0.02
 
 
+def check_adaptive(paired: dict) -> None:
+    """--speedup=paired's pairs follow the sequential rule: between its floor and ceiling, stopped
+    converged (interval within the half-width) or at the ceiling, and the interval recorded is the
+    one all of its pairs give."""
+    rule = paired["stopping_rule"]
+    assert rule["kind"] == "sequential" and rule["floor"] <= paired["pairs"] <= rule["ceiling"]
+    summary = paired_speedup(paired["baseline_per_iter_time"], paired["compiled_per_iter_time"])
+    assert paired["ci95"] == summary["ci95"]
+    if paired["stop_reason"] == "converged":
+        assert paired["ci95_relative_half_width"] <= rule["half_width"]
+    else:
+        assert paired["stop_reason"] == "ceiling" and paired["pairs"] == rule["ceiling"]
+
+
 def speedups(run_cli, rate: float, output) -> tuple[float, float]:
     """(isolated, paired) speedup of the drift model's eager backend over eager."""
     env = {"FAULTY_DRIFT_T0": str(time.time()), "FAULTY_DRIFT_RATE": str(rate), "FAULTY_DRIFT_PACE": str(DRIFT_PACE_S)}
@@ -44,7 +58,8 @@ def speedups(run_cli, rate: float, output) -> tuple[float, float]:
     records = {r["experiment"]["dynamo"]: r for r in run.records()}
     eager, compiled = records[None], records["eager"]
     paired = compiled["measurements"]["paired"]
-    assert len(paired["baseline_per_iter_time"]) == len(paired["compiled_per_iter_time"]) == HARNESS_PAIRS
+    assert len(paired["baseline_per_iter_time"]) == len(paired["compiled_per_iter_time"]) == paired["pairs"]
+    check_adaptive(paired)
     assert "paired" not in eager["measurements"], "the baseline experiment is measured on its own, as always"
     isolated = eager["stats"]["per_iter_time"]["median"] / compiled["stats"]["per_iter_time"]["median"]
     assert paired["speedup"] == paired["median_ratio"]
@@ -112,6 +127,7 @@ def test_harness_mode_times_the_baseline_at_the_harness_batch(run_cli, tmp_path)
     assert records["default"]["measurements"]["paired"]["baseline_batch_size"] == 32
     paired = records["dynamic"]["measurements"]["paired"]
     assert paired["baseline_batch_size"] == 33 and paired["pairs"] == HARNESS_PAIRS
+    assert paired["stop_reason"] == "fixed" and paired["stopping_rule"] == {"kind": "fixed", "pairs": HARNESS_PAIRS}
     assert paired["baseline_batch_rule"]["source"].startswith("pytorch/benchmark")
     seen = Counter(int(line) for line in trace.read_text().split())
     assert set(seen) == {32, 33} and seen[33] == HARNESS_PAIRS * paired["iterations_per_sample"]
@@ -133,5 +149,6 @@ def test_paired_training_steps_rewind_and_still_verify(run_cli, tmp_path) -> Non
     (record,) = run.records()
     assert record["status"] == "ok" and record["verification_code"] == "PASS", record.get("verification")
     paired = record["measurements"]["paired"]
-    assert paired["pairs"] == HARNESS_PAIRS == len(paired["ratios"])
+    assert paired["pairs"] == len(paired["ratios"]) == len(paired["baseline_per_iter_time"])
+    check_adaptive(paired)
     assert min(paired["baseline_per_iter_time"] + paired["compiled_per_iter_time"]) > 0
