@@ -97,6 +97,9 @@ class Row:
     log: str | None = None
     # --speedup=paired: the median of its interleaved baseline/compiled ratios (measurements.paired)
     paired_speedup: float | None = None
+    # where per_iter_time comes from: "pairs" (its samples in the pairs of --speedup=paired/harness) or
+    # "isolated" (its own timed runs; also every record that does not say)
+    samples_from: str = "isolated"
     # the record's timings that are numbers (phases, child_s, wall_s), summed over its processes
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -263,6 +266,7 @@ def flatten(record: dict[str, Any], file_name: str, folder: Path | None = None) 
         log=_log_path(record, folder),
         paired_speedup=_number((figures.get("paired") or {}).get("speedup"))
         if isinstance(figures.get("paired"), dict) else None,
+        samples_from=_str(figures.get("samples_from")) or "isolated",
         timings=_timings(record.get("timings")),
     )
 

@@ -31,6 +31,7 @@ from experiment_runner.child.instrument.dynamo import harness_graph_breaks
 from experiment_runner.child.instrument.pipeline import Instrumentation
 from experiment_runner.core import dashboards
 from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS
+from experiment_runner.core.options import PAIRED_METHODS
 from experiment_runner.child.plugins import import_plugins
 from experiment_runner.core.environment import describe_environment
 from experiment_runner.core.protocol import Task, publish_result, write_phase
@@ -102,7 +103,8 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
             step = harness.make_step(model)
             instrumentation = Instrumentation(task, device)
         write_phase(task, "warm-up")
-        metrics = result["metrics"] = time_iterations(step, device, task.options,
+        pairs = paired.applies(harness)
+        metrics = result["metrics"] = time_iterations(step, device, paired.timing_options(task.options, pairs),
                                                       on_repeat=instrumentation.after_repeat,
                                                       training_state=model.training_state,
                                                       on_timing=lambda: write_phase(task, "timing"),
@@ -112,10 +114,13 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
         # The profiling pass repeats the timed runs' shape, calibrated count included.
         instrumentation.task = replace(task, options=replace(task.options,
                                                              iterations_per_run=result["iterations_per_run"]))
-        if paired.applies(harness):
+        if pairs:
             write_phase(task, "timing pairs")
-            result["metrics"]["paired"] = paired.measure_pairs(harness, model, step, device, task.options,
-                                                               result["iterations_per_run"], timings)
+            metrics["paired"] = paired.measure_pairs(harness, model, step, device, task.options,
+                                                     result["iterations_per_run"], timings)
+            metrics.update(paired.samples(metrics, task.options))
+        elif config.dynamo is None and task.options.speedup in PAIRED_METHODS:
+            metrics.update(samples_from=paired.ISOLATED_SAMPLES, paired_baseline=paired.EAGER_BESIDE_PAIRS)
         timings["measure_s"] = time.perf_counter() - t0
 
         with phase(timings, "instrument_s"):

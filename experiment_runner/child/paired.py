@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.child.harness import ExperimentHarness, run_sample
+from experiment_runner.core.cpus import HostLoadSample
 from experiment_runner.core.options import PAIRED_METHODS, RunOptions
 from experiment_runner.core.stats import PairsRule, paired_speedup, relative_half_width
 from benchmark_models import BenchmarkModel
@@ -58,6 +59,37 @@ HARNESS_BATCH = {"low": 0.8, "high": 1.2, "minimum": 2, "seed": 1337, "compile_o
 def applies(harness: ExperimentHarness) -> bool:
     config = harness.config
     return harness.options.speedup in PAIRED_METHODS and config.dynamo is not None and config.xla is None
+
+
+# measurements.samples_from: where a record's per_iter_time comes from in the paired modes.
+PAIR_SAMPLES = "pairs"
+ISOLATED_SAMPLES = "isolated"
+EAGER_BESIDE_PAIRS = ("the run's compiled experiments time their own eager baseline in their process, pair by pair "
+                      "with their samples (measurements.paired), and their speedups use that; this record is the "
+                      "same eager step measured on its own, what isolated speedups and compare use")
+
+
+def timing_options(options: RunOptions, pairs: bool) -> RunOptions:
+    """The options of the compiled step's own samples. When its pairs give its per_iter_time (no
+    --isolated-samples) one sample is left, for the timed peak memory, the training losses and
+    the per-repeat artifacts; under harness, whose pairs time one iteration each, it is one
+    iteration too, so nothing is calibrated for nothing."""
+    if not pairs or options.isolated_samples:
+        return options
+    return replace(options, repeat=1, iterations_per_run=1 if options.speedup == "harness" else options.iterations_per_run)
+
+
+def samples(metrics: dict[str, Any], options: RunOptions) -> dict[str, Any]:
+    """What the compiled experiment's samples become beside its pairs: with --isolated-samples its
+    own timed runs, as before; otherwise its samples in the pairs (per_iter_time, total_time,
+    host_load and noisy_host from the pairs; the one sample alone is kept as memory_sample_time)."""
+    if options.isolated_samples:
+        return {"samples_from": ISOLATED_SAMPLES}
+    block = metrics["paired"]
+    per_iter = list(block["compiled_per_iter_time"])
+    return {"samples_from": PAIR_SAMPLES, "memory_sample_time": metrics["total_time"],
+            "per_iter_time": per_iter, "total_time": [t * block["iterations_per_sample"] for t in per_iter],
+            "host_load": block["host_load"], "noisy_host": block["host_load"]["noisy_host"]}
 
 
 def pairs_rule(options: RunOptions) -> PairsRule:
@@ -139,10 +171,12 @@ def measure_pairs(harness: ExperimentHarness, model: BenchmarkModel, compiled: C
     baseline: list[float] = []
     compiled_times: list[float] = []
     rule = pairs_rule(options)
+    load = HostLoadSample.start()
     while (stop_reason := rule.stop_reason(baseline, compiled_times)) is None:
         order = ((eager, eager_state, baseline), (compiled, compiled_state, compiled_times))
         for step, state, series in (order if len(baseline) % 2 == 0 or as_harness else order[::-1]):
             series.append(timed(step, state))
+    host_load = load.finish(options.noisy_host_share)
     summary = paired_speedup(baseline, compiled_times)
     block = {"method": ("baseline then compiled, one iteration each, in one process after both warmed up (as "
                         "PyTorch's harness)" if as_harness else
@@ -152,7 +186,7 @@ def measure_pairs(harness: ExperimentHarness, model: BenchmarkModel, compiled: C
              "compiled_per_iter_time": compiled_times, **summary, "t_test_p_value": t_test(baseline, compiled_times),
              "speedup": summary["median_ratio"], "speedup_of": "the median of the per-pair ratios",
              "stop_reason": stop_reason, "stopping_rule": rule.describe(),
-             "ci95_relative_half_width": relative_half_width(summary)}
+             "ci95_relative_half_width": relative_half_width(summary), "host_load": host_load}
     if as_harness:
         block.update({
             "speedup": statistics.median(baseline) / statistics.median(compiled_times),

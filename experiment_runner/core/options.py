@@ -149,6 +149,11 @@ class RunOptions:
     max_pairs: int = option(DEFAULT_MAX_PAIRS, Flag(
         "--adaptive-pairs: the ceiling, pairs after which it stops however wide the interval still is",
         MEASUREMENT, parse=int, metavar="N", low=6, wanted="at least 6 and at least --min-pairs"))
+    isolated_samples: bool = option(False, Flag(
+        "--speedup=paired or harness: also time the compiled experiment's --repeat isolated samples before its "
+        "pairs and take its per_iter_time from them; by default its per_iter_time is its samples in the pairs "
+        "(one compiled sample alone still gives its timed peak memory and training losses), so nothing is "
+        "timed twice. measurements.samples_from says which", MEASUREMENT, kind="switch"))
     pure_wall_time: bool = option(False, Flag(
         "time CUDA experiments with CUDA events around the queued work (no host launch overhead); CPU and XLA "
         "samples stay device-synchronized wall time, which is what the reference's pure wall time is there; "

@@ -395,7 +395,8 @@ def test_a_change_of_speedup_method_is_named(tmp_path: Path, capsys: pytest.Capt
             base["experiment"]["dynamo"] = None
             compiled = record(run_id, m, [0.01] * 5, ts=ts)
             if paired is not None:
-                compiled["measurements"] = {"paired": {"speedup": paired}}
+                compiled["measurements"] = {"paired": {"speedup": paired}, "samples_from": "pairs"}
+                base["measurements"] = {"samples_from": "isolated"}
             out += [base, compiled]
         return out
 
@@ -410,8 +411,11 @@ def test_a_change_of_speedup_method_is_named(tmp_path: Path, capsys: pytest.Capt
     text = capsys.readouterr().out
     assert "2.000x isolated -> 1.800x paired" in text
     assert "measured differently (isolated in A, paired in B)" in text
+    # the compiled experiments' samples are their samples in B's pairs: their time changes are named so
+    assert "2 experiment(s) took their samples differently in A and B" in text
     cli_main(["compare", str(b), str(b)])
-    assert "measured differently" not in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "measured differently" not in text and "took their samples differently" not in text
 
 
 def test_each_regression_says_what_else_changed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
