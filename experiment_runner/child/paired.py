@@ -4,7 +4,7 @@ same process and alternated with it, as PyTorch's dynamo harness measures a spee
 Separate processes see different hosts: a frequency change, a neighbour ramping up, another
 memory layout. Timing the baseline and the compiled step in one process, pair by pair, gives
 both the same host at almost the same moment, so a slow drift cancels in each pair's ratio.
-Both steps warm up first (the compiled one already did, in its own timed runs); then each
+Both steps warm up first (the compiled one already did, before its own samples); then each
 pair times one sample of each with the same iterations per sample, in ABBA order (baseline
 first in even pairs, compiled first in odd ones) so that neither always runs on the other's
 heels. How many pairs (pairs_rule): with --adaptive-pairs (paired's default) until the median
@@ -73,10 +73,11 @@ def timing_options(options: RunOptions, pairs: bool) -> RunOptions:
     """The options of the compiled step's own samples. When its pairs give its per_iter_time (no
     --isolated-samples) one sample is left, for the timed peak memory, the training losses and
     the per-repeat artifacts; under harness, whose pairs time one iteration each, it is one
-    iteration too, so nothing is calibrated for nothing."""
+    iteration too, so no calibration is spent on it."""
     if not pairs or options.isolated_samples:
         return options
-    return replace(options, repeat=1, iterations_per_run=1 if options.speedup == "harness" else options.iterations_per_run)
+    iterations = 1 if options.speedup == "harness" else options.iterations_per_run
+    return replace(options, repeat=1, iterations_per_run=iterations)
 
 
 def samples(metrics: dict[str, Any], options: RunOptions) -> dict[str, Any]:
