@@ -89,7 +89,7 @@ PHASE_LABELS: dict[str, str] = {
     "other_s": "in the child, in no phase",
     "unsplit": "in the child, not split (records before the breakdown)",
     "outside": "child start and exit (wall_s - child_s)",
-    "no_result": "children that left no result (crashed, timed out)",
+    "no_result": "children without a final result (crashed, timed out)",
 }
 
 
