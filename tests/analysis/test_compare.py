@@ -503,3 +503,13 @@ def test_per_op_profiles_name_the_ops_that_moved() -> None:
         "aten::conv2d self ms per iteration 10.0 -> 16.0", "aten::mm self ms per iteration 5.0 -> 0.0",
         "aten::add self ms per iteration 2.0 -> 1.0"]
     assert differences(before, {"repeat": 5, "iterations_per_run": 2}) == []  # one side unprofiled
+
+
+def test_a_change_of_where_the_samples_come_from_is_evidence() -> None:
+    """history and compare put "samples from" beside a change when one record's samples were its
+    pairs' and the other's isolated runs: the method moved, not only the build."""
+    from experiment_runner.analysis.evidence import differences
+
+    isolated, pairs = ({"measurements": {"samples_from": kind}} for kind in ("isolated", "pairs"))
+    assert [str(d) for d in differences(isolated, pairs)] == ["samples from isolated -> pairs"]
+    assert differences(pairs, pairs) == []
