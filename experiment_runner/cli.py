@@ -151,6 +151,8 @@ def check_combinations(config: RunConfig) -> None:
     if results == registry or registry in results.parents:
         raise UsageError(f"--output-basename={s.output_basename} puts the results file in the run registry "
                          f"({registry}, where each run is registered); name it otherwise")
+    if o.min_pairs > o.max_pairs:
+        raise UsageError(f"--min-pairs={o.min_pairs} is above --max-pairs={o.max_pairs}")
     if s.retry_failed and not s.resume:
         raise UsageError("--retry-failed retries within a resumed run; it cannot go with --no-resume")
     if s.gpu_ids is not None and not re.fullmatch(r"\d+(,\d+)*", s.gpu_ids.replace(" ", "")):

@@ -134,7 +134,9 @@ def ours(model: Model, batch_size: int, dynamic: bool, out: Path, env: dict[str,
         [sys.executable, "-m", "experiment_runner", f"--suite-name={model.suite}", f"--filter=^{model.name}$",
          "--accelerator=cpu", *(["--dynamo=None"] if with_eager else []), "--dynamo=inductor", "--test=eval",
          "--precision=fp32", f"--batch-size={batch_size}", f"--speedup={method}", "--verify", "--no-progress-bar",
-         *(["--compile-options=dynamic"] if dynamic else []), f"--output-dirname={folder}"], env)
+         *(["--compile-options=dynamic"] if dynamic else []),
+         # the isolated speedup beside needs the compiled experiment's own isolated samples
+         *(["--isolated-samples"] if with_eager else []), f"--output-dirname={folder}"], env)
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"experiment_runner failed: {proc.stderr.strip().splitlines()[-1:]}")
     records = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]

@@ -269,6 +269,8 @@ class Outcome:
     rows_b: dict[str, Row] = field(default_factory=dict)  # B's rows by experiment id (repro, confirmation)
     evidence: dict[str, list[Difference]] = field(default_factory=dict)  # per flagged experiment id
     verdicts: list[Verdict] | None = None  # --confirm's, per flagged experiment
+    # experiments whose samples came from pairs on one side and isolated runs on the other
+    samples_differ: list[str] = field(default_factory=list)
 
     def count(self, verdict: str) -> int:
         # "not comparable (batch size 32 vs 16)" counts as "not comparable"
@@ -344,7 +346,8 @@ def compare(args: argparse.Namespace) -> Outcome:
     return Outcome(run_a, run_b, comparisons, sorted(side_a.keys() - side_b.keys()),
                    sorted(side_b.keys() - side_a.keys()), spread,
                    fair_figures(rows_a, rows_b, parse_baseline(DEFAULT_BASELINE)),
-                   rows_b={r.experiment_id: r for r in rows_b})
+                   rows_b={r.experiment_id: r for r in rows_b},
+                   samples_differ=[a.experiment_id for a, b in pairs if a.samples_from != b.samples_from])
 
 
 def add_evidence(outcome: Outcome, args: argparse.Namespace) -> None:
@@ -401,6 +404,10 @@ def method_lines(outcome: Outcome, args: argparse.Namespace) -> list[str]:
                      f"unknown; Mann-Whitney U on one process's samples, flagged only beyond a noise floor of "
                      f"max(threshold, {FLOOR_FACTOR:g} x within-process relative IQR, {FLOOR_FACTOR:g} x the spread "
                      f"of changes across experiments ({spread})); run with --processes 5 or more to measure it")
+    if outcome.samples_differ:
+        lines.append(f"{len(outcome.samples_differ)} experiment(s) took their samples differently in A and B (in "
+                     "the pairs of --speedup=paired or harness on one side, isolated timed runs on the other; "
+                     "measurements.samples_from): their changes mix the method's with the build's")
     return lines
 
 

@@ -38,6 +38,8 @@ FIELDS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("error", ("error", "type"), "exact"),
     ("verification", ("verification_code",), "exact"),
     ("noisy host", ("measurements", "noisy_host"), "exact"),
+    # --speedup=paired/harness: per_iter_time from the pairs or from isolated runs (a method change)
+    ("samples from", ("measurements", "samples_from"), "exact"),
     ("compile time s", ("measurements", "compile_time_s"), "scale"),
     ("timed peak rss bytes", ("measurements", "timed_peak_rss_bytes"), "scale"),
     ("peak allocated bytes", ("measurements", "peak_allocated_bytes"), "scale"),

@@ -27,7 +27,7 @@ import gc
 import math
 import statistics
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
@@ -99,6 +99,11 @@ class Row:
     paired_speedup: float | None = None
     # when the parent wrote the record (timings.finished_at); `timestamp` is the run's start
     finished_at: float | None = None
+    # where per_iter_time comes from: "pairs" (its samples in the pairs of --speedup=paired/harness) or
+    # "isolated" (its own timed runs; also every record that does not say)
+    samples_from: str = "isolated"
+    # the record's timings that are numbers (phases, child_s, wall_s), summed over its processes
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def configuration(self) -> str:
@@ -130,7 +135,7 @@ def comparison_key(row: Row) -> str:
 
 # Columns of `load_dataframe`: every scalar field, the configuration label and `passed`.
 SAMPLE_FIELDS = ("per_iter_time", "process_medians")
-COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Row) if f.name not in SAMPLE_FIELDS) + \
+COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Row) if f.name not in SAMPLE_FIELDS + ("timings",)) + \
     ("configuration", "passed")
 
 
@@ -264,7 +269,26 @@ def flatten(record: dict[str, Any], file_name: str, folder: Path | None = None) 
         paired_speedup=_number((figures.get("paired") or {}).get("speedup"))
         if isinstance(figures.get("paired"), dict) else None,
         finished_at=_number(record["timings"].get("finished_at")) if isinstance(record.get("timings"), dict) else None,
+        samples_from=_str(figures.get("samples_from")) or "isolated",
+        timings=_timings(record.get("timings")),
     )
+
+
+def _timings(raw: Any) -> dict[str, float]:
+    """The record's timings in seconds (finished_at, a moment, is not one)."""
+    if not isinstance(raw, dict):
+        return {}
+    return {key: seconds for key, value in raw.items()
+            if key != "finished_at" and (seconds := _number(value)) is not None}
+
+
+def summed_timings(rows: Iterable[Row]) -> dict[str, float]:
+    """Each timings key summed over the rows that have it."""
+    total: dict[str, float] = {}
+    for row in rows:
+        for key, seconds in row.timings.items():
+            total[key] = total.get(key, 0.0) + seconds
+    return total
 
 
 def _log_path(record: dict[str, Any], folder: Path | None) -> str | None:
@@ -304,7 +328,8 @@ def combine(processes: Sequence[Row]) -> Row:
         relative_iqr=stats.get("relative_iqr"), unstable=stats.get("unstable"),
         per_iter_time=pooled, process_medians=medians, noisy_host=any(r.noisy_host for r in processes),
         paired_speedup=statistics.median(paired) if (paired := [r.paired_speedup for r in processes
-                                                                 if r.paired_speedup is not None]) else None)
+                                                                 if r.paired_speedup is not None]) else None,
+        timings=summed_timings(processes))
 
 
 def iter_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | None = None) -> Iterator[Row]:

@@ -29,6 +29,7 @@ from experiment_runner.analysis.loader import (
 )
 from experiment_runner.analysis.files import check_output
 from experiment_runner.core.matrix import parse_none
+from experiment_runner.core.record import TIMING_PHASES
 from experiment_runner.core.requirements import install_command
 from experiment_runner.core.results import BadLine, ResultsFileError
 from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError, ReportParser, analysis_command
@@ -66,6 +67,30 @@ Exit status: 0 done, 2 bad flags or no such run, 3 a file cannot be read."""
 BASELINE_KEYS: tuple[str, ...] = ("accelerator", "test", "precision") + CONFIG_FIELDS
 DEFAULT_BASELINE = "xla=None,dynamo=None"
 MODELS_PER_PLOT = 40  # more models per bar chart are unreadable: they go to further pages
+
+# What each line of `--table timings` holds: the record's phases (core/record.py TIMING_PHASES),
+# then the children's time no phase can hold.
+PHASE_LABELS: dict[str, str] = {
+    "import_s": "imports in the child (torch, plug-ins)",
+    "setup_s": "setup (threads, device, environment)",
+    "load_s": "model build and load",
+    "build_step_s": "building the step (torch.compile's wrapper)",
+    "warmup_s": "warm-up, less compile",
+    "compile_s": "compile (first iteration minus a steady one)",
+    "calibration_s": "calibration of iterations per sample",
+    "samples_s": "isolated timed samples",
+    "pairs_warmup_s": "paired baseline: build and warm-up",
+    "pairs_s": "timed pairs",
+    "instrument_s": "instrumentation",
+    "harness_graph_breaks_s": "graph breaks counted as the harness",
+    "verify_prepare_s": "before verification: verifier import, freeing",
+    "verify_s": "verification (float64 reference included)",
+    "finish_s": "finishing (artifacts, lifetime peak memory)",
+    "other_s": "in the child, in no phase",
+    "unsplit": "in the child, not split (records before the breakdown)",
+    "outside": "child start and exit (wall_s - child_s)",
+    "no_result": "children without a final result (crashed, timed out)",
+}
 
 
 def geomean(values: Sequence[float]) -> float | None:
@@ -268,6 +293,53 @@ def corrupt_summary(lines: Sequence[BadLine], shown: int = 3) -> str:
     where = ", ".join(str(line.lineno) for line in lines[:shown]) + (", ..." if len(lines) > shown else "")
     return (f"skipped {len(lines)} corrupt or torn line(s) (line {where}; "
             f"line {lines[0].lineno}: {lines[0].reason})")
+
+
+def time_breakdown(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """Where the run's children spent their time: each phase of `timings` summed over the
+    experiments that have it, with its share of the total and how many experiments it covers.
+    Records from before the breakdown count their child_s unsplit; wall_s - child_s is the
+    child's start and exit, and a child that left no result counts its wall_s alone."""
+    seconds = dict.fromkeys(PHASE_LABELS, 0.0)
+    counts = dict.fromkeys(PHASE_LABELS, 0)
+
+    def add(key: str, value: float) -> None:
+        seconds[key] += value
+        counts[key] += 1
+
+    for row in rows:
+        timings = row.timings
+        if "other_s" in timings:
+            for phase in TIMING_PHASES:
+                if phase in timings:
+                    add(phase, timings[phase])
+        elif "child_s" in timings:
+            add("unsplit", timings["child_s"])
+        if "wall_s" in timings:
+            add(*(("outside", timings["wall_s"] - timings["child_s"]) if "child_s" in timings
+                  else ("no_result", timings["wall_s"])))
+    total = sum(seconds.values())
+    return [{"phase": key, "what": PHASE_LABELS[key], "seconds": _round(seconds[key]),
+             "share": _round(seconds[key] / total) if total else None, "experiments": counts[key]}
+            for key in PHASE_LABELS if counts[key]]
+
+
+def render_timings(run: RunInfo, breakdown: Sequence[dict[str, Any]]) -> str:
+    from tabulate import tabulate
+
+    if not breakdown:
+        return f"run {run.run_id}: none of its records has timings\n"
+    total = sum(line["seconds"] for line in breakdown)
+    rows = [[line["phase"], line["what"], f"{line['seconds']:.1f}", _fmt(line["share"], ".1%"), line["experiments"]]
+            for line in breakdown]
+    rows.append(["total", "", f"{total:.1f}", "100.0%" if total else "-", ""])
+    return "\n".join([
+        f"run {run.run_id}: where its children's time went ({total / 3600:.2f} h), summed over its experiments' "
+        "final records",
+        tabulate(rows, headers=["phase", "what", "seconds", "share", "experiments"], tablefmt="simple",
+                 disable_numparse=True),
+        "", "Phases are the records' timings (docs/timing.md#where-the-time-goes); an experiment's processes "
+        "are summed.", ""])
 
 
 # ---- rendering ---------------------------------------------------------------------------
@@ -508,9 +580,11 @@ def build_parser() -> argparse.ArgumentParser:
                         f"are the configuration's own (default: {DEFAULT_BASELINE}, i.e. eager)")
     p.add_argument("--format", choices=("text", "csv", "json", "html"), default="text",
                    help="output format; html: one self-contained page (dashboard table, per-model speedups)")
-    p.add_argument("--table", choices=("all", "summary", "models"),
+    p.add_argument("--table", choices=("all", "summary", "models", "timings"),
                    help="which tables: the summary, the per-model rows, or both (default: all; "
-                        "summary for csv, which holds one table)")
+                        "summary for csv, which holds one table); timings: instead, where the run's children "
+                        "spent their time, each phase of the records' timings summed over the run (text, csv, "
+                        "json)")
     p.add_argument("--plot", type=Path, metavar="DIR",
                    help="also write PNG plots there (needs matplotlib): per-model speedup bars of the "
                         f"run ({MODELS_PER_PLOT} models per image) and geomean speedup of every run in "
@@ -523,6 +597,8 @@ def report(args: argparse.Namespace) -> str:
     tables = args.table or ("summary" if args.format == "csv" else "all")
     if args.format == "csv" and tables == "all":
         raise ReportError("csv holds one table: choose --table summary or --table models")
+    if args.format == "html" and tables == "timings":
+        raise ReportError("--table timings is for --format text, csv or json; html shows the dashboard tables")
     inputs = results_files(args.files)
     if args.plot is not None:
         check_output(args.plot, inputs, "--plot", folder=True)
@@ -530,6 +606,13 @@ def report(args: argparse.Namespace) -> str:
     runs = runs_of(rows)
     run = select_run(runs, args.run_id)
     selected = [r for r in rows if r.run_id == run.run_id]
+    if tables == "timings":
+        breakdown = time_breakdown(selected)
+        if args.format == "text":
+            return render_timings(run, breakdown)
+        if args.format == "csv":
+            return render_csv(breakdown)
+        return json.dumps({"run_id": run.run_id, "timestamp": run.timestamp, "timings": breakdown}, indent=2) + "\n"
     results = pair_with_baselines(selected, fixed)
     summaries = summarize_run(results, fixed)
     if args.plot is not None:

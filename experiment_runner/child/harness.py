@@ -285,7 +285,8 @@ def calibrate_iterations(step: Callable[[], Any], device: DeviceRuntime, options
 def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: RunOptions,
                     on_repeat: Callable[[int, Any], None] | None = None,
                     training_state: TrainingState | None = None,
-                    on_timing: Callable[[], None] | None = None) -> dict[str, Any]:
+                    on_timing: Callable[[], None] | None = None,
+                    timings: dict[str, float] | None = None) -> dict[str, Any]:
     """Warm-up apart, then `repeat` timed runs (samples) of `iterations_per_run` iterations.
 
     Without an explicit `iterations_per_run` the count is calibrated after warm-up (so
@@ -301,18 +302,25 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
     outside the clock, so every run times the same workload; the loss of the first and of
     the last timed step are kept to show it. The host's load during the timed runs is
     recorded beside them (`host_load`, `noisy_host`: see core/cpus.py). `on_timing()` runs once
-    warm-up and calibration are over (the worker reports its phase).
+    warm-up and calibration are over (the worker reports its phase). `timings` gets the seconds of
+    each part, on the wall clock around it: warmup_s, calibration_s and samples_s.
     """
+    timings = {} if timings is None else timings
+    started = perf_counter()
     warmup_time: list[float] = []
     for _ in range(options.warmup_iterations):
         device.reset_rng(options.seed)
         warmup_time.append(run_sample(step, device, 1).elapsed)
 
+    timings["warmup_s"] = perf_counter() - started
+    started = perf_counter()
     calibrated = options.iterations_per_run is None
     calibration = calibrate_iterations(step, device, options, training_state) if calibrated else []
     iterations = calibration[-1]["iterations"] if calibrated else options.iterations_per_run
+    timings["calibration_s"] = perf_counter() - started
     if on_timing is not None:
         on_timing()
+    started = perf_counter()
     device.reset_peak_memory()
     load = HostLoadSample.start()
     metrics: dict[str, Any] = {"total_time": [], "per_iter_time": []}
@@ -336,6 +344,7 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
         if on_repeat is not None:
             on_repeat(index, sample.last)
     host_load = load.finish(options.noisy_host_share)
+    timings["samples_s"] = perf_counter() - started
     metrics["warmup_time"] = warmup_time
     metrics["timing_clock"] = "+".join(sorted(clocks)) or "host"
     metrics["host_load"] = host_load

@@ -13,9 +13,10 @@ import os
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from experiment_runner.child import paired
 from experiment_runner.child.cpu_launch import RUN_CPU_ENV, reexec_under_run_cpu, set_threads, wants_run_cpu
@@ -30,9 +31,11 @@ from experiment_runner.child.instrument.dynamo import harness_graph_breaks
 from experiment_runner.child.instrument.pipeline import Instrumentation
 from experiment_runner.core import dashboards
 from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS
+from experiment_runner.core.options import PAIRED_METHODS
 from experiment_runner.child.plugins import import_plugins
 from experiment_runner.core.environment import describe_environment
 from experiment_runner.core.protocol import Task, publish_result, write_phase
+from experiment_runner.core.record import TIMING_PHASES
 from experiment_runner.core.results import verification_code
 from benchmark_models import ModelSkipped
 
@@ -64,101 +67,129 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
     """
     started = time.perf_counter()
     config = task.experiment.config
-    result: dict[str, Any] = {
-        "status": "ok", "error": None, "metrics": {}, "source": None,
-        "batch_size": config.batch_size, "precision": config.precision, "accelerator_model": None,
-        "verification": None, "artifacts": {},
-        "environment": describe_environment(), "timings": {},
-    }
+    timings: dict[str, float] = {}
+    with phase(timings, "setup_s"):
+        result: dict[str, Any] = {
+            "status": "ok", "error": None, "metrics": {}, "source": None,
+            "batch_size": config.batch_size, "precision": config.precision, "accelerator_model": None,
+            "verification": None, "artifacts": {},
+            "environment": describe_environment(), "timings": timings,
+        }
     device: DeviceRuntime | None = None
     try:
-        t0 = time.perf_counter()
-        import torch  # noqa: F401 - timed apart: it is start-up cost, not the experiment's work
+        with phase(timings, "import_s"):
+            import torch  # noqa: F401 - timed apart: it is start-up cost, not the experiment's work
 
-        import_plugins()
-        result["timings"]["import_s"] = time.perf_counter() - t0
-        result["environment"]["cpu"] = set_threads(task.options)
-        device = runtime_for(config)
-        result["accelerator_model"] = device.accelerator_model()
-        apply_matmul_precision(task.options)
-        apply_denormal_mode(task.options)
-        device.prepare(task.options, Path(task.artifacts_dir))
-        harness = ExperimentHarness(task.experiment, task.options, device, Path(task.artifacts_dir))
+            import_plugins()
+        with phase(timings, "setup_s"):
+            result["environment"]["cpu"] = set_threads(task.options)
+            device = runtime_for(config)
+            result["accelerator_model"] = device.accelerator_model()
+            apply_matmul_precision(task.options)
+            apply_denormal_mode(task.options)
+            device.prepare(task.options, Path(task.artifacts_dir))
+            harness = ExperimentHarness(task.experiment, task.options, device, Path(task.artifacts_dir))
+
+        with phase(timings, "load_s"):
+            write_phase(task, "loading")
+            model = harness.model = harness.load()
+            result.update(source=model.source, batch_size=model.batch_size)
+            result["environment"].update(model.provenance)
+            if config.test == "train":
+                result.update(loss=model.recipe.loss if model.loss is None else "model_own",
+                              optimizer=model.recipe.optimizer_spec)
 
         t0 = time.perf_counter()
-        write_phase(task, "loading")
-        model = harness.model = harness.load()
-        result.update(source=model.source, batch_size=model.batch_size)
-        result["environment"].update(model.provenance)
-        if config.test == "train":
-            result.update(loss=model.recipe.loss if model.loss is None else "model_own",
-                          optimizer=model.recipe.optimizer_spec)
-        result["timings"]["load_s"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        step = harness.make_step(model)
-        instrumentation = Instrumentation(task, device)
+        with phase(timings, "build_step_s"):  # torch.compile's wrapper: the first one imports dynamo
+            step = harness.make_step(model)
+            instrumentation = Instrumentation(task, device)
         write_phase(task, "warm-up")
-        metrics = result["metrics"] = time_iterations(step, device, task.options,
+        pairs = paired.applies(harness)
+        metrics = result["metrics"] = time_iterations(step, device, paired.timing_options(task.options, pairs),
                                                       on_repeat=instrumentation.after_repeat,
                                                       training_state=model.training_state,
-                                                      on_timing=lambda: write_phase(task, "timing"))
+                                                      on_timing=lambda: write_phase(task, "timing"),
+                                                      timings=timings)
         result["iterations_per_run"] = metrics.pop("iterations_per_run")
         result["iterations_per_run_calibrated"] = metrics.pop("iterations_per_run_calibrated")
         # The profiling pass repeats the timed runs' shape, calibrated count included.
         instrumentation.task = replace(task, options=replace(task.options,
                                                              iterations_per_run=result["iterations_per_run"]))
-        if paired.applies(harness):
+        if pairs:
             write_phase(task, "timing pairs")
-            result["metrics"]["paired"] = paired.measure_pairs(harness, model, step, device, task.options,
-                                                               result["iterations_per_run"])
-        result["timings"]["measure_s"] = time.perf_counter() - t0
+            metrics["paired"] = paired.measure_pairs(harness, model, step, device, task.options,
+                                                     result["iterations_per_run"], timings)
+            metrics.update(paired.samples(metrics, task.options))
+        elif config.dynamo is None and task.options.speedup in PAIRED_METHODS:
+            metrics.update(samples_from=paired.ISOLATED_SAMPLES, paired_baseline=paired.EAGER_BESIDE_PAIRS)
+        timings["measure_s"] = time.perf_counter() - t0
 
-        t0 = time.perf_counter()
-        write_phase(task, "instrumenting")
-        instrumentation.finish(step, result["metrics"])
-        result["artifacts"].update(instrumentation.artifacts)
-        result["timings"]["instrument_s"] = time.perf_counter() - t0
+        with phase(timings, "instrument_s"):
+            write_phase(task, "instrumenting")
+            instrumentation.finish(step, result["metrics"])
+            result["artifacts"].update(instrumentation.artifacts)
+        split_compile(timings, result["metrics"])
 
         if task.options.verify:
-            from verifier import verify_experiment
-
             if harness_counts_graph_breaks(harness, result["metrics"]):
-                t0 = time.perf_counter()
-                write_phase(task, "counting graph breaks as the harness")
-                result["metrics"]["graph_breaks"]["harness_count"] = harness_graph_breaks(
-                    model, lambda: harness.autocast(config.precision), dashboards.harness_iterations())
-                result["timings"]["harness_graph_breaks_s"] = time.perf_counter() - t0
+                with phase(timings, "harness_graph_breaks_s"):
+                    write_phase(task, "counting graph breaks as the harness")
+                    result["metrics"]["graph_breaks"]["harness_count"] = harness_graph_breaks(
+                        model, lambda: harness.autocast(config.precision), dashboards.harness_iterations())
             # The verifier loads its own copies: the timed model, its step and what they hold go
             # first, so verification has the memory they took (verifier/memory.py plans with it).
-            harness.model = None
-            del model, step, instrumentation
-            gc.collect()
-            if on_timed is not None:
-                on_timed({**result, "verification_code": verification_code(task.options.verify, result["status"], None),
-                          "artifacts": {**result["artifacts"], **device.artifacts()},
-                          "timings": dict(result["timings"])})
+            with phase(timings, "verify_prepare_s"):
+                from verifier import verify_experiment
 
-            t0 = time.perf_counter()
-            write_phase(task, "verifying")
-            verification = verify_experiment(harness)
-            result["verification"] = verification
-            result["timings"]["verify_s"] = time.perf_counter() - t0
+                harness.model = None
+                del model, step, instrumentation
+                gc.collect()
+                if on_timed is not None:
+                    on_timed({**result,
+                              "verification_code": verification_code(task.options.verify, result["status"], None),
+                              "artifacts": {**result["artifacts"], **device.artifacts()},
+                              "timings": dict(timings)})
+
+            with phase(timings, "verify_s"):
+                write_phase(task, "verifying")
+                result["verification"] = verify_experiment(harness)
     except ModelSkipped as exc:
         result.update(status="skipped", error={"type": "ModelSkipped", "message": str(exc)})
     except BaseException as exc:  # noqa: BLE001 - every failure must become data
         oom = device.is_oom(exc) if device is not None else isinstance(exc, MemoryError)
         result.update(status="oom" if oom else "error", error=error_block(exc))
-    result["verification_code"] = verification_code(task.options.verify, result["status"], result["verification"])
-    if device is not None:
-        result["artifacts"].update(device.artifacts())
-        if result["metrics"]:
-            result["metrics"].update(device.lifetime_peak_memory())
-    timings = result["timings"]
+    with phase(timings, "finish_s"):
+        result["verification_code"] = verification_code(task.options.verify, result["status"],
+                                                        result["verification"])
+        if device is not None:
+            result["artifacts"].update(device.artifacts())
+            if result["metrics"]:
+                result["metrics"].update(device.lifetime_peak_memory())
     timings["work_s"] = sum(timings.get(k, 0.0) for k in ("load_s", "measure_s", "instrument_s", "verify_s",
                                                           "harness_graph_breaks_s"))
     timings["child_s"] = time.perf_counter() - started
+    timings["other_s"] = timings["child_s"] - sum(timings.get(k, 0.0) for k in TIMING_PHASES if k != "other_s")
     return result
+
+
+@contextmanager
+def phase(timings: dict[str, float], key: str) -> Iterator[None]:
+    """Add the wall time of the block to timings[key], also when it raises: a failed phase's
+    time was spent too, and the breakdown must still add up to child_s."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[key] = timings.get(key, 0.0) + time.perf_counter() - t0
+
+
+def split_compile(timings: dict[str, float], metrics: dict[str, Any]) -> None:
+    """compile_s out of warmup_s: the compile time the instrumentation derived (first warm-up
+    iteration minus the steady one), so warmup_s is left with the warm-up proper."""
+    if "warmup_s" in timings:
+        compile_s = min(max(0.0, metrics.get("compile_time_s") or 0.0), timings["warmup_s"])
+        timings["compile_s"] = compile_s
+        timings["warmup_s"] -= compile_s
 
 
 def main(argv: list[str] | None = None) -> int:

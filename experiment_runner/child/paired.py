@@ -4,11 +4,13 @@ same process and alternated with it, as PyTorch's dynamo harness measures a spee
 Separate processes see different hosts: a frequency change, a neighbour ramping up, another
 memory layout. Timing the baseline and the compiled step in one process, pair by pair, gives
 both the same host at almost the same moment, so a slow drift cancels in each pair's ratio.
-Both steps warm up first (the compiled one already did, in its own timed runs); then each
+Both steps warm up first (the compiled one already did, before its own samples); then each
 pair times one sample of each with the same iterations per sample, in ABBA order (baseline
 first in even pairs, compiled first in odd ones) so that neither always runs on the other's
-heels, for at least the harness's 30 pairs. Training steps are rewound to the same state
-before every sample.
+heels. How many pairs (pairs_rule): with --adaptive-pairs (paired's default) until the median
+ratio's 95% interval is within --pairs-half-width of it, between --min-pairs and --max-pairs;
+otherwise max(--repeat, 30), the harness's 30 by default (harness's default). Training steps
+are rewound to the same state before every sample.
 
 `harness` times as PyTorch's harness does instead (HARNESS): five eager warm-up iterations,
 then pairs of one iteration each, eager always first, and the speedup is the ratio of the two
@@ -31,12 +33,14 @@ import math
 import random
 import statistics
 from dataclasses import replace
+from time import perf_counter
 from typing import Any, Callable
 
 from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.child.harness import ExperimentHarness, run_sample
+from experiment_runner.core.cpus import HostLoadSample
 from experiment_runner.core.options import PAIRED_METHODS, RunOptions
-from experiment_runner.core.stats import paired_speedup
+from experiment_runner.core.stats import PairsRule, paired_speedup, relative_half_width
 from benchmark_models import BenchmarkModel
 
 # PyTorch's harness: 30 pairs (common.py's --repeat default) and, for --speedup=harness with
@@ -55,6 +59,47 @@ HARNESS_BATCH = {"low": 0.8, "high": 1.2, "minimum": 2, "seed": 1337, "compile_o
 def applies(harness: ExperimentHarness) -> bool:
     config = harness.config
     return harness.options.speedup in PAIRED_METHODS and config.dynamo is not None and config.xla is None
+
+
+# measurements.samples_from: where a record's per_iter_time comes from in the paired modes.
+PAIR_SAMPLES = "pairs"
+ISOLATED_SAMPLES = "isolated"
+EAGER_BESIDE_PAIRS = ("the run's compiled experiments time their own eager baseline in their process, pair by pair "
+                      "with their samples (measurements.paired), and their speedups use that; this record is the "
+                      "same eager step measured on its own, what isolated speedups and compare use")
+
+
+def timing_options(options: RunOptions, pairs: bool) -> RunOptions:
+    """The options of the compiled step's own samples. When its pairs give its per_iter_time (no
+    --isolated-samples) one sample is left, for the timed peak memory, the training losses and
+    the per-repeat artifacts; under harness, whose pairs time one iteration each, it is one
+    iteration too, so no calibration is spent on it."""
+    if not pairs or options.isolated_samples:
+        return options
+    iterations = 1 if options.speedup == "harness" else options.iterations_per_run
+    return replace(options, repeat=1, iterations_per_run=iterations)
+
+
+def samples(metrics: dict[str, Any], options: RunOptions) -> dict[str, Any]:
+    """What the compiled experiment's samples become beside its pairs: with --isolated-samples its
+    own timed runs, as before; otherwise its samples in the pairs (per_iter_time, total_time,
+    host_load and noisy_host from the pairs; the one sample alone is kept as memory_sample_time)."""
+    if options.isolated_samples:
+        return {"samples_from": ISOLATED_SAMPLES}
+    block = metrics["paired"]
+    per_iter = list(block["compiled_per_iter_time"])
+    return {"samples_from": PAIR_SAMPLES, "memory_sample_time": metrics["total_time"],
+            "per_iter_time": per_iter, "total_time": [t * block["iterations_per_sample"] for t in per_iter],
+            "host_load": block["host_load"], "noisy_host": block["host_load"]["noisy_host"]}
+
+
+def pairs_rule(options: RunOptions) -> PairsRule:
+    """How many pairs: sequential between --min-pairs and --max-pairs (--adaptive-pairs, paired's
+    default), else the fixed max(--repeat, 30), PyTorch's harness's 30 by default."""
+    if options.pairs_adaptive:
+        return PairsRule(floor=options.min_pairs, ceiling=options.max_pairs, half_width=options.pairs_half_width)
+    fixed = max(options.repeat, HARNESS_PAIRS)
+    return PairsRule(floor=fixed, ceiling=fixed)
 
 
 def harness_batch(batch: int, compile_options: str) -> int:
@@ -89,8 +134,11 @@ def resized(value: Any, batch: int, size: int) -> Any:
 
 
 def measure_pairs(harness: ExperimentHarness, model: BenchmarkModel, compiled: Callable[[], Any],
-                  device: DeviceRuntime, options: RunOptions, iterations: int) -> dict[str, Any]:
-    """measurements.paired: both series (seconds per iteration), the ratios and their summary."""
+                  device: DeviceRuntime, options: RunOptions, iterations: int,
+                  timings: dict[str, float]) -> dict[str, Any]:
+    """measurements.paired: both series (seconds per iteration), the ratios and their summary.
+    `timings` gets pairs_warmup_s (the baseline's build and warm-up) and pairs_s (the pairs)."""
+    started = perf_counter()
     compiled_state = model.training_state
     if compiled_state is not None:
         compiled_state.rewind()  # back to the saved start before the baseline saves its own
@@ -119,12 +167,17 @@ def measure_pairs(harness: ExperimentHarness, model: BenchmarkModel, compiled: C
         sample = run_sample(step, device, iterations, device_clock=options.pure_wall_time)
         return (sample.elapsed if sample.device_elapsed is None else sample.device_elapsed) / iterations
 
+    timings["pairs_warmup_s"] = perf_counter() - started
+    started = perf_counter()
     baseline: list[float] = []
     compiled_times: list[float] = []
-    for index in range(max(options.repeat, HARNESS_PAIRS)):
+    rule = pairs_rule(options)
+    load = HostLoadSample.start()
+    while (stop_reason := rule.stop_reason(baseline, compiled_times)) is None:
         order = ((eager, eager_state, baseline), (compiled, compiled_state, compiled_times))
-        for step, state, series in (order if index % 2 == 0 or as_harness else order[::-1]):
+        for step, state, series in (order if len(baseline) % 2 == 0 or as_harness else order[::-1]):
             series.append(timed(step, state))
+    host_load = load.finish(options.noisy_host_share)
     summary = paired_speedup(baseline, compiled_times)
     block = {"method": ("baseline then compiled, one iteration each, in one process after both warmed up (as "
                         "PyTorch's harness)" if as_harness else
@@ -132,13 +185,16 @@ def measure_pairs(harness: ExperimentHarness, model: BenchmarkModel, compiled: C
              "baseline": "eager, same model, inputs, precision and batch size",
              "iterations_per_sample": iterations, "baseline_per_iter_time": baseline,
              "compiled_per_iter_time": compiled_times, **summary, "t_test_p_value": t_test(baseline, compiled_times),
-             "speedup": summary["median_ratio"], "speedup_of": "the median of the per-pair ratios"}
+             "speedup": summary["median_ratio"], "speedup_of": "the median of the per-pair ratios",
+             "stop_reason": stop_reason, "stopping_rule": rule.describe(),
+             "ci95_relative_half_width": relative_half_width(summary), "host_load": host_load}
     if as_harness:
         block.update({
             "speedup": statistics.median(baseline) / statistics.median(compiled_times),
             "speedup_of": "the ratio of the two series' medians, as PyTorch's harness computes it",
             "baseline": "eager, same model, inputs and precision, at the batch PyTorch's harness times eager at",
             "baseline_batch_size": size, "baseline_batch_rule": HARNESS_BATCH})
+    timings["pairs_s"] = perf_counter() - started  # the summary's too: the t-test imports scipy
     return block
 
 

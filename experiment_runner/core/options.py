@@ -22,6 +22,12 @@ DEFAULT_MIN_SAMPLE_TIME_S = 0.02
 # step; eval: the forward step), as PyTorch's and PyTorch/XLA's harnesses do, or the module.
 COMPILE_SCOPES: tuple[str, ...] = ("step", "model")
 
+# The sequential rule for pairs (--adaptive-pairs): the interval's relative half-width to reach,
+# between a floor and a ceiling of pairs. 6 is the fewest pairs with a 95% interval at all.
+DEFAULT_PAIRS_HALF_WIDTH = 0.02
+DEFAULT_MIN_PAIRS = 10
+DEFAULT_MAX_PAIRS = 100
+
 # How a compiled experiment's speedup is measured (--speedup); the last two time the eager
 # baseline in the compiled experiment's own process (child/paired.py).
 SPEEDUP_METHODS: tuple[str, ...] = ("isolated", "paired", "harness")
@@ -127,6 +133,27 @@ class RunOptions:
         "nominal one up to 21, about 4.7% more from 22 on): the figure PyTorch's dashboard shows. XLA "
         "experiments keep the isolated method",
         MEASUREMENT, choices=SPEEDUP_METHODS))
+    adaptive_pairs: bool | None = option(None, Flag(
+        "time pairs sequentially: stop once the median ratio's 95% interval lies within --pairs-half-width of "
+        "it, after at least --min-pairs and at most --max-pairs pairs (measurements.paired.stop_reason says "
+        "which); --no-adaptive-pairs: a fixed count, max(--repeat, 30), PyTorch's harness's 30 by default",
+        MEASUREMENT, kind="toggle",
+        default_help="on for --speedup=paired; off for --speedup=harness, which keeps the harness's exact 30 "
+                     "pairs for strict comparability"))
+    pairs_half_width: float = option(DEFAULT_PAIRS_HALF_WIDTH, Flag(
+        "--adaptive-pairs: the 95% interval's half-width to reach, relative to the median ratio", MEASUREMENT,
+        parse=float, metavar="SHARE", low=0, high=1, low_open=True, wanted="in (0, 1]"))
+    min_pairs: int = option(DEFAULT_MIN_PAIRS, Flag(
+        "--adaptive-pairs: the floor, pairs timed before the interval is read at all", MEASUREMENT, parse=int,
+        metavar="N", low=6, wanted="at least 6 (fewer pairs have no 95% interval)"))
+    max_pairs: int = option(DEFAULT_MAX_PAIRS, Flag(
+        "--adaptive-pairs: the ceiling, pairs after which it stops however wide the interval still is",
+        MEASUREMENT, parse=int, metavar="N", low=6, wanted="at least 6 and at least --min-pairs"))
+    isolated_samples: bool = option(False, Flag(
+        "--speedup=paired or harness: also time the compiled experiment's --repeat isolated samples before its "
+        "pairs and take its per_iter_time from them; by default its per_iter_time is its samples in the pairs "
+        "(one compiled sample alone still gives its timed peak memory and training losses), so nothing is "
+        "timed twice. measurements.samples_from says which", MEASUREMENT, kind="switch"))
     pure_wall_time: bool = option(False, Flag(
         "time CUDA experiments with CUDA events around the queued work (no host launch overhead); CPU and XLA "
         "samples stay device-synchronized wall time, which is what the reference's pure wall time is there; "
@@ -163,6 +190,11 @@ class RunOptions:
         if self.matmul_precision is not None:
             return "highest" if self.matmul_precision == "default" else self.matmul_precision
         return "highest" if self.disable_tf32 else "high"
+
+    @property
+    def pairs_adaptive(self) -> bool:
+        """--adaptive-pairs as it applies: given, or on for paired and off for harness."""
+        return self.speedup != "harness" if self.adaptive_pairs is None else self.adaptive_pairs
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunOptions":

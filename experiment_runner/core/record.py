@@ -42,6 +42,19 @@ REFERENCE_METRICS: tuple[str, ...] = (
     "total_cpu_time_s", "total_cuda_time_s", "per_iter_cpu_time_s", "per_iter_cuda_time_s",
     "inductor_ops", "xla_unlowered_ops",
 )
+# The child's lifetime (timings.child_s, the run_task call) in disjoint phases, in the order they
+# run: start-up imports, setup (threads, device, environment), model build, the step's build
+# (torch.compile's wrapper; the first imports dynamo), warm-up less its compile, compile (first
+# warm-up iteration minus a steady one), calibration, the isolated timed samples, the paired
+# baseline's build and warm-up, the pairs, instrumentation, the harness-style graph-break count,
+# freeing the timed model before verification, verification (its float64 reference included),
+# reading the device's artifacts and lifetime peak memory at the end, and other_s, what none of
+# them holds (child_s minus the rest). A phase that did not run is absent.
+TIMING_PHASES: tuple[str, ...] = (
+    "import_s", "setup_s", "load_s", "build_step_s", "warmup_s", "compile_s", "calibration_s", "samples_s",
+    "pairs_warmup_s", "pairs_s", "instrument_s", "harness_graph_breaks_s", "verify_prepare_s", "verify_s",
+    "finish_s", "other_s")
+
 # What the reference writes as metrics.error for a model it skips as incompatible.
 REFERENCE_SKIP_ERROR = "SKIP"
 

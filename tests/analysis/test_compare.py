@@ -395,7 +395,8 @@ def test_a_change_of_speedup_method_is_named(tmp_path: Path, capsys: pytest.Capt
             base["experiment"]["dynamo"] = None
             compiled = record(run_id, m, [0.01] * 5, ts=ts)
             if paired is not None:
-                compiled["measurements"] = {"paired": {"speedup": paired}}
+                compiled["measurements"] = {"paired": {"speedup": paired}, "samples_from": "pairs"}
+                base["measurements"] = {"samples_from": "isolated"}
             out += [base, compiled]
         return out
 
@@ -410,8 +411,11 @@ def test_a_change_of_speedup_method_is_named(tmp_path: Path, capsys: pytest.Capt
     text = capsys.readouterr().out
     assert "2.000x isolated -> 1.800x paired" in text
     assert "measured differently (isolated in A, paired in B)" in text
+    # the compiled experiments' samples are their samples in B's pairs: their time changes are named so
+    assert "2 experiment(s) took their samples differently in A and B" in text
     cli_main(["compare", str(b), str(b)])
-    assert "measured differently" not in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "measured differently" not in text and "took their samples differently" not in text
 
 
 def test_each_regression_says_what_else_changed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -502,3 +506,13 @@ def test_per_op_profiles_name_the_ops_that_moved() -> None:
         "aten::conv2d self ms per iteration 10.0 -> 16.0", "aten::mm self ms per iteration 5.0 -> 0.0",
         "aten::add self ms per iteration 2.0 -> 1.0"]
     assert differences(before, {"repeat": 5, "iterations_per_run": 2}) == []  # one side unprofiled
+
+
+def test_a_change_of_where_the_samples_come_from_is_evidence() -> None:
+    """history and compare put "samples from" beside a change when one record's samples were its
+    pairs' and the other's isolated runs: the method moved, not only the build."""
+    from experiment_runner.analysis.evidence import differences
+
+    isolated, pairs = ({"measurements": {"samples_from": kind}} for kind in ("isolated", "pairs"))
+    assert [str(d) for d in differences(isolated, pairs)] == ["samples from isolated -> pairs"]
+    assert differences(pairs, pairs) == []

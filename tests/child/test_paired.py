@@ -18,7 +18,7 @@ from experiment_runner.core.stats import paired_speedup
 
 ARGS = ("--suite-name=faulty", "--filter=^drift$", "--accelerator=cpu", "--dynamo=None", "--dynamo=eager",
         "--test=eval", "--precision=fp32", "--speedup=paired", "--repeat=8", "--iterations-per-run=3",
-        "--warmup-iterations=1", "--launcher=subprocess")
+        "--warmup-iterations=1", "--launcher=subprocess", "--isolated-samples")
 
 
 def test_the_paired_summary_of_known_pairs() -> None:
@@ -36,6 +36,20 @@ def test_the_paired_summary_of_known_pairs() -> None:
 DRIFT_PACE_S = 0.02
 
 
+def check_adaptive(paired: dict) -> None:
+    """--speedup=paired's pairs follow the sequential rule: between its floor and ceiling, stopped
+    converged (interval within the half-width) or at the ceiling, and the interval recorded is the
+    one all of its pairs give."""
+    rule = paired["stopping_rule"]
+    assert rule["kind"] == "sequential" and rule["floor"] <= paired["pairs"] <= rule["ceiling"]
+    summary = paired_speedup(paired["baseline_per_iter_time"], paired["compiled_per_iter_time"])
+    assert paired["ci95"] == summary["ci95"]
+    if paired["stop_reason"] == "converged":
+        assert paired["ci95_relative_half_width"] <= rule["half_width"]
+    else:
+        assert paired["stop_reason"] == "ceiling" and paired["pairs"] == rule["ceiling"]
+
+
 def speedups(run_cli, rate: float, output) -> tuple[float, float]:
     """(isolated, paired) speedup of the drift model's eager backend over eager."""
     env = {"FAULTY_DRIFT_T0": str(time.time()), "FAULTY_DRIFT_RATE": str(rate), "FAULTY_DRIFT_PACE": str(DRIFT_PACE_S)}
@@ -44,8 +58,12 @@ def speedups(run_cli, rate: float, output) -> tuple[float, float]:
     records = {r["experiment"]["dynamo"]: r for r in run.records()}
     eager, compiled = records[None], records["eager"]
     paired = compiled["measurements"]["paired"]
-    assert len(paired["baseline_per_iter_time"]) == len(paired["compiled_per_iter_time"]) == HARNESS_PAIRS
+    assert len(paired["baseline_per_iter_time"]) == len(paired["compiled_per_iter_time"]) == paired["pairs"]
+    check_adaptive(paired)
     assert "paired" not in eager["measurements"], "the baseline experiment is measured on its own, as always"
+    assert eager["measurements"]["samples_from"] == compiled["measurements"]["samples_from"] == "isolated"
+    assert "their speedups use that" in eager["measurements"]["paired_baseline"]
+    assert len(compiled["metrics"]["per_iter_time"]) == 8  # --isolated-samples: its own --repeat runs
     isolated = eager["stats"]["per_iter_time"]["median"] / compiled["stats"]["per_iter_time"]["median"]
     assert paired["speedup"] == paired["median_ratio"]
     return isolated, paired["speedup"]
@@ -112,6 +130,7 @@ def test_harness_mode_times_the_baseline_at_the_harness_batch(run_cli, tmp_path)
     assert records["default"]["measurements"]["paired"]["baseline_batch_size"] == 32
     paired = records["dynamic"]["measurements"]["paired"]
     assert paired["baseline_batch_size"] == 33 and paired["pairs"] == HARNESS_PAIRS
+    assert paired["stop_reason"] == "fixed" and paired["stopping_rule"] == {"kind": "fixed", "pairs": HARNESS_PAIRS}
     assert paired["baseline_batch_rule"]["source"].startswith("pytorch/benchmark")
     seen = Counter(int(line) for line in trace.read_text().split())
     assert set(seen) == {32, 33} and seen[33] == HARNESS_PAIRS * paired["iterations_per_sample"]
@@ -133,5 +152,32 @@ def test_paired_training_steps_rewind_and_still_verify(run_cli, tmp_path) -> Non
     (record,) = run.records()
     assert record["status"] == "ok" and record["verification_code"] == "PASS", record.get("verification")
     paired = record["measurements"]["paired"]
-    assert paired["pairs"] == HARNESS_PAIRS == len(paired["ratios"])
+    assert paired["pairs"] == len(paired["ratios"]) == len(paired["baseline_per_iter_time"])
+    check_adaptive(paired)
     assert min(paired["baseline_per_iter_time"] + paired["compiled_per_iter_time"]) > 0
+
+
+@pytest.mark.e2e
+def test_by_default_the_compiled_samples_are_its_samples_in_the_pairs(run_cli, tmp_path) -> None:
+    """Nothing timed twice: without --isolated-samples a paired compiled experiment's per_iter_time
+    is its series in the pairs (one sample alone is left, for memory and losses), and the record
+    says so; the eager experiment of the run still takes its own samples. Under harness the pairs
+    time one iteration each, and so does that one sample (nothing calibrated for it)."""
+    for mode, extra in (("paired", ()), ("harness", ("--no-adaptive-pairs",))):
+        run = run_cli("--suite-name=faulty", "--filter=^quick_00$", "--accelerator=cpu", "--dynamo=None",
+                      "--dynamo=eager", "--test=train", "--precision=fp32", f"--speedup={mode}", "--repeat=5",
+                      "--warmup-iterations=1", "--max-pairs=12", *extra, output_dir=tmp_path / mode)
+        assert run.returncode == 0, run.stderr
+        records = {r["experiment"]["dynamo"]: r for r in run.records()}
+        compiled, eager = records["eager"], records[None]
+        figures, paired = compiled["measurements"], compiled["measurements"]["paired"]
+        assert figures["samples_from"] == "pairs" and len(figures["memory_sample_time"]) == 1
+        assert compiled["metrics"]["per_iter_time"] == paired["compiled_per_iter_time"]
+        assert compiled["metrics"]["total_time"] == pytest.approx(
+            [t * paired["iterations_per_sample"] for t in paired["compiled_per_iter_time"]])
+        assert compiled["iterations_per_run"] == paired["iterations_per_sample"]
+        assert figures["host_load"] == paired["host_load"] and figures["timed_peak_rss_bytes"] > 0
+        assert "loss_first_timed_step" in figures  # the one sample alone still gives the training losses
+        assert figures["steady_iter_time_s"] == statistics.median(paired["compiled_per_iter_time"])
+        assert eager["measurements"]["samples_from"] == "isolated" and len(eager["metrics"]["per_iter_time"]) == 5
+    assert compiled["iterations_per_run"] == 1 and not compiled["iterations_per_run_calibrated"]  # harness

@@ -53,6 +53,9 @@ def test_analysis_commands_refuse_a_device(command: str, tmp_path: Path, capsys:
     ("--output-basename=runs", "--output-basename=runs puts the results file in the run registry ({out}/runs, "
                                "where each run is registered); name it otherwise"),
     ("--output-basename=runs/r.jsonl", "--output-basename=runs/r.jsonl puts the results file in the run registry"),
+    ("--min-pairs=400", "--min-pairs=400 is above --max-pairs=100"),
+    ("--min-pairs=5", "--min-pairs must be at least 6 (fewer pairs have no 95% interval), got 5"),
+    ("--pairs-half-width=0", "--pairs-half-width must be in (0, 1], got 0.0"),
 ])
 def test_flags_that_would_stall_flood_or_break_later_runs_are_refused(tmp_path: Path, flag: str,
                                                                       message: str) -> None:
