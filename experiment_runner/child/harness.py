@@ -374,9 +374,22 @@ def apply_denormal_mode(options: RunOptions) -> None:
     torch.set_flush_denormal(options.flush_denormal)
 
 
+# The TF32 default is TF32 on CUDA. Since torch 2.9, set_float32_matmul_precision("high") also lets
+# oneDNN's float32 matmuls on the CPU use TF32 where the CPU has it; PyTorch's harness turns TF32
+# on for CUDA only (common.py, at import: torch.backends.cuda.matmul.allow_tf32 = True), so its
+# CPU matmuls stay IEEE. The default keeps them so; an explicit --matmul-precision gets torch's
+# whole meaning. docs/studies/paired_vs_harness.md (2026-11-26) compares both processes.
+DEFAULT_CPU_MATMUL_FP32_PRECISION = {
+    "torch.backends.mkldnn.matmul.fp32_precision": "none",
+    "source": "pytorch/benchmark userbenchmark/dynamo/dynamobench/common.py @ 0e83c440, module level"}
+
+
 def apply_matmul_precision(options: RunOptions) -> None:
     import torch
 
     if options.disable_tf32:
         torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision(options.effective_matmul_precision)
+    if options.matmul_precision is None and hasattr(torch.backends.mkldnn, "matmul"):  # torch 2.9 on
+        torch.backends.mkldnn.matmul.fp32_precision = \
+            DEFAULT_CPU_MATMUL_FP32_PRECISION["torch.backends.mkldnn.matmul.fp32_precision"]

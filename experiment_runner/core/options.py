@@ -87,7 +87,8 @@ class RunOptions:
         "torch.set_float32_matmul_precision (and torch_xla's) for every experiment; 'default' is torch's "
         "default, 'highest'. Given, it wins over the TF32 default (the reference only honours it with "
         "--disable-tf32)", MEASUREMENT, choices=("default", "highest", "high", "medium"),
-        default_help="'high' (TF32), as in the reference; 'highest' with --disable-tf32"))
+        default_help="'high' (TF32), as in the reference, but oneDNN's CPU matmuls kept IEEE as in PyTorch's "
+        "harness; 'highest' with --disable-tf32"))
     disable_tf32: bool = option(False, Flag(
         "float32 matmuls at full precision; by default they use TF32 ('high'), as in the reference", MEASUREMENT,
         kind="switch"))

@@ -64,6 +64,25 @@ def test_matmul_precision_flags(options, expected):
         torch.backends.cudnn.allow_tf32 = True
 
 
+@pytest.mark.skipif(not hasattr(torch.backends.mkldnn, "matmul"), reason="torch before 2.9 has no oneDNN precision")
+@pytest.mark.parametrize("options, expected", [
+    (RunOptions(), "none"),  # TF32 on CUDA only, as PyTorch's harness: CPU matmuls stay IEEE
+    (RunOptions(disable_tf32=True), "none"),
+    (RunOptions(matmul_precision="high"), "tf32"),  # asked for: torch's whole meaning
+    (RunOptions(matmul_precision="medium"), "bf16"),
+])
+def test_default_tf32_leaves_cpu_matmuls_ieee(options, expected):
+    previous = torch.get_float32_matmul_precision()
+    try:
+        apply_matmul_precision(options)
+        assert torch.backends.mkldnn.matmul.fp32_precision == expected
+        assert torch.get_float32_matmul_precision() == options.effective_matmul_precision
+    finally:
+        torch.set_float32_matmul_precision(previous)
+        torch.backends.mkldnn.matmul.fp32_precision = "none"
+        torch.backends.cudnn.allow_tf32 = True
+
+
 def test_timing_keeps_warm_up_apart_and_one_sample_per_repeat(tmp_path):
     calls = []
     h = harness(tmp_path, repeat=4, iterations_per_run=3, warmup_iterations=2)
