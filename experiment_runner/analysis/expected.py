@@ -25,6 +25,7 @@ from typing import Sequence
 from experiment_runner.analysis.columns import results_files
 from experiment_runner.analysis.export import Exported, exported
 from experiment_runner.analysis.files import check_output, read_small
+from experiment_runner.core import dashboards
 from experiment_runner.errors import (
     EXIT_OK,
     EXIT_REGRESSION,
@@ -184,7 +185,20 @@ def check_pytorch(items: Sequence[Exported]) -> int:
             continue
         changed += check(job, accuracy_rows(members), SHIPPED / name, f"PyTorch's {name} @ {commit[:12]}",
                          updatable=False)
+        other_batch(job, members)
     return changed
+
+
+def other_batch(job: str, members: Sequence[Exported]) -> None:
+    """Say which models ran at another batch size than PyTorch's accuracy run of their suite:
+    a verdict or graph-break count can differ for that alone (batch norm, a batch of 1's squeezes,
+    dynamic batch), so such a difference is not yet the compiler's."""
+    want = dashboards.accuracy_batch_size(str(members[0].row.suite))
+    others = sorted(str(m.row.model) for m in members if want is not None and m.row.batch_size != want)
+    if others:
+        print(f"{job}: {len(others)} model(s) ran at another batch size than PyTorch's accuracy runs "
+              f"(batch {want}): {', '.join(others)}; rerun them with --batch-size={want} before reading "
+              "a difference as the compiler's")
 
 
 @analysis_command("check-expected")

@@ -81,3 +81,9 @@ def dynamic_batch_skips() -> frozenset[str]:
 def harness_iterations() -> int:
     """How many steps the harness's accuracy run compiles and runs (its --iterations default)."""
     return int(_data()["graph_breaks"]["iterations"])
+
+
+def accuracy_batch_size(suite: str) -> int | None:
+    """The batch size PyTorch's accuracy runs (the ones its expected files come from) use for a
+    suite of ours; None for a suite the harness does not run."""
+    return _data()["accuracy_batch_size"]["sizes"].get(suite)

@@ -185,3 +185,23 @@ def test_shipped_expected_files_are_pytorchs_and_read_as_its_checks_read_them() 
     for name in sources:
         rows = read_expected(SHIPPED / name)  # blank lines and extra columns, as PyTorch keeps them
         assert rows and all(row["accuracy"] and row["graph_breaks"].isdigit() for row in rows.values())
+
+
+def test_check_expected_names_models_run_at_another_batch_than_pytorchs_accuracy_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # PyTorch's accuracy runs take torchbench at batch 4 (the golden run's); one model at 2 is named.
+    lines = []
+    for line in RESULTS.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("model", {}).get("model_name") == "resnet50":
+            record["experiment"]["batch_size"] = 2
+        lines.append(json.dumps(record))
+    results = tmp_path / "results.jsonl"
+    results.write_text("\n".join(lines) + "\n")
+    assert cli_main(["check-expected", str(results), "--pytorch"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "cpu_inductor_torchbench: 1 model(s) ran at another batch size than PyTorch's accuracy runs " \
+           "(batch 4): resnet50; rerun them with --batch-size=4 before reading a difference as the " \
+           "compiler's" in out
+    assert cli_main(["check-expected", str(RESULTS), "--pytorch"]) == 1
+    assert not any("another batch size" in line for line in capsys.readouterr().out.splitlines())
