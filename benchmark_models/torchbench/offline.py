@@ -9,21 +9,39 @@ be reached and torchvision's weights were what it was fetching, the model is bui
 torchvision's weights left out (`WeightsEnum.verify` answering None, which is torchvision's own
 "no weights"), and the record says so. A download that is not torchvision's is one line naming
 what could not be reached and what to do.
+
+Four others (Super_SloMo, speech_transformer, vision_maskrcnn, yolov3) read input data that their
+`install.py` downloads from TorchBench's S3 (`s3_utils.checkout_s3_data("INPUT_TARBALLS", ...)`).
+Without it their builds fail in ways of their own (an assertion, a manifold error, a missing
+file); such a failure, while that data is not unpacked, becomes one line naming the tarball, its
+URL and the command that installs it. Only a failure counts: LearningToPaint's install.py names
+Super_SloMo's tarball, yet the model builds without it. Super_SloMo's data feeds nothing but its
+example batch, so there its dataset class is replaced by random frames of the same shapes (as the
+weights are, the record says so); the others read their data as they are imported (yolov3,
+vision_maskrcnn) or need its vocabulary (speech_transformer).
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import socket
 import urllib.error
+from pathlib import Path
 from typing import Any, Iterator
 from unittest import mock
 
+from benchmark_models.base import ModelSkipped
+
 NETWORK_ERRORS = (urllib.error.URLError, ConnectionError, TimeoutError, socket.gaierror)
+# utils/s3_utils.py: S3_URL_BASE, then data/<tarball> for INPUT_TARBALLS (pytorch/benchmark @ 0e83c440).
+S3_INPUTS_URL = "https://ossci-datasets.s3.amazonaws.com/torchbench/data/"
+TARBALL_SUFFIX = ".tar.gz"
 
 
 class DownloadUnreachable(RuntimeError):
-    """A model's build downloads something this host cannot reach, and no fallback exists."""
+    """A model needs a download this host cannot reach (while it is built, or its install.py's
+    input data), and no fallback exists."""
 
 
 def unreachable(exc: BaseException) -> BaseException | None:
@@ -61,3 +79,92 @@ def without_torchvision_weights() -> Iterator[None]:
 
     with mock.patch.object(WeightsEnum, "verify", classmethod(lambda cls, obj: None)):
         yield
+
+
+def input_tarballs(model_dir: Path) -> list[str]:
+    """The tarballs a model's install.py fetches with `checkout_s3_data("INPUT_TARBALLS", NAME)`,
+    read without running it (it downloads)."""
+    install = model_dir / "install.py"
+    if not install.is_file():
+        return []
+    tarballs = []
+    for node in ast.walk(ast.parse(install.read_text(encoding="utf-8"), str(install))):
+        if not isinstance(node, ast.Call) or len(node.args) < 2:
+            continue
+        called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+        kind, name = (arg.value if isinstance(arg, ast.Constant) else None for arg in node.args[:2])
+        if called == "checkout_s3_data" and kind == "INPUT_TARBALLS" and isinstance(name, str):
+            tarballs.append(name)
+    return tarballs
+
+
+def missing_input_tarballs(package: Path, model_name: str) -> list[str]:
+    """Those of the model's input tarballs not unpacked where torchbenchmark reads them
+    (`DATA_PATH`, torchbenchmark/data/.data/<tarball without .tar.gz>)."""
+    unpacked = package / "data" / ".data"
+    return [name for name in input_tarballs(package / "models" / model_name)
+            if not (unpacked / name.removesuffix(TARBALL_SUFFIX)).is_dir()]
+
+
+def missing_inputs_line(package: Path, model_name: str, tarballs: list[str], exc: BaseException) -> str:
+    """One line: which input data is missing, where it comes from, and what to do."""
+    urls = " ".join(S3_INPUTS_URL + name for name in tarballs)
+    error = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+    return (f"torchbenchmark model {model_name} needs its input data {', '.join(tarballs)}, which is not unpacked in "
+            f"{package / 'data' / '.data'} ({error}); `python install.py {model_name}` in {package.parent} "
+            f"downloads and unpacks it from {urls}. Without that host access, put the file in {package / 'data'} "
+            "first (install.py then only unpacks it), or skip the model with --exclude")
+
+
+@contextlib.contextmanager
+def input_data_named(package: Path, model_name: str) -> Iterator[None]:
+    """A model's import or build that fails while its S3 input data is missing fails with
+    `missing_inputs_line`; other failures, a missing package and a skip pass unchanged."""
+    try:
+        yield
+    except (ImportError, ModelSkipped, DownloadUnreachable):
+        raise
+    except Exception as exc:  # noqa: BLE001 - each model fails on absent data in its own way
+        missing = missing_input_tarballs(package, model_name)
+        if not missing:
+            raise
+        raise DownloadUnreachable(missing_inputs_line(package, model_name, missing, exc)) from exc
+
+
+def random_slomo_clips() -> type:
+    """Super_SloMo's training set from random pixels: each sample is [I0, IFrame, I1], three
+    3x352x352 frames in [0, 1) (its crop size), and IFrame's index between them (0-6), the
+    shapes and types its `dataloader.SuperSloMo` gives from the 9-frame clips of its tarball."""
+    import torch
+
+    class RandomClips(torch.utils.data.Dataset):
+        def __init__(self, root: str, transform: Any = None, dim: tuple[int, int] = (640, 360),
+                     randomCropSize: tuple[int, int] = (352, 352), train: bool = True) -> None:  # noqa: N803
+            self.width, self.height = randomCropSize
+
+        def __len__(self) -> int:
+            return 1 << 20  # as many as any batch asks for: only the first batch is read
+
+        def __getitem__(self, index: int) -> tuple[list[Any], int]:
+            generator = torch.Generator().manual_seed(index)
+            return [torch.rand(3, self.height, self.width, generator=generator) for _ in range(3)], index % 7
+
+    return RandomClips
+
+
+# model -> (its dataset class's name in the model's module, what builds the stand-in)
+RANDOM_DATASETS = {"Super_SloMo": ("SuperSloMo", random_slomo_clips)}
+
+
+@contextlib.contextmanager
+def random_inputs(package: Path, model_name: str, module: Any) -> Iterator[str | None]:
+    """While the model's input data is not unpacked and a random stand-in is known, its dataset
+    class is the stand-in and the block gets the URL the data comes from; else nothing changes (None)."""
+    stand_in = RANDOM_DATASETS.get(model_name)
+    missing = missing_input_tarballs(package, model_name) if stand_in else []
+    if stand_in is None or not missing:
+        yield None
+        return
+    attribute, build = stand_in
+    with mock.patch.object(module, attribute, build()):
+        yield S3_INPUTS_URL + missing[0]
