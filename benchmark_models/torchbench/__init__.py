@@ -114,11 +114,17 @@ UNLISTED_MODULES = {"pkg_resources": "pip install 'setuptools<82' (setuptools 82
 
 
 def missing_requirement_hint(package: Path, model_name: str, exc: ImportError) -> str:
-    """The line that installs what a torchbench model needs, as its own install.py would."""
-    requirements = package / "models" / model_name / "requirements.txt"
-    how = (UNLISTED_MODULES.get(exc.name or "")
-           or (f"pip install -r {requirements}" if requirements.is_file()
-               else f"python install.py {model_name} (in {package.parent})"))
+    """The line that installs what a torchbench model needs, as its own install.py would: its
+    requirements.txt, unless install.py also runs steps of its own."""
+    model_dir = package / "models" / model_name
+    requirements = model_dir / "requirements.txt"
+    steps = offline.install_steps(model_dir)
+    how = UNLISTED_MODULES.get(exc.name or "")
+    if how is None and requirements.is_file() and not steps:
+        how = f"pip install -r {requirements}"
+    elif how is None:
+        besides = f"; besides its requirements it runs {', '.join(steps)}" if steps else ""
+        how = f"python install.py {model_name} (in {package.parent}{besides})"
     return f"torchbenchmark model {model_name} needs a package that is not installed ({exc}); install it: {how}"
 
 

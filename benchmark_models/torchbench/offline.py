@@ -81,21 +81,40 @@ def without_torchvision_weights() -> Iterator[None]:
         yield
 
 
-def input_tarballs(model_dir: Path) -> list[str]:
-    """The tarballs a model's install.py fetches with `checkout_s3_data("INPUT_TARBALLS", NAME)`,
-    read without running it (it downloads)."""
+def install_script(model_dir: Path) -> ast.Module | None:
+    """A model's install.py, parsed, not run (it downloads and installs); None without one."""
     install = model_dir / "install.py"
-    if not install.is_file():
+    return ast.parse(install.read_text(encoding="utf-8"), str(install)) if install.is_file() else None
+
+
+def install_calls(script: ast.Module) -> list[tuple[str, list[Any]]]:
+    """Every call in an install script: the called function's name and its constant arguments
+    (None for any other)."""
+    calls = []
+    for node in ast.walk(script):
+        if isinstance(node, ast.Call):
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            calls.append((called, [arg.value if isinstance(arg, ast.Constant) else None for arg in node.args]))
+    return calls
+
+
+def install_steps(model_dir: Path) -> list[str]:
+    """The functions a model's install.py defines and calls: setup of its own beyond
+    `pip_install_requirements` and `checkout_s3_data` (fastNLP_Bert's patches fastNLP)."""
+    script = install_script(model_dir)
+    if script is None:
         return []
-    tarballs = []
-    for node in ast.walk(ast.parse(install.read_text(encoding="utf-8"), str(install))):
-        if not isinstance(node, ast.Call) or len(node.args) < 2:
-            continue
-        called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
-        kind, name = (arg.value if isinstance(arg, ast.Constant) else None for arg in node.args[:2])
-        if called == "checkout_s3_data" and kind == "INPUT_TARBALLS" and isinstance(name, str):
-            tarballs.append(name)
-    return tarballs
+    defined = {node.name for node in script.body if isinstance(node, ast.FunctionDef)}
+    return sorted(defined & {called for called, _ in install_calls(script)})
+
+
+def input_tarballs(model_dir: Path) -> list[str]:
+    """The tarballs a model's install.py fetches with `checkout_s3_data("INPUT_TARBALLS", NAME)`."""
+    script = install_script(model_dir)
+    return [] if script is None else [
+        args[1] for called, args in install_calls(script)
+        if called == "checkout_s3_data" and args[:1] == ["INPUT_TARBALLS"] and len(args) > 1
+        and isinstance(args[1], str)]
 
 
 def missing_input_tarballs(package: Path, model_name: str) -> list[str]:
@@ -107,13 +126,14 @@ def missing_input_tarballs(package: Path, model_name: str) -> list[str]:
 
 
 def missing_inputs_line(package: Path, model_name: str, tarballs: list[str], exc: BaseException) -> str:
-    """One line: which input data is missing, where it comes from, and what to do."""
-    urls = " ".join(S3_INPUTS_URL + name for name in tarballs)
+    """One line: which input data is missing and why the build failed, then what to do (the end
+    is what a progress line keeps)."""
     error = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
-    return (f"torchbenchmark model {model_name} needs its input data {', '.join(tarballs)}, which is not unpacked in "
-            f"{package / 'data' / '.data'} ({error}); `python install.py {model_name}` in {package.parent} "
-            f"downloads and unpacks it from {urls}. Without that host access, put the file in {package / 'data'} "
-            "first (install.py then only unpacks it), or skip the model with --exclude")
+    files = "that file" if len(tarballs) == 1 else "those files"
+    return (f"torchbenchmark model {model_name} needs its input data, not unpacked in {package / 'data' / '.data'} "
+            f"({error}); `python install.py {model_name}` in the checkout downloads "
+            f"{' '.join(S3_INPUTS_URL + name for name in tarballs)}; offline, put {files} in torchbenchmark/data/ "
+            "first (install.py then only unpacks it)")
 
 
 @contextlib.contextmanager

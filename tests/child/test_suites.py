@@ -353,11 +353,10 @@ def test_a_build_without_its_s3_input_data_fails_with_one_line_saying_how_to_get
         suite.load(LoadRequest("needs_frames", "eval", "cpu", "cpu", "fp32"))
     package = checkout.resolve() / "torchbenchmark"
     assert str(failure.value) == (
-        f"torchbenchmark model needs_frames needs its input data frames_inputs.tar.gz, which is not unpacked in "
-        f"{package}/data/.data (RuntimeError: Failed to download data from manifold: No module named 'fb'); "
-        f"`python install.py needs_frames` in {checkout.resolve()} downloads and unpacks it from "
-        "https://ossci-datasets.s3.amazonaws.com/torchbench/data/frames_inputs.tar.gz. Without that host access, "
-        f"put the file in {package}/data first (install.py then only unpacks it), or skip the model with --exclude")
+        f"torchbenchmark model needs_frames needs its input data, not unpacked in {package}/data/.data "
+        "(RuntimeError: Failed to download data from manifold: No module named 'fb'); `python install.py "
+        "needs_frames` in the checkout downloads https://ossci-datasets.s3.amazonaws.com/torchbench/data/"
+        "frames_inputs.tar.gz; offline, put that file in torchbenchmark/data/ first (install.py then only unpacks it)")
     assert "\n" not in str(failure.value)
     assert suite.load(LoadRequest("names_unused", "eval", "cpu", "cpu", "fp32")).batch_size == 2
 
@@ -415,6 +414,30 @@ def test_super_slomo_without_its_frames_runs_on_random_ones_and_says_so(monkeypa
     assert model.provenance["input_data"] == "random"
     assert model.provenance["input_data_unreachable"] == (
         "https://ossci-datasets.s3.amazonaws.com/torchbench/data/Super_SloMo_inputs.tar.gz")
+
+
+def test_a_missing_package_of_a_model_whose_install_py_does_more_names_install_py(tmp_path):
+    """fastNLP_Bert's install.py patches fastNLP after its requirements: `pip install -r` is not enough.
+    A function install.py defines but never calls (yolov3's setup_data_dir) is no step."""
+    from benchmark_models.torchbench import missing_requirement_hint
+
+    model = tmp_path / "torchbenchmark" / "models" / "patched"
+    model.mkdir(parents=True)
+    (model / "requirements.txt").write_text("fastNLP==0.6.0\n")
+    (model / "install.py").write_text(
+        "from utils.python_utils import pip_install_requirements\n"
+        "def patch_fastnlp():\n    pass\n"
+        "def setup_data_dir():\n    pass\n"
+        "if __name__ == '__main__':\n    pip_install_requirements()\n    patch_fastnlp()\n")
+    missing = ModuleNotFoundError("No module named 'fastNLP'", name="fastNLP")
+    assert missing_requirement_hint(tmp_path / "torchbenchmark", "patched", missing).endswith(
+        f"install it: python install.py patched (in {tmp_path}; besides its requirements it runs patch_fastnlp)")
+    (model / "install.py").write_text(
+        "from utils.python_utils import pip_install_requirements\n"
+        "def setup_data_dir():\n    pass\n"
+        "if __name__ == '__main__':\n    pip_install_requirements()\n")
+    assert missing_requirement_hint(tmp_path / "torchbenchmark", "patched", missing).endswith(
+        f"install it: pip install -r {model / 'requirements.txt'}")
 
 
 def test_a_missing_module_no_requirements_file_names_says_what_provides_it():
