@@ -100,7 +100,7 @@ def install_calls(script: ast.Module) -> list[tuple[str, list[Any]]]:
 
 def install_steps(model_dir: Path) -> list[str]:
     """The functions a model's install.py defines and calls: setup of its own beyond
-    `pip_install_requirements` and `checkout_s3_data` (fastNLP_Bert's patches fastNLP)."""
+    `pip_install_requirements` and `checkout_s3_data` (fastNLP_Bert's install.py patches fastNLP)."""
     script = install_script(model_dir)
     if script is None:
         return []
