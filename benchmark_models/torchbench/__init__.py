@@ -109,11 +109,22 @@ def reference_rules() -> list[SkipRule]:
     return rules + [SkipRule(**entry) for entry in data["deny"]]
 
 
+# Modules a model's requirements import but no requirements.txt names: what to install for each.
+UNLISTED_MODULES = {"pkg_resources": "pip install 'setuptools<82' (setuptools 82 removed pkg_resources)"}
+
+
 def missing_requirement_hint(package: Path, model_name: str, exc: ImportError) -> str:
-    """The line that installs what a torchbench model needs, as its own install.py would."""
-    requirements = package / "models" / model_name / "requirements.txt"
-    how = (f"pip install -r {requirements}" if requirements.is_file()
-           else f"python install.py {model_name} (in {package.parent})")
+    """The line that installs what a torchbench model needs, as its own install.py would: its
+    requirements.txt, unless install.py also runs steps of its own."""
+    model_dir = package / "models" / model_name
+    requirements = model_dir / "requirements.txt"
+    steps = offline.install_steps(model_dir)
+    how = UNLISTED_MODULES.get(exc.name or "")
+    if how is None and requirements.is_file() and not steps:
+        how = f"pip install -r {requirements}"
+    elif how is None:
+        besides = f"; besides its requirements it runs {', '.join(steps)}" if steps else ""
+        how = f"python install.py {model_name} (in {package.parent}{besides})"
     return f"torchbenchmark model {model_name} needs a package that is not installed ({exc}); install it: {how}"
 
 
@@ -215,7 +226,8 @@ class TorchBenchSuite(DataFileSuite):
         os.environ.setdefault("KALDI_ROOT", "/tmp")  # as the reference: silences a model's warnings
         require("torchvision")  # many models import it; a torchvision built for another torch must still load
         try:
-            module = importlib.import_module(f"torchbenchmark.models.{request.model_name}")
+            with offline.input_data_named(self._package, request.model_name):
+                module = importlib.import_module(f"torchbenchmark.models.{request.model_name}")
         except ImportError as exc:
             raise ImportError(missing_requirement_hint(self._package, request.model_name, exc)) from exc
         build_device = request.device if request.device.split(":")[0] in ("cpu", "cuda") else "cpu"
@@ -229,7 +241,11 @@ class TorchBenchSuite(DataFileSuite):
                 raise ModelSkipped(f"torchbenchmark: {request.model_name} does not implement "
                                    f"{request.test} on {build_device}: {exc}") from exc
 
-        with offline.torchvision_downloads() as urls:
+        with (offline.input_data_named(self._package, request.model_name),
+              offline.random_inputs(self._package, request.model_name, module) as data_url,
+              offline.torchvision_downloads() as urls):
+            if data_url is not None:
+                provenance.update(input_data="random", input_data_unreachable=data_url)
             try:
                 instance = build()
             except ModelSkipped:
@@ -247,7 +263,7 @@ class TorchBenchSuite(DataFileSuite):
                     instance = build()
                 provenance.update(pretrained_weights="random", weights_unreachable=urls[0],
                                   weights_error=str(network)[:300])
-        model, inputs = instance.get_module()
+            model, inputs = instance.get_module()
         if build_device != request.device:
             model = model.to(request.device)
             inputs = map_tensors(inputs, lambda t: t.to(request.device))

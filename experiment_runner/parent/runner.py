@@ -47,12 +47,13 @@ BAR_REFRESH_S = 1.0
 
 
 # A failure's message on its progress line: at most this many characters of its first line.
-MESSAGE_CHARS = 240
+MESSAGE_CHARS = 400
 
 
 def brief(message: str, width: int = MESSAGE_CHARS) -> str:
     """A message's first line in at most `width` characters, its end kept whole: messages end with
-    what to do (`install it: pip install -r <checkout>/.../requirements.txt`), so the middle goes."""
+    what to do (`install it: pip install -r <checkout>/.../requirements.txt`, or a command and the URL of a
+    download), so the middle goes."""
     line = next((part for part in str(message).strip().splitlines() if part.strip()), "")
     if len(line) <= width:
         return line

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -285,6 +286,166 @@ def test_torchbench_checkout_honours_a_batch_size_override(monkeypatch, forget_t
     assert model.batch_size == 5 and model.args[0].shape == (5, 16)
     with pytest.raises(ModelSkipped, match="does not implement train"):
         suite.load(LoadRequest("eval_only", "train", "cpu", "cpu", "fp32"))
+
+
+NEEDS_INPUTS_MODEL = '''
+from pathlib import Path
+
+import torch
+
+from ...util.model import BenchmarkModel
+
+DATA = Path(__file__).parents[2] / "data" / ".data" / "{tarball}"
+
+
+class Model(BenchmarkModel):
+    DEFAULT_EVAL_BSIZE = 2
+
+    def __init__(self, test, device, batch_size=None, extra_args=[]):
+        super().__init__(test=test, device=device, batch_size=batch_size, extra_args=extra_args)
+        if {needs} and not DATA.is_dir():
+            raise RuntimeError("Failed to download data from manifold: No module named 'fb'")
+        self.model = torch.nn.Linear(4, 4)
+
+    def get_module(self):
+        return self.model, (torch.randn(self.batch_size, 4),)
+'''
+
+
+def add_model(checkout: Path, name: str, source: str, install: str) -> None:
+    folder = checkout / "torchbenchmark" / "models" / name
+    folder.mkdir()
+    (folder / "__init__.py").write_text(source)
+    (folder / "install.py").write_text(install)
+
+
+def test_the_s3_input_tarballs_are_read_from_install_py_without_running_it(tmp_path):
+    from benchmark_models.torchbench.offline import input_tarballs
+
+    (tmp_path / "install.py").write_text(
+        "from utils import s3_utils\n"
+        "from utils.s3_utils import checkout_s3_data\n"
+        "raise SystemExit('never run')\n"
+        "if __name__ == '__main__':\n"
+        "    s3_utils.checkout_s3_data('INPUT_TARBALLS', 'coco128.tar.gz', decompress=True)\n"
+        "    checkout_s3_data('INPUT_TARBALLS', 'frames.tar.gz')\n"
+        "    s3_utils.checkout_s3_data('MODEL_PKLS', 'drq/obs.pkl')\n"
+        "    s3_utils.checkout_s3_data('INPUT_TARBALLS', NAME)\n")
+    assert input_tarballs(tmp_path) == ["coco128.tar.gz", "frames.tar.gz"]
+    assert input_tarballs(tmp_path / "no_such_model") == []
+
+
+@pytest.mark.e2e
+def test_a_build_without_its_s3_input_data_fails_with_one_line_saying_how_to_get_it(
+        monkeypatch, tmp_path, forget_the_checkout):
+    """A model that fails while its install.py's input data is not unpacked names the tarball, its
+    URL and the command; one whose install.py names data it does not use builds (LearningToPaint)."""
+    from benchmark_models.torchbench.offline import DownloadUnreachable
+
+    checkout = tmp_path / "benchmark"
+    shutil.copytree(FAKE_TORCHBENCH, checkout)
+    install = "from utils import s3_utils\ns3_utils.checkout_s3_data('INPUT_TARBALLS', 'frames_inputs.tar.gz')\n"
+    add_model(checkout, "needs_frames", NEEDS_INPUTS_MODEL.format(tarball="frames_inputs", needs=True), install)
+    add_model(checkout, "names_unused", NEEDS_INPUTS_MODEL.format(tarball="frames_inputs", needs=False), install)
+    monkeypatch.setenv(TORCHBENCH_DIR_ENV, str(checkout))
+    suite = get_suite("torchbench")
+    with pytest.raises(DownloadUnreachable) as failure:
+        suite.load(LoadRequest("needs_frames", "eval", "cpu", "cpu", "fp32"))
+    package = checkout.resolve() / "torchbenchmark"
+    assert str(failure.value) == (
+        f"torchbenchmark model needs_frames needs its input data, not unpacked in {package}/data/.data "
+        "(RuntimeError: Failed to download data from manifold: No module named 'fb'); `python install.py "
+        "needs_frames` in the checkout downloads https://ossci-datasets.s3.amazonaws.com/torchbench/data/"
+        "frames_inputs.tar.gz; offline, put that file in torchbenchmark/data/ first (install.py then only unpacks it)")
+    assert "\n" not in str(failure.value)
+    assert suite.load(LoadRequest("names_unused", "eval", "cpu", "cpu", "fp32")).batch_size == 2
+
+    (package / "data" / ".data" / "frames_inputs").mkdir(parents=True)
+    assert suite.load(LoadRequest("needs_frames", "eval", "cpu", "cpu", "fp32")).batch_size == 2
+
+
+SLOMO_MODEL = '''
+import os
+
+import torch
+
+from ...util.model import BenchmarkModel
+
+
+class SuperSloMo(torch.utils.data.Dataset):
+    def __init__(self, root, transform=None, train=True):
+        if not os.path.exists(root):
+            raise RuntimeError("Failed to download data from manifold")
+
+
+class Interpolate(torch.nn.Module):
+    def forward(self, index, I0, I1, IFrame):
+        return (I0 + I1) / 2 - IFrame
+
+
+class Model(BenchmarkModel):
+    DEFAULT_EVAL_BSIZE = 6
+
+    def __init__(self, test, device, batch_size=None, extra_args=[]):
+        super().__init__(test=test, device=device, batch_size=batch_size, extra_args=extra_args)
+        root = os.path.join(os.path.dirname(__file__), "..", "..", "data", ".data", "Super_SloMo_inputs", "train")
+        loader = torch.utils.data.DataLoader(SuperSloMo(root, train=True), batch_size=self.batch_size)
+        data, index = next(iter(loader))
+        self.example_inputs = index, *data
+
+    def get_module(self):
+        return Interpolate(), self.example_inputs
+'''
+
+
+@pytest.mark.e2e
+def test_super_slomo_without_its_frames_runs_on_random_ones_and_says_so(monkeypatch, tmp_path, forget_the_checkout):
+    import torch
+
+    checkout = tmp_path / "benchmark"
+    shutil.copytree(FAKE_TORCHBENCH, checkout)
+    add_model(checkout, "Super_SloMo", SLOMO_MODEL,
+              "from utils import s3_utils\ns3_utils.checkout_s3_data('INPUT_TARBALLS', 'Super_SloMo_inputs.tar.gz')\n")
+    monkeypatch.setenv(TORCHBENCH_DIR_ENV, str(checkout))
+    model = get_suite("torchbench").load(LoadRequest("Super_SloMo", "eval", "cpu", "cpu", "fp32", batch_size=2))
+    index, *frames = model.args
+    assert index.tolist() == [0, 1] and [tuple(f.shape) for f in frames] == [(2, 3, 352, 352)] * 3
+    assert all(0 <= f.min() and f.max() < 1 for f in frames) and not torch.equal(frames[0], frames[1])
+    assert model.provenance["input_data"] == "random"
+    assert model.provenance["input_data_unreachable"] == (
+        "https://ossci-datasets.s3.amazonaws.com/torchbench/data/Super_SloMo_inputs.tar.gz")
+
+
+def test_a_missing_package_of_a_model_whose_install_py_does_more_names_install_py(tmp_path):
+    """fastNLP_Bert's install.py patches fastNLP after its requirements: `pip install -r` is not enough.
+    A function install.py defines but never calls (yolov3's setup_data_dir) is no step."""
+    from benchmark_models.torchbench import missing_requirement_hint
+
+    model = tmp_path / "torchbenchmark" / "models" / "patched"
+    model.mkdir(parents=True)
+    (model / "requirements.txt").write_text("fastNLP==0.6.0\n")
+    (model / "install.py").write_text(
+        "from utils.python_utils import pip_install_requirements\n"
+        "def patch_fastnlp():\n    pass\n"
+        "def setup_data_dir():\n    pass\n"
+        "if __name__ == '__main__':\n    pip_install_requirements()\n    patch_fastnlp()\n")
+    missing = ModuleNotFoundError("No module named 'fastNLP'", name="fastNLP")
+    assert missing_requirement_hint(tmp_path / "torchbenchmark", "patched", missing).endswith(
+        f"install it: python install.py patched (in {tmp_path}; besides its requirements it runs patch_fastnlp)")
+    (model / "install.py").write_text(
+        "from utils.python_utils import pip_install_requirements\n"
+        "def setup_data_dir():\n    pass\n"
+        "if __name__ == '__main__':\n    pip_install_requirements()\n")
+    assert missing_requirement_hint(tmp_path / "torchbenchmark", "patched", missing).endswith(
+        f"install it: pip install -r {model / 'requirements.txt'}")
+
+
+def test_a_missing_module_no_requirements_file_names_says_what_provides_it():
+    from benchmark_models.torchbench import missing_requirement_hint
+
+    hint = missing_requirement_hint(FAKE_TORCHBENCH / "torchbenchmark", "needs_extra",
+                                    ModuleNotFoundError("No module named 'pkg_resources'", name="pkg_resources"))
+    assert hint.endswith("install it: pip install 'setuptools<82' (setuptools 82 removed pkg_resources)")
 
 
 def test_a_bad_torchbench_dir_warns_and_falls_back_to_the_builtin_set(monkeypatch, tmp_path, capsys):

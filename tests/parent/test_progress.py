@@ -51,3 +51,17 @@ def test_a_failures_line_keeps_the_instruction_its_message_ends_with() -> None:
     assert line.endswith(f"install it: pip install -r {requirements}")
     assert line.startswith("error - ImportError: torchbenchmark model vision_maskrcnn needs")
     assert len(line) <= len("error - ImportError: ") + MESSAGE_CHARS and "Traceback" not in line
+
+
+def test_a_failures_line_keeps_the_command_and_url_of_missing_input_data(tmp_path) -> None:
+    from benchmark_models.torchbench.offline import missing_inputs_line
+    from experiment_runner.parent.runner import describe
+
+    package = tmp_path / "a" / "long" / "path" / "to" / "a" / "clone" / "of" / "pytorch-benchmark" / "torchbenchmark"
+    missing = FileNotFoundError(2, "No such file or directory", str(package / "data" / ".data" / "x" / "y" / "z.txt"))
+    message = missing_inputs_line(package, "speech_transformer", ["speech_transformer_inputs.tar.gz"], missing)
+    line = describe({"status": "error", "error": {"type": "DownloadUnreachable", "message": message}})
+    assert line.startswith("error - DownloadUnreachable: torchbenchmark model speech_transformer needs its input data")
+    assert line.endswith("`python install.py speech_transformer` in the checkout downloads "
+                         "https://ossci-datasets.s3.amazonaws.com/torchbench/data/speech_transformer_inputs.tar.gz; "
+                         "offline, put that file in torchbenchmark/data/ first (install.py then only unpacks it)")
