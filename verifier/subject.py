@@ -4,7 +4,7 @@ The child's `ExperimentHarness` satisfies `Subject` structurally; tests and othe
 may hand in anything else that does. The verifier depends on these few members only, so
 the child side can change how it loads, compiles and times models without the verifier
 following it (and the verifier stays importable where no child code is, e.g. by
-studies/verifier_agreement.py).
+benchmarks/verifier_agreement.py).
 """
 
 from __future__ import annotations

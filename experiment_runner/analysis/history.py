@@ -66,7 +66,7 @@ class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaults
 
 @dataclass(frozen=True)
 class DetectorConfig:
-    """Change-point settings; the defaults meet the accuracy target of studies/nightly_history.py."""
+    """Change-point settings; the defaults meet the accuracy target of benchmarks/nightly_history.py."""
 
     penalty: float = 8.0  # PELT penalty per change, x log(runs), in squared noise units
     min_runs: int = 2  # runs on each side of a change: one night is an outlier, two are a change

@@ -378,7 +378,7 @@ def apply_denormal_mode(options: RunOptions) -> None:
 # oneDNN's float32 matmuls on the CPU use TF32 where the CPU has it; PyTorch's harness turns TF32
 # on for CUDA only (common.py, at import: torch.backends.cuda.matmul.allow_tf32 = True), so its
 # CPU matmuls stay IEEE. The default keeps them so; an explicit --matmul-precision gets torch's
-# whole meaning. docs/studies/paired_vs_harness.md (2026-11-26) compares both processes.
+# whole meaning. docs/benchmarks/paired_vs_harness.md (2026-11-26) compares both processes.
 DEFAULT_CPU_MATMUL_FP32_PRECISION = {
     "torch.backends.mkldnn.matmul.fp32_precision": "none",
     "source": "pytorch/benchmark userbenchmark/dynamo/dynamobench/common.py @ 0e83c440, module level"}

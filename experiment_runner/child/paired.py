@@ -19,7 +19,7 @@ series' medians. Under its --dynamic-batch-only (the dashboard's dynamic configu
 (HARNESS_BATCH). It means to vary that batch between 0.8 and 1.2 times the nominal one, but it
 draws the factor just after reseeding Python's `random` (reset_rng_state, seed 1337), so every
 draw is the same, 1.0471: eager runs at the nominal batch up to 21 and about 4.7% above it from
-22 on. A harness run with its draws logged shows it (docs/studies/paired_vs_harness.md).
+22 on. A harness run with its draws logged shows it (docs/benchmarks/paired_vs_harness.md).
 `harness` gives the dashboard's figure; `paired` keeps this runner's choices (ABBA order,
 calibrated samples, the median of the per-pair ratios, eager always at the nominal batch).
 

@@ -123,7 +123,7 @@ def judge_noisy(others_s: float, wall_s: float, host_cpus: int, noisy_share: flo
 
     /proc/stat counts CPU time in clock ticks (10 ms each, per CPU), sampled at every tick,
     so over a stretch of a few ticks a neighbour's one tick reads as a 25% share: timed runs of
-    20 ms were flagged noisy on a quiet host (the A/A runs of studies/aa_false_alarms.py).
+    20 ms were flagged noisy on a quiet host (the A/A runs of benchmarks/aa_false_alarms.py).
     Others' time is known within `resolution_s` (two ticks per CPU, one at each end), so a host
     is noisy when others' time minus that is still above the share, and cannot be judged when
     even every CPU busy with others would not show above it.

@@ -1,6 +1,6 @@
 """`experiment_runner history`: change points over nightly runs, on generated histories with known steps.
 
-The nightly golden folder is written by studies/nightly_history.py (GOLDEN_SPEC below);
+The nightly golden folder is written by benchmarks/nightly_history.py (GOLDEN_SPEC below);
 regenerate it and history.txt with EXPERIMENT_RUNNER_UPDATE_GOLDEN=1 and review the diff.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from studies.nightly_history import ENVIRONMENT, HistorySpec, score, write_history
+from benchmarks.nightly_history import ENVIRONMENT, HistorySpec, score, write_history
 from experiment_runner.analysis.columns import read_records
 from experiment_runner.analysis.loader import iter_rows
 from experiment_runner.cli import main as cli_main
@@ -257,7 +257,7 @@ def test_a_torch_bump_is_one_event_with_its_evidence(capsys: pytest.CaptureFixtu
     the J step is its own event with no environment difference."""
     spec = HistorySpec(nights=16, models=6, seed=3, step_fraction=0.0, failure_fraction=0.0)
     write_history(tmp_path, spec)
-    from studies.nightly_history import night_folder
+    from benchmarks.nightly_history import night_folder
 
     bump, lone_night = 10, 6
     ids = sorted({json.loads(line)["experiment_id"]
@@ -309,7 +309,7 @@ def test_a_flaky_experiment_never_alerts_and_a_real_failure_does(capsys: pytest.
     --window 1, as cron would: exit 1 on night 25 only; the random one's flips are `flaky`."""
     import random
 
-    from studies.nightly_history import night_folder
+    from benchmarks.nightly_history import night_folder
 
     spec = HistorySpec(nights=30, models=2, seed=9, step_fraction=0.0, failure_fraction=0.0)
     write_history(tmp_path / "all", spec)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from studies.nightly_history import HistorySpec, write_history
+from benchmarks.nightly_history import HistorySpec, write_history
 from experiment_runner.cli import main as cli_main
 
 pytestmark = pytest.mark.browser

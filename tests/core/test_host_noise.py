@@ -1,4 +1,4 @@
-"""studies/host_noise.py: the host-stillness check docs/timing.md and docs/studies/host_noise.md cite."""
+"""benchmarks/host_noise.py: the host-stillness check docs/timing.md and docs/benchmarks/host_noise.md cite."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parents[2] / "studies" / "host_noise.py"
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "host_noise.py"
 
 
 @pytest.mark.e2e

@@ -81,7 +81,7 @@ def test_the_cron_recipe_alerts_once_on_the_night_after_a_step(tmp_path, capsys)
     import json
     import shlex
 
-    from studies.nightly_history import HistorySpec, night_folder, write_history
+    from benchmarks.nightly_history import HistorySpec, night_folder, write_history
     from experiment_runner.cli import main as cli_main
 
     (crontab,) = [line for block in fenced_blocks("history: nights, not pairs", "bash")

@@ -1,5 +1,5 @@
 """The agreement benchmark against torch._dynamo.utils.same: every disagreement has a named
-cause, and the table in docs/studies/verifier_agreement.md is what the script prints now."""
+cause, and the table in docs/benchmarks/verifier_agreement.md is what the script prints now."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).parents[2]
-sys.path.insert(0, str(ROOT / "studies"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import verifier_agreement  # noqa: E402
 
@@ -19,11 +19,11 @@ def test_docs_table_is_the_scripts_output_and_every_disagreement_is_explained():
     figures = verifier_agreement.run(4000, 0)
     assert figures["unexplained"] == 0, figures["disagreements"]
     assert {d["cause"] for d in figures["disagreements"]} <= set(verifier_agreement.CAUSES)
-    doc = (ROOT / "docs" / "studies" / "verifier_agreement.md").read_text()
+    doc = (ROOT / "docs" / "benchmarks" / "verifier_agreement.md").read_text()
     block = re.search(r"<!-- verifier-agreement:begin -->\n(.*?)\n<!-- verifier-agreement:end -->", doc, re.S)
     assert block is not None
     assert block.group(1).strip() == verifier_agreement.markdown(figures).strip(), (
-        "the agreement table is stale: run `python studies/verifier_agreement.py --update-docs`")
+        "the agreement table is stale: run `python benchmarks/verifier_agreement.py --update-docs`")
 
 
 def test_the_issue_families_are_in_the_corpus():

@@ -1,0 +1,132 @@
+"""PyTorch's CPU inference dashboard over our suites, beside PyTorch's own expected files: the
+compiled columns of docs/benchmarks/dashboard.md.
+
+    python benchmarks/dashboard_sweep.py --output /tmp/dash --suite timm --dashboard cpu_inductor
+    python benchmarks/dashboard_sweep.py --output /tmp/dash --suite huggingface --dashboard cpu -k 'Bert|GPT2'
+    python benchmarks/dashboard_sweep.py --output /tmp/dash --markdown      # the tables of what ran
+
+Each suite is one `experiment_runner` run per invocation into `<output>/<suite>` (so an
+interrupted piece resumes, and the sweep is taken in pieces of an hour or two) with
+`--dashboard=... --verify --speedup=harness` at the batch size of PyTorch's accuracy runs, which
+wrote the expected files (`accuracy_batch_size` in experiment_runner/core/dashboards.json).
+`--markdown` reads the records: one row per model and configuration (our verdict and graph breaks,
+PyTorch's, the paired speedup, compile time, the compiled run's peak memory (on CPU the harness's
+memory ratio is CUDA's allocator alone, and a paired run has no eager peak of its own), seconds, the
+cause of a failure), then
+per configuration and suite how many of the models both have agree, the acceptance figures of
+issue 37. The agreement is check-expected's own reading (export's mapping, the shipped files).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiment_runner.analysis.expected import SHIPPED, read_expected  # noqa: E402
+from experiment_runner.analysis.export import Exported, exported  # noqa: E402
+from experiment_runner.analysis.loader import runs_of  # noqa: E402
+from experiment_runner.analysis.report import read_rows  # noqa: E402
+from experiment_runner.core import dashboards  # noqa: E402
+
+SUITES = ("torchbench", "huggingface", "timm")
+
+
+def run_piece(suite: str, output: Path, names: list[str], pattern: str | None, timeout_s: int) -> float:
+    """One run of a suite in the given configurations; the seconds it took."""
+    command = [sys.executable, "-m", "experiment_runner", f"--suite-name={suite}",
+               *(f"--dashboard={name}" for name in names),
+               f"--batch-size={dashboards.accuracy_batch_size(suite)}", "--verify", "--speedup=harness",
+               "--no-progress-bar", f"--subprocess-timeout={timeout_s}", f"--output-dirname={output / suite}",
+               *(["-k", pattern] if pattern else [])]
+    started = time.monotonic()
+    subprocess.run(command, check=False)
+    return time.monotonic() - started
+
+
+def latest(output: Path) -> list[Exported]:
+    """Every compiled experiment of the output's runs, the last attempt of each."""
+    paths = [p for p in (output / suite / "results.jsonl" for suite in SUITES) if p.is_file()]
+    found: dict[str, Exported] = {}
+    for run in runs_of(read_rows(paths)):
+        for item in exported(paths, run.run_id):
+            found[item.row.experiment_id] = item
+    return sorted(found.values(), key=lambda i: (str(i.row.suite), str(i.dashboard), str(i.row.model)))
+
+
+def cause(record: dict[str, Any]) -> str:
+    """A failure in one phrase, from its record."""
+    error = record.get("error") or {}
+    first = ((error.get("message") or "").strip().splitlines() or [""])[0]
+    return f"{record.get('status')}: {error.get('type') or ''}: {first}"[:160].replace("|", "/")
+
+
+def _number(value: Any, digits: int) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, (int, float)) and value else ""
+
+
+def tables(output: Path) -> list[str]:
+    """The per-model table, then the agreement per configuration and suite."""
+    items = [i for i in latest(output) if i.ci_test_config is not None]
+    expected_files = {job: read_expected(SHIPPED / f"{job}_inference.csv")
+                      for job in {i.ci_test_config for i in items} if (SHIPPED / f"{job}_inference.csv").is_file()}
+    lines = ["| suite | model | configuration | batch | ours: accuracy / graph breaks | PyTorch's file | agrees "
+             "| speedup | compile (s) | peak memory (GB) | seconds | cause |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    agreement: dict[str, list[tuple[bool, bool]]] = {}
+    for item in items:
+        ours = item.accuracy()
+        theirs = expected_files.get(str(item.ci_test_config), {}).get(str(item.row.model))
+        if theirs is None:
+            agrees = "not in file"
+        else:
+            same = (ours["accuracy"] == theirs["accuracy"], str(ours["graph_breaks"]) == theirs["graph_breaks"])
+            agreement.setdefault(str(item.ci_test_config), []).append(same)
+            agrees = "yes" if all(same) else ("breaks differ" if same[0] else "accuracy differs")
+        pytorchs = f"{theirs['accuracy']} / {theirs['graph_breaks']}" if theirs else ""
+        perf = item.performance() or {}
+        record = item.record
+        wall = (record.get("timings") or {}).get("wall_s")
+        lines.append(
+            f"| {item.row.suite} | {item.row.model} | {item.dashboard} | {item.row.batch_size} "
+            f"| {ours['accuracy']} / {ours['graph_breaks']} "
+            f"| {pytorchs} | {agrees} "
+            f"| {_number(perf.get('speedup'), 2)} | {_number(item.row.compile_time_s, 0)} "
+            f"| {_number(perf.get('dynamo_peak_mem'), 2)} | {_number(wall, 0)} "
+            f"| {'' if record.get('status') == 'ok' else cause(record)} |")
+    lines += ["", "| configuration and suite | models both have | accuracy equal | graph breaks equal |",
+              "|---|---|---|---|"]
+    for job, same in sorted(agreement.items()):
+        accuracy, breaks = sum(a for a, _ in same), sum(b for _, b in same)
+        lines.append(f"| {job} | {len(same)} | {accuracy} ({100 * accuracy / len(same):.0f}%) "
+                     f"| {breaks} ({100 * breaks / len(same):.0f}%) |")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, required=True, help="folder of the runs (one per suite)")
+    parser.add_argument("--suite", action="append", choices=SUITES, help="default: all three")
+    parser.add_argument("--dashboard", action="append", choices=dashboards.choices(),
+                        help="configuration(s) to run (default: cpu_inductor)")
+    parser.add_argument("-k", dest="pattern", help="only the models this regex finds (a piece of a suite)")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds per experiment")
+    parser.add_argument("--markdown", action="store_true", help="print the tables of what the runs hold; run nothing")
+    args = parser.parse_args()
+    if args.markdown:
+        print("\n".join(tables(args.output)))
+        return 0
+    for suite in args.suite or SUITES:
+        seconds = run_piece(suite, args.output, args.dashboard or ["cpu_inductor"], args.pattern, args.timeout)
+        print(f"dashboard_sweep: {suite}: {seconds:.0f} s, load average {os.getloadavg()[0]:.2f} at the end",
+              file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

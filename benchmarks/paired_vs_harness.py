@@ -1,0 +1,239 @@
+"""Our paired speedups beside PyTorch's dynamo harness, on the same models and host.
+
+PyTorch's harness (benchmarks/dynamo in pytorch/pytorch, synced as
+userbenchmark/dynamo/dynamobench in pytorch/benchmark) interleaves eager and compiled runs in one
+process and reports the ratio of their medians. This script runs it (from a checkout the user
+points to) and `experiment_runner --verify` on the same timm and torchbench models, one after
+the other (harness first in odd rounds, ours first in even ones), and prints:
+
+- the harness's speedup beside ours with `--speedup=harness` (the same method), with both
+  machine times for the same two answers: the harness's --accuracy and --performance runs, and
+  our one run of the compiled experiment with --verify (the paired speedup needs no eager
+  experiment of its own);
+- with --with-paired, ours with `--speedup=paired` beside the same harness figure, and the
+  isolated speedup of that run's eager and compiled experiments;
+- per model, the geometric mean of ours over the harness's across rounds, with its 95% interval.
+
+--dynamic compares the dashboard's dynamic configuration (the harness's --dynamic-shapes
+--dynamic-batch-only, ours --compile-options=dynamic), where the harness also times eager at
+another batch (experiment_runner/child/paired.py).
+
+Nothing is downloaded. In the harness's process, timm models are built with pretrained=False and
+torchvision's builders (torchbench's vision models call them) with weights=None, as ours are.
+torchbench models need a pytorch/benchmark checkout (`--torchbench`, the folder holding
+`torchbenchmark/` and `utils/`); only its models whose code builds a torchvision model run
+without its install step. Each harness process compiles cold, on an inductor cache of its own,
+as each of our experiments does.
+
+    python benchmarks/paired_vs_harness.py --harness PATH/userbenchmark/dynamo/dynamobench \\
+        --torchbench PATH --model mobilenetv3_large_100 --model torchbench:resnet18 --rounds 2
+
+Take figures on a quiet host (`uptime`): both sides time the same CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+# Runs one of the harness's suite scripts as __main__ with random weights (no download) and with
+# torchvision's pure-Python parts loadable beside a CPU torch (benchmark_models.optional).
+_HARNESS = """
+import runpy, sys
+from benchmark_models.optional import patch_broken_torchvision
+patch_broken_torchvision()
+import timm, timm.models, torchvision.models
+create = timm.models.create_model
+def offline(*args, **kwargs):
+    kwargs["pretrained"] = False
+    return create(*args, **kwargs)
+timm.models.create_model = offline
+timm.create_model = offline
+def weightless(build):
+    def built(*args, weights=None, pretrained=None, **kwargs):
+        return build(*args, weights=None, **kwargs)
+    return built
+for name in torchvision.models.list_models(module=torchvision.models):
+    setattr(torchvision.models, name, weightless(getattr(torchvision.models, name)))
+sys.argv = sys.argv[1:]
+sys.path.insert(0, __import__("os").path.dirname(sys.argv[0]))
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+# The harness's script for each suite this script compares.
+_SCRIPTS = {"timm": "timm_models.py", "torchbench": "torchbench.py"}
+
+
+def machine_seconds(command: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
+    """CPU seconds (user + system) of the command and everything it waited for."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), proc
+
+
+@dataclass(frozen=True)
+class Model:
+    """One model to compare: `SUITE:NAME`, or a bare timm NAME."""
+
+    suite: str
+    name: str
+
+    @classmethod
+    def parse(cls, text: str) -> Model:
+        suite, _, name = text.rpartition(":")
+        if (suite or "timm") not in _SCRIPTS or not name:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected NAME or SUITE:NAME, SUITE one of {sorted(_SCRIPTS)}")
+        return cls(suite or "timm", name)
+
+    def __str__(self) -> str:
+        return self.name if self.suite == "timm" else f"{self.suite}:{self.name}"
+
+
+def harness(path: Path, model: Model, batch_size: int, dynamic: bool, out: Path,
+            env: dict[str, str]) -> dict[str, object]:
+    """The harness's answers for one model: its --accuracy run, then its --performance run."""
+    common = ["--inductor", "--device", "cpu", "--float32", "--inference", "--only", model.name,
+              "--batch-size", str(batch_size), *(["--dynamic-shapes", "--dynamic-batch-only"] if dynamic else [])]
+    script = str(path / _SCRIPTS[model.suite])
+    seconds = 0.0
+    found: dict[str, object] = {}
+    for mode in ("accuracy", "performance"):
+        csv_path = out / f"harness_{model.suite}_{model.name}_{mode}.csv"
+        # Each harness process compiles cold, as each of ours does (core/compiler_caches.py), and
+        # as the dashboard's accuracy and performance jobs do on their own machines.
+        cold = {**env, "TORCHINDUCTOR_CACHE_DIR": str(out / f"inductor_cache_{model.suite}_{model.name}_{mode}")}
+        spent, proc = machine_seconds([sys.executable, "-c", _HARNESS, script, *common, f"--{mode}",
+                                       "--output", str(csv_path)], cold)
+        seconds += spent
+        if proc.returncode != 0 or not csv_path.exists():
+            raise RuntimeError(f"the harness's --{mode} run failed: {proc.stderr.strip().splitlines()[-1:]}")
+        row = next(csv.DictReader(csv_path.open()))
+        found[mode] = row["accuracy"] if mode == "accuracy" else float(row["speedup"])
+    return {"speedup": found["performance"], "accuracy": found["accuracy"], "machine_s": seconds}
+
+
+def ours(model: Model, batch_size: int, dynamic: bool, out: Path, env: dict[str, str], method: str,
+         with_eager: bool) -> dict[str, object]:
+    """One run of ours. The paired speedup needs no eager experiment of its own (the compiled
+    experiment times its baseline); with_eager adds it, for the isolated speedup beside."""
+    folder = out / f"ours_{method}_{model.suite}_{model.name}"
+    spent, proc = machine_seconds(
+        [sys.executable, "-m", "experiment_runner", f"--suite-name={model.suite}", f"--filter=^{model.name}$",
+         "--accelerator=cpu", *(["--dynamo=None"] if with_eager else []), "--dynamo=inductor", "--test=eval",
+         "--precision=fp32", f"--batch-size={batch_size}", f"--speedup={method}", "--verify", "--no-progress-bar",
+         *(["--compile-options=dynamic"] if dynamic else []),
+         # the isolated speedup beside needs the compiled experiment's own isolated samples
+         *(["--isolated-samples"] if with_eager else []), f"--output-dirname={folder}"], env)
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"experiment_runner failed: {proc.stderr.strip().splitlines()[-1:]}")
+    records = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+    compiled = next(r for r in records if r["experiment"]["dynamo"] == "inductor")
+    eager = next((r for r in records if r["experiment"]["dynamo"] is None), None)
+    isolated = (eager["stats"]["per_iter_time"]["median"] / compiled["stats"]["per_iter_time"]["median"]
+                if eager is not None else None)
+    return {"speedup": compiled["measurements"]["paired"]["speedup"], "isolated": isolated,
+            "accuracy": compiled["verification_code"], "machine_s": spent,
+            "timings": {r["experiment"]["dynamo"]: r["timings"] for r in records}}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--harness", type=Path, required=True, help="the dynamobench (or benchmarks/dynamo) folder")
+    parser.add_argument("--model", action="append", required=True, type=Model.parse,
+                        help="SUITE:NAME (timm or torchbench), or a timm NAME; repeatable")
+    parser.add_argument("--torchbench", type=Path,
+                        help="a pytorch/benchmark checkout (torchbenchmark/ and utils/), for torchbench models")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--dynamic", action="store_true", help="the dashboard's dynamic configuration on both sides")
+    parser.add_argument("--rounds", type=int, default=1, help="times each model runs on both sides")
+    parser.add_argument("--with-paired", action="store_true",
+                        help="also run ours with --speedup=paired and an eager experiment (paired and isolated)")
+    parser.add_argument("--keep", type=Path, help="keep both sides' outputs in this folder (default: a temporary one)")
+    args = parser.parse_args()
+    if args.torchbench is None and any(model.suite == "torchbench" for model in args.model):
+        parser.error("torchbench models need --torchbench, a pytorch/benchmark checkout")
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    # Only the harness sees the checkout: with torchbenchmark importable, our torchbench suite
+    # runs the checkout's own models, which download their weights.
+    theirs_env = {**env, "PYTHONPATH": os.pathsep.join([env["PYTHONPATH"], str(args.torchbench.resolve())])
+                  } if args.torchbench else env
+    print("| round | model | harness | ours harness | ratio | ours paired | ratio | ours isolated | "
+          "harness accuracy | ours verification | harness machine s | ours machine s | ours / harness time |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    rows: dict[Model, list[dict[str, float]]] = {model: [] for model in args.model}
+    with tempfile.TemporaryDirectory() as scratch:
+        for round_ in range(1, args.rounds + 1):
+            for model in args.model:
+                out = Path(args.keep or scratch) / f"round{round_}"
+                out.mkdir(parents=True, exist_ok=True)
+                started = time.time()
+                runs = {"theirs": partial(harness, args.harness, model, args.batch_size, args.dynamic, out, theirs_env),
+                        "mine": partial(ours, model, args.batch_size, args.dynamic, out, env, "harness", False)}
+                if args.with_paired:
+                    runs["paired"] = partial(ours, model, args.batch_size, args.dynamic, out, env, "paired", True)
+                # Odd rounds run the harness first, even rounds ours: whatever the order does to the
+                # runs that come later (a host warmed or tired by the first) falls on both sides alike.
+                order = list(runs) if round_ % 2 else list(runs)[::-1]
+                answers = {name: runs[name]() for name in order}
+                theirs, mine = answers["theirs"], answers["mine"]
+                row = {"harness": theirs["speedup"], "ours": mine["speedup"], "harness_s": theirs["machine_s"],
+                       "ours_s": mine["machine_s"]}
+                if "paired" in answers:
+                    row.update(paired=answers["paired"]["speedup"], isolated=answers["paired"]["isolated"])
+                rows[model].append(row)
+                print(f"| {round_} | {model} | {figures(row)} | {theirs['accuracy']} | {mine['accuracy']} | "
+                      f"{row['harness_s']:.1f} | {row['ours_s']:.1f} | {row['ours_s'] / row['harness_s']:.2f} |",
+                      flush=True)
+                print(f"<!-- {model}: {time.time() - started:.0f} s wall; timings of ours (harness) "
+                      f"{json.dumps(mine['timings'])} -->", file=sys.stderr)
+    for model, found in rows.items():
+        median = {key: statistics.median(r[key] for r in found) for key in found[0]}
+        print(f"| median of {len(found)} | {model} | {figures(median)} | | | {median['harness_s']:.1f} | "
+              f"{median['ours_s']:.1f} | {median['ours_s'] / median['harness_s']:.2f} |")
+    print()
+    print("| model | rounds | ours harness / harness: geomean [95% interval] |")
+    print("|---|---|---|")
+    for model, found in rows.items():
+        print(f"| {model} | {len(found)} | {ratio_interval([r['ours'] / r['harness'] for r in found])} |")
+    return 0
+
+
+def ratio_interval(ratios: list[float]) -> str:
+    """The geometric mean of per-round ratios with Student's 95% interval on their logarithms:
+    each round is one independent draw of both tools' process-to-process noise."""
+    logs = [math.log(r) for r in ratios]
+    center = statistics.fmean(logs)
+    if len(logs) < 2:
+        return f"{math.exp(center):.3f}"
+    from scipy.stats import t
+
+    half = t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return f"{math.exp(center):.3f} [{math.exp(center - half):.3f}, {math.exp(center + half):.3f}]"
+
+
+def figures(row: dict[str, float]) -> str:
+    """The speedup columns of one table row (the paired ones '-' when not run)."""
+    cells = [f"{row['harness']:.3f}", f"{row['ours']:.3f}", f"{row['ours'] / row['harness']:.3f}"]
+    if "paired" in row:
+        cells += [f"{row['paired']:.3f}", f"{row['paired'] / row['harness']:.3f}", f"{row['isolated']:.3f}"]
+    else:
+        cells += ["-"] * 3
+    return " | ".join(cells)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

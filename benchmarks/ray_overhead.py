@@ -1,0 +1,189 @@
+"""Many hosts: what --executor=ray costs and gains, and how even --shard-by=duration makes shards.
+
+Three measures, each against a real Ray cluster started on this machine
+(tests/support/ray_cluster.py) and real `python -m experiment_runner` runs:
+
+1. overhead: 40 quick experiments (the `sleepy` plugin suite's quick_NN, eval and train of
+   20 models) on the local executor (serial) and on a one-node, one-slot cluster (also
+   serial), both with --launcher (default the fork server), alternated --runs times.
+   Overhead per experiment = (command wall - sum of timings.work_s) / experiments, and CPU
+   seconds per experiment of every process involved (driver, experiments, and on Ray the
+   cluster's own processes), which a loaded machine changes far less than wall time; the
+   figures are Ray's minus local's.
+2. scaling: 40 experiments that sleep 2 s each (sleep_NN): a one-node one-slot cluster
+   against two nodes with two slots each; the figure is the 2x2 wall over the 1x1 wall, also
+   split into start-up (to the first record of every slot) and steady state.
+3. shards: a results file of 120 models with heavy-tailed (log-normal) durations split
+   4 ways: the longest shard over the ideal (total / 4), LPT (--shard-by=duration) beside
+   round-robin and contiguous blocks of the sorted names.
+
+    python benchmarks/ray_overhead.py                 # all three
+    python benchmarks/ray_overhead.py --only shards   # one of overhead, scaling, shards
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+from ray_cluster import LocalRayCluster  # noqa: E402
+
+from experiment_runner.core.matrix import select_models  # noqa: E402
+from experiment_runner.core.shards import balanced_shards, read_durations, shard_loads  # noqa: E402
+
+SUITE_ENV = {"EXPERIMENT_RUNNER_SUITES": "sleepy=sleepy_suite:SleepySuite",
+             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "benchmarks"), str(ROOT),
+                                                         os.environ.get("PYTHONPATH")]))}
+QUICK = ["--suite-name=sleepy", "--filter=^quick_[01]", "--accelerator=cpu", "--dynamo=None", "--test=eval",
+         "--test=train", "--repeat=1", "--no-progress-bar"]
+SLEEPY = ["--suite-name=sleepy", "--filter=^sleep_", "--accelerator=cpu", "--dynamo=None", "--test=eval",
+          "--repeat=1", "--no-progress-bar"]
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's waited-for descendants: a driver and everything it waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cluster_cpu(cluster: LocalRayCluster) -> float:
+    """CPU seconds of every live process of the cluster's nodes (GCS, raylets, workers) and of the
+    children they waited for, such as the experiments' processes."""
+    total = 0.0
+    for node in cluster.started:
+        try:
+            root = psutil.Process(node.proc.pid)
+            processes = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        for process in processes:
+            try:
+                times = process.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def run(matrix: list[str], folder: Path, extra: list[str], address: str | None = None) -> tuple[float, list[dict]]:
+    """The command's wall time and its records; each record's `timings.started_epoch` is added: the
+    command's start on the clock of `timings.finished_at`."""
+    output = folder / f"out-{time.monotonic_ns()}"
+    env = {**os.environ, **SUITE_ENV, **({"RAY_ADDRESS": address} if address else {})}
+    started_epoch = time.time()
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "experiment_runner", *matrix, *extra, f"--output-dirname={output}"],
+                          env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"run failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    records = [json.loads(line) for line in (output / "results.jsonl").read_text().splitlines()]
+    assert all(r["status"] == "ok" for r in records), [r["error"] for r in records if r["status"] != "ok"]
+    for record in records:
+        record["timings"]["started_epoch"] = started_epoch
+    return wall, records
+
+
+def overhead(folder: Path, runs: int, launcher: str) -> None:
+    """Wall overhead per experiment, and CPU seconds per experiment (which load barely changes):
+    the driver and its children locally; the driver plus every process of the cluster on Ray."""
+    wall: dict[str, list[float]] = {"local": [], "ray": []}
+    cpu: dict[str, list[float]] = {"local": [], "ray": []}
+    with LocalRayCluster(nodes=1, slots=1, env=SUITE_ENV) as cluster:
+        run(QUICK[:1] + ["--filter=^quick_00$"] + QUICK[2:], folder, [f"--launcher={launcher}"])  # fills caches
+        for _ in range(runs):
+            for name, extra, address in (("local", [f"--launcher={launcher}"], None),
+                                         ("ray", ["--executor=ray", f"--launcher={launcher}"], cluster.address)):
+                before = children_cpu() + (cluster_cpu(cluster) if address else 0.0)
+                seconds, records = run(QUICK, folder, extra, address)
+                used = children_cpu() + (cluster_cpu(cluster) if address else 0.0) - before
+                work = sum(r["timings"].get("work_s", 0.0) for r in records)
+                wall[name].append((seconds - work) / len(records))
+                cpu[name].append(used / len(records))
+    for label, figures in (("wall overhead", wall), ("CPU", cpu)):
+        local, ray = statistics.median(figures["local"]), statistics.median(figures["ray"])
+        print(f"{label} per experiment, 40 quick experiments, --launcher={launcher}, median of {runs} alternated run(s): "
+              f"local {local:.3f} s, ray {ray:.3f} s, ray - local {ray - local:+.3f} s "
+              f"(runs: local {', '.join(f'{v:.3f}' for v in figures['local'])}; "
+              f"ray {', '.join(f'{v:.3f}' for v in figures['ray'])})", flush=True)
+
+
+def phases(records: list[dict], slots: int) -> tuple[float, float]:
+    """(seconds from the command's start to the first `slots` records, seconds per experiment after
+    them): the start-up (driver, Ray workers, their fork servers) apart from the steady state."""
+    finished = sorted(r["timings"]["finished_at"] for r in records)
+    start = records[0]["timings"]["started_epoch"]
+    first_wave = finished[slots - 1] - start
+    return first_wave, (finished[-1] - finished[slots - 1]) / (len(finished) - slots)
+
+
+def scaling(folder: Path) -> None:
+    """The 2x2 wall over the 1x1 wall, and the same apart: start-up (to the first record of every
+    slot) and steady state (seconds per experiment after it). On one small host both "nodes" share
+    its cores, so the 2x2 start-up (four workers importing torch at once) is slower than on a fleet."""
+    walls, steady = {}, {}
+    for nodes, slots in ((1, 1), (2, 2)):
+        with LocalRayCluster(nodes=nodes, slots=slots, num_cpus=slots, env=SUITE_ENV) as cluster:
+            walls[(nodes, slots)], records = run(SLEEPY, folder, ["--executor=ray"], cluster.address)
+            hosts = {r["placement"]["node_id"] for r in records}
+            first_wave, steady[(nodes, slots)] = phases(records, nodes * slots)
+            print(f"  {nodes} node(s) x {slots} slot(s): {len(records)} experiments in "
+                  f"{walls[(nodes, slots)]:.1f} s on {len(hosts)} node(s); first record of every slot after "
+                  f"{first_wave:.1f} s, then {steady[(nodes, slots)]:.2f} s per experiment", flush=True)
+    print(f"scaling: 2 nodes x 2 slots / 1 slot wall = {walls[(2, 2)] / walls[(1, 1)]:.2f}; "
+          f"steady state {steady[(2, 2)] / steady[(1, 1)]:.2f}", flush=True)
+
+
+def shards(folder: Path) -> None:
+    rng = random.Random(2026)
+    path = folder / "mixed.jsonl"
+    with open(path, "w") as handle:
+        for i in range(120):
+            for test in ("eval", "train"):
+                wall = rng.lognormvariate(3.0, 1.3)  # a few models dominate, as in real suites
+                handle.write(json.dumps({"run_id": "earlier", "experiment_id": f"model_{i:03d}-{test}",
+                                         "model": {"model_name": f"model_{i:03d}"}, "status": "ok",
+                                         "timings": {"wall_s": wall}}) + "\n")
+    durations = read_durations(path)
+    models = select_models(durations)
+    ideal = sum(durations.values()) / 4
+    lpt = max(shard_loads(balanced_shards(models, durations, 4), durations)) / ideal
+    rr = max(shard_loads([models[i::4] for i in range(4)], durations)) / ideal
+    size = -(-len(models) // 4)
+    blocks = max(shard_loads([models[i * size:(i + 1) * size] for i in range(4)], durations)) / ideal
+    print(f"shards: 120 models, 4 shards, longest shard / ideal (total / 4): --shard-by=duration {lpt:.3f}, "
+          f"round-robin {rr:.3f}, contiguous blocks {blocks:.3f}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=("overhead", "scaling", "shards"))
+    parser.add_argument("--runs", type=int, default=2, help="alternated runs per executor for the overhead")
+    parser.add_argument("--launcher", choices=("forkserver", "subprocess"), default="forkserver",
+                        help="the launcher both executors use for the overhead (scaling: the default)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ray-overhead-") as tmp:
+        folder = Path(tmp)
+        if args.only in (None, "shards"):
+            shards(folder)
+        if args.only in (None, "overhead"):
+            overhead(folder, args.runs, args.launcher)
+        if args.only in (None, "scaling"):
+            scaling(folder)
+
+
+if __name__ == "__main__":
+    main()

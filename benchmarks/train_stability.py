@@ -1,0 +1,179 @@
+"""Does training stay put? Train every model for N steps with the recipe a timed run uses.
+
+Each model trains in a fresh process (eager, fp32, CPU, the suite's CPU batch size) with
+the harness's own training step, so the loss and optimizer are exactly what
+`experiment_runner --test=train` times; the timing loop additionally rewinds to the same
+state before every timed repeat, which this script deliberately does not, to show the
+recipe itself keeps values finite over many more steps than a timed run takes.
+
+    python benchmarks/train_stability.py                        # every model of every suite
+    python benchmarks/train_stability.py --suite torchbench --suite dummy --steps 100
+    python benchmarks/train_stability.py --markdown             # the table of docs/benchmarks/train_stability.md
+    python benchmarks/train_stability.py --suite huggingface --budget 120 --markdown  # at most ~2 min each
+
+Per model: seconds per step, the steps N that ran (fewer than --steps only under --budget), the
+loss at step 1, 10 and N; whether any parameter became non-finite; how
+much the parameters grew (norm of all parameters at step N over step 0, and the largest
+per-tensor ratio among tensors that did not start at zero). `diverged` is any non-finite
+value or a growth above 100x. `first subnormal` is the first step after which a parameter,
+gradient or optimizer-state value is subnormal (nonzero, below float's smallest normal): the
+values --flush-denormal would flush. A timed run covers the steps from the rewound state up to
+warm-up plus one sample's iterations, so a model whose first subnormal comes later than that
+times no subnormal arithmetic, whatever the denormal mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SUITES = ("dummy", "torchbench", "huggingface", "timm")
+GROWTH_LIMIT = 100.0
+
+
+def subnormal_count(tensors: list[Any]) -> int:
+    """Nonzero floating-point values below their dtype's smallest normal number."""
+    import torch
+
+    count = 0
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            values = t.coalesce().values() if t.is_sparse else t  # dlrm's embeddings have sparse gradients
+            count += int(((values != 0) & (values.abs() < torch.finfo(t.dtype).tiny)).sum())
+    return count
+
+
+def train_one(suite: str, model: str, steps: int, budget_s: float | None = None) -> dict[str, Any]:
+    """In this process: build the experiment's train step and run it `steps` times, or fewer
+    when the steps so far took more than `budget_s` seconds (the row says how many ran)."""
+    import torch
+
+    from experiment_runner.child.devices import DeviceRuntime
+    from experiment_runner.child.harness import ExperimentHarness
+    from experiment_runner.core.matrix import Experiment, ExperimentConfig
+    from experiment_runner.core.options import RunOptions
+
+    config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=None, test="train",
+                              precision="fp32")
+    harness = ExperimentHarness(Experiment(suite, model, config), RunOptions(), DeviceRuntime(config), Path("."))
+    loaded = harness.load()
+    start = [p.detach().clone() for p in loaded.module.parameters()]
+    step = harness.make_step(loaded)
+    losses: dict[int, float] = {}
+    first_nonfinite = first_subnormal = None
+    optimizer = loaded.training_state.optimizer
+    started = time.perf_counter()
+    done = 0
+    for index in range(1, steps + 1):
+        value = float(step().detach().float())
+        done = index
+        if first_nonfinite is None and not math.isfinite(value):
+            first_nonfinite = index
+        if first_subnormal is None:
+            params = list(loaded.module.parameters())
+            state = [v for per_param in optimizer.state.values() for v in per_param.values()]
+            if subnormal_count(params + [p.grad for p in params] + state):
+                first_subnormal = index
+        if index in (1, 10):
+            losses[index] = value
+        if budget_s is not None and time.perf_counter() - started > budget_s:
+            break
+    losses[done] = value
+    seconds = time.perf_counter() - started
+    end = [p.detach() for p in loaded.module.parameters()]
+    finite = all(bool(torch.isfinite(p).all()) for p in end)
+    norm0 = math.sqrt(sum(float(p.double().pow(2).sum()) for p in start))
+    norm1 = math.sqrt(sum(float(p.double().pow(2).sum()) for p in end))
+    ratios = [float(e.double().norm() / s.double().norm()) for s, e in zip(start, end)
+              if float(s.double().pow(2).mean().sqrt()) > 1e-3]
+    growth = norm1 / norm0 if norm0 > 0 else math.inf
+    return {
+        "suite": suite, "model": model, "batch_size": loaded.batch_size, "steps": done,
+        "loss": loaded.recipe.loss if loaded.loss is None else "model_own",
+        "optimizer": loaded.recipe.optimizer_spec,
+        "loss_at": {str(k): v for k, v in losses.items()}, "first_nonfinite_step": first_nonfinite,
+        "first_subnormal_step": first_subnormal,
+        "finite": finite and all(math.isfinite(v) for v in losses.values()),
+        "norm_growth": growth, "max_tensor_growth": max(ratios, default=None),
+        "diverged": not finite or not all(math.isfinite(v) for v in losses.values()) or growth > GROWTH_LIMIT,
+        "seconds_per_step": seconds / done,
+    }
+
+
+def models_of(suite: str) -> list[str]:
+    from benchmark_models.registry import get_suite
+
+    return get_suite(suite).model_names()
+
+
+def run_all(suites: list[str], steps: int, timeout_s: float, budget_s: float | None) -> list[dict[str, Any]]:
+    rows = []
+    budget = ["--budget", str(budget_s)] if budget_s is not None else []
+    for suite in suites:
+        for model in models_of(suite):
+            try:
+                proc = subprocess.run([sys.executable, __file__, "--one", suite, model, "--steps", str(steps), *budget],
+                                      check=False, capture_output=True, text=True, timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                rows.append({"suite": suite, "model": model, "error": f"no result within --timeout={timeout_s:g}s",
+                             "diverged": None})
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+                continue
+            if proc.returncode != 0:
+                tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+                rows.append({"suite": suite, "model": model, "error": tail[:200], "diverged": None})
+            else:
+                rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return rows
+
+
+def _g(value: float | None) -> str:
+    return "" if value is None else f"{value:.3g}"
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| suite | model | bs | loss | optimizer | s/step | N | loss@1 | loss@10 | loss@N | finite | norm growth | "
+             "max tensor growth | diverged | first non-finite loss | first subnormal |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['suite']} | {r['model']} | | | | | | | | | | | | error: {r['error']} | | |")
+            continue
+        at = r["loss_at"]
+        lines.append(f"| {r['suite']} | {r['model']} | {r['batch_size']} | {r['loss']} | {r['optimizer']} | "
+                     f"{_g(r['seconds_per_step'])} | {r['steps']} | {_g(at.get('1'))} | {_g(at.get('10'))} | {_g(at.get(str(r['steps'])))} | "
+                     f"{'yes' if r['finite'] else 'NO'} | {_g(r['norm_growth'])} | {_g(r['max_tensor_growth'])} | "
+                     f"{'YES' if r['diverged'] else 'no'} | {r['first_nonfinite_step'] or ''} | "
+                     f"{r['first_subnormal_step'] or ('none' if 'first_subnormal_step' in r else '')} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", action="append", choices=SUITES, help="suites to train (default: all)")
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per model, building it included")
+    parser.add_argument("--budget", type=float,
+                        help="stop a model's training after the step that passes this many seconds (N says "
+                             "how many steps ran): for models whose 100 steps take hours on a small host")
+    parser.add_argument("--markdown", action="store_true",
+                        help="print the table of docs/benchmarks/train_stability.md instead of JSON")
+    parser.add_argument("--one", nargs=2, metavar=("SUITE", "MODEL"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(train_one(*args.one, args.steps, args.budget)))
+        return 0
+    rows = run_all(args.suite or list(SUITES), args.steps, args.timeout, args.budget)
+    print(markdown(rows) if args.markdown else json.dumps(rows, indent=2))
+    return 1 if any(r.get("diverged") for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,502 @@
+"""How often the verifier's `compare` agrees with `torch._dynamo.utils.same`, and why not.
+
+Generates a randomized corpus of (eager, result, float64 reference, tolerance) cases in
+families that mirror real outputs (float tensors with known noise, NaN and inf, integer and
+bool tensors, large integers, integers under cosine, nested structures, ModelOutput /
+namedtuple / dataclass containers, training dicts of loss, output, gradients and
+parameters, Python scalars, 0-d and empty tensors, float64-run leaves that are not float64,
+non-finite references, sparse / float8 / meta / nested tensors), judges each with both, and
+classifies every disagreement by the leaf where the two first part ways. A disagreement no
+known cause explains is listed as UNEXPLAINED and makes the exit status 1.
+
+`same` is called the way PyTorch's harness calls it: equal_nan=True, and cosine similarity
+when the float64 reference could not be computed (the harness then sets cos_similarity);
+an exception from `same` (its way of rejecting mismatched keys, types or shapes, or a
+tensor kind it cannot handle) counts as a fail.
+
+    python benchmarks/verifier_agreement.py [--cases 4000] [--seed 0] [--json | --markdown | --update-docs]
+
+--markdown prints the table docs/benchmarks/verifier_agreement.md shows; --update-docs
+(formerly --update-readme, still accepted) writes it there, between the verifier-agreement markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import random
+import re
+import sys
+from collections import Counter, namedtuple
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch._dynamo.utils import same
+
+from verifier.closeness import COSINE_MIN_ELEMENTS, compare
+
+DOC = Path(__file__).parents[1] / "docs" / "benchmarks" / "verifier_agreement.md"
+MARKERS = ("<!-- verifier-agreement:begin -->", "<!-- verifier-agreement:end -->")
+DTYPES = (torch.float32, torch.float32, torch.float16, torch.bfloat16)
+TOLERANCES = (1e-4, 1e-3, 1e-2, 4e-2)
+SHAPES = ((1,), (7,), (500,), (999,), (1000,), (64, 64), (2, 8, 1, 1), (3, 5, 7))
+
+# Why `compare` and `same` may disagree, by design or by arithmetic. Keyed by the name
+# explain() returns; the docs' table prints these.
+CAUSES = {
+    "fp64_not_float64": "the float64 run gave this leaf in another dtype (a loss built with `.float()`): same "
+                        "skips its RMSE rule unless the reference is float64, so only allclose decides; compare "
+                        "upcasts the reference and applies the RMSE rule.",
+    "small_leaf_cosine": f"cosine similarity would decide a leaf of fewer than {COSINE_MIN_ELEMENTS} elements: "
+                         "same passes any value of the same direction (a scalar loss of the same sign); compare "
+                         "uses the RMSE rule, or allclose without a reference.",
+    "fp64_nonfinite": "the float64 reference is NaN or inf where eager is finite: same's RMSEs become NaN or inf "
+                      "and it passes whatever the result is; compare judges those positions as with no reference "
+                      "(allclose there, else the leaf's cosine similarity).",
+    "scalar_rule": "a one-element leaf (a loss) that allclose passes: same stops there; compare's scalar rule also "
+                   "fails it when it is more than the multiplier times as far from float64 as eager, plus a floor "
+                   "of a quarter of the allclose bound.",
+    "shared_nan_rmse": "eager and result have NaN in the same places and allclose fails elsewhere: same's RMSEs "
+                       "are NaN and equal_nan passes; compare computes the RMSE over the finite positions.",
+    "shared_nan_cosine": "eager and result have NaN in the same places and cosine decides: same's cosine "
+                         "similarity over NaN is NaN and fails; compare leaves the shared NaN out.",
+    "inf_mismatch": "eager has an infinity where the result is finite: same's RMSE of eager becomes inf, so any "
+                    "finite result passes its RMSE rule; compare requires the same infinities.",
+    "shared_inf": "eager and result have the same infinities and allclose fails elsewhere: same's RMSEs become "
+                  "inf or NaN (inf - inf); compare measures the finite positions.",
+    "eager_nan_only": "eager has NaN where the result and float64 do not: same passes a result within 4e-2 of "
+                      "float64 (its Super_SloMo special case); compare requires eager and result to agree on NaN "
+                      "positions, since an eager NaN leaves the comparison without a baseline.",
+    "python_float": "Python float leaves: same turns them (and the float64 reference) into float32 tensors, so "
+                    "rounding can hide a difference and only allclose decides; compare keeps float64 and applies "
+                    "the RMSE rule.",
+    "int_tolerance": "integer tensors: same's allclose accepts integers within tol × their value (a token id or count "
+                     "off by thousands when values are large); compare requires equality.",
+    "int_cosine": "integer or bool tensors with cosine chosen: same converts them to float32 and judges the "
+                  "direction; compare requires equality.",
+    "broadcast_shape": "shapes differ but broadcast: same's allclose broadcasts and may pass; compare fails any "
+                       "shape mismatch.",
+    "dataclass": "a dataclass output: same raises (unsupported type) and fails; compare walks its fields.",
+    "kind_float8": "float8 tensors: same's allclose has no float8 kernel and raises; compare upcasts to float32.",
+    "kind_meta": "meta tensors: same's allclose raises (no data); compare checks shape and dtype and notes that "
+                 "no values were compared.",
+    "kind_nested": "nested tensors: same raises; compare judges each component.",
+    "kind_sparse": "compressed sparse (CSR) tensors: same densifies only COO and its allclose raises on CSR; "
+                   "compare densifies every sparse layout.",
+    "cosine_rounding": "cosine similarity within 1e-4 of 0.99: same computes it in float32, compare in float64.",
+}
+
+
+@dataclass
+class Case:
+    family: str
+    ref: Any
+    res: Any
+    fp64: Any
+    tol: float
+    cosine: bool
+
+
+Pair = namedtuple("Pair", "logits hidden")
+
+
+@dataclass
+class Prediction:
+    scores: torch.Tensor
+    boxes: torch.Tensor
+
+
+def _gen(rng: random.Random) -> torch.Generator:
+    return torch.Generator().manual_seed(rng.randrange(2**31))
+
+
+def _noise(rng: random.Random, truth: torch.Tensor, sigma: float, dtype: torch.dtype) -> torch.Tensor:
+    return (truth + sigma * torch.randn(truth.shape, generator=_gen(rng), dtype=torch.float64)).to(dtype)
+
+
+def _triple(rng: random.Random, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """Eager and result each off the float64 truth by their own noise, the result sometimes
+    also scaled (a miscompile)."""
+    truth = torch.randn(shape, generator=_gen(rng), dtype=torch.float64) * rng.choice((1e-3, 1.0, 100.0))
+    sigma = 10 ** rng.uniform(-7, -1) * float(truth.abs().mean() if truth.numel() else 1.0)
+    eager = _noise(rng, truth, sigma, dtype)
+    result = _noise(rng, truth, sigma * rng.choice((0.0, 0.5, 1.0, 1.9, 2.1, 2.9, 3.1, 5.0, 50.0)), dtype)
+    if rng.random() < 0.2:
+        result = result * (1 + rng.choice((1e-4, 1e-3, 1e-2, -1e-2, 0.5, -2.0)))
+    return eager, result, truth
+
+
+def tensor_case(rng: random.Random) -> Case:
+    eager, result, truth = _triple(rng, rng.choice(SHAPES), rng.choice(DTYPES))
+    fp64 = None if rng.random() < 0.1 else truth
+    return Case("float tensor", eager, result, fp64, rng.choice(TOLERANCES), rng.random() < 0.15)
+
+
+def _poke(t: torch.Tensor | None, places: list[int], value: float) -> torch.Tensor | None:
+    if t is None:
+        return None
+    t = t.clone()
+    t.view(-1)[places] = value
+    return t
+
+
+def nonfinite_case(rng: random.Random, value: float, family: str) -> Case:
+    """NaN or inf injected into some of eager, result and the float64 reference."""
+    case = tensor_case(rng)
+    case.family = family
+    places = [rng.randrange(case.ref.numel()) for _ in range(rng.randint(1, 3))]
+    where = rng.choice(("ref+res", "ref+res", "res", "ref", "fp64", "all"))
+    for name in ("ref", "res", "fp64"):
+        if name in where or where == "all":
+            setattr(case, name, _poke(getattr(case, name), places, value))
+    return case
+
+
+def nan_case(rng: random.Random) -> Case:
+    return nonfinite_case(rng, float("nan"), "NaN")
+
+
+def inf_case(rng: random.Random) -> Case:
+    return nonfinite_case(rng, rng.choice((float("inf"), float("-inf"))), "inf")
+
+
+def fp64_nonfinite_case(rng: random.Random) -> Case:
+    """The float64 run overflowed: all NaN, or inf in places."""
+    eager, result, truth = _triple(rng, rng.choice(SHAPES), torch.float32)
+    fp64 = torch.full_like(truth, float("nan")) if rng.random() < 0.5 else _poke(
+        truth, [rng.randrange(truth.numel()) for _ in range(3)], float("inf"))
+    return Case("non-finite float64 reference", eager, result, fp64, rng.choice(TOLERANCES), False)
+
+
+def _integers(rng: random.Random, high: int, family: str, cosine: bool) -> Case:
+    ref = torch.randint(0, high, (rng.choice((1, 10, 100)),), generator=_gen(rng))
+    if high <= 5 and rng.random() < 0.5:
+        ref = ref > 2
+    res = ref.clone()
+    if rng.random() < 0.5:
+        first = res.view(-1)[0]
+        res.view(-1)[0] = ~first if res.dtype == torch.bool else first + rng.choice((1, 1000))
+    return Case(family, ref, res, ref, rng.choice(TOLERANCES), cosine)
+
+
+def int_case(rng: random.Random) -> Case:
+    return _integers(rng, 5, "int/bool tensor", False)
+
+
+def large_int_case(rng: random.Random) -> Case:
+    return _integers(rng, 2**40, "large integers", False)
+
+
+def int_cosine_case(rng: random.Random) -> Case:
+    return _integers(rng, 5 if rng.random() < 0.5 else 2**20, "integers under cosine", True)
+
+
+def structure_case(rng: random.Random) -> Case:
+    """Nested dicts and lists, sometimes with a key, length, dtype or shape mismatch."""
+    leaves = [tensor_case(rng) for _ in range(3)]
+    tol = leaves[0].tol
+    ref = {"logits": leaves[0].ref, "hidden": [leaves[1].ref, leaves[2].ref.float()]}
+    res = {"logits": leaves[0].res.to(leaves[0].ref.dtype), "hidden": [leaves[1].res, leaves[2].res.float()]}
+    fp64 = {"logits": leaves[0].fp64, "hidden": [leaves[1].fp64, leaves[2].fp64]}
+    if any(v is None for v in (fp64["logits"], *fp64["hidden"])):
+        fp64 = None
+    fault = rng.choice(("none", "none", "key", "length", "dtype", "shape", "broadcast"))
+    if fault == "key":
+        res["extra"] = res.pop("logits")
+    elif fault == "length":
+        res["hidden"] = res["hidden"][:1]
+    elif fault == "dtype":
+        res["hidden"][1] = res["hidden"][1].double()
+    elif fault == "shape":
+        res["hidden"][1] = res["hidden"][1].reshape(-1)[:-1] if res["hidden"][1].numel() > 1 else torch.zeros(2)
+    elif fault == "broadcast":
+        res["hidden"][1] = res["hidden"][1].reshape(-1)[:1].clone()
+    return Case(f"structure/{fault}", ref, res, fp64, tol, False)
+
+
+def container_case(rng: random.Random) -> Case:
+    """ModelOutput, namedtuple and dataclass outputs around float leaves."""
+    from transformers.modeling_outputs import CausalLMOutput
+
+    kind = rng.choice(("ModelOutput", "namedtuple", "dataclass"))
+    dtype, tol = rng.choice(DTYPES), rng.choice(TOLERANCES)
+    (a1, b1, t1), (a2, b2, t2) = _triple(rng, (64, 64), dtype), _triple(rng, (7,), dtype)
+    build = {"ModelOutput": lambda x, y: CausalLMOutput(logits=x, hidden_states=(y,)),
+             "namedtuple": lambda x, y: Pair(x, y), "dataclass": lambda x, y: Prediction(x, y)}[kind]
+    return Case(f"container/{kind}", build(a1, a2), build(b1, b2), build(t1, t2), tol, rng.random() < 0.15)
+
+
+def training_case(rng: random.Random) -> Case:
+    """What the verifier compares after a training step: loss, output, grads and params.
+    The float64 run's loss is float32 when the suite's loss calls `.float()`."""
+    dtype, tol = rng.choice(DTYPES), rng.choice(TOLERANCES)
+    parts = {"output": _triple(rng, (8, 10), dtype), "grads.w": _triple(rng, (10, 16), dtype),
+             "grads.b": _triple(rng, (10,), dtype), "params.w": _triple(rng, (10, 16), dtype),
+             "params.b": _triple(rng, (10,), dtype)}
+    truth = rng.gauss(0, 3)
+    sigma = 10 ** rng.uniform(-7, -2)
+    loss = (torch.tensor(truth + rng.gauss(0, sigma)), torch.tensor(truth + rng.gauss(0, sigma) * rng.choice((
+        1, 2.5, 10))) * rng.choice((1.0, 1.0, 1.5, 3.0)), torch.tensor(truth, dtype=rng.choice((
+            torch.float32, torch.float64))))
+
+    def tree(i: int) -> dict[str, Any]:
+        return {"loss": loss[i], "output": parts["output"][i],
+                "grads": {"w": parts["grads.w"][i], "b": parts["grads.b"][i]},
+                "params": {"w": parts["params.w"][i], "b": parts["params.b"][i]}}
+
+    return Case("training dict", tree(0), tree(1), tree(2), tol, False)
+
+
+def scalar_case(rng: random.Random) -> Case:
+    """Python floats, as a loss or a metric might be returned."""
+    truth = rng.gauss(0, 1)
+    eager = truth + rng.gauss(0, 10 ** rng.uniform(-8, -2))
+    result = (truth + rng.gauss(0, 10 ** rng.uniform(-8, -2))) * rng.choice((1.0, 1.0, 3.0))
+    return Case("python float", eager, result, truth, rng.choice(TOLERANCES), rng.random() < 0.15)
+
+
+def tiny_case(rng: random.Random) -> Case:
+    """0-d and empty tensors, and leaves of a few elements."""
+    shape = rng.choice(((), (0,), (0, 3), (2,), (15,), (16,)))
+    eager, result, truth = _triple(rng, shape, rng.choice(DTYPES))
+    if rng.random() < 0.3 and result.numel():
+        result = result * rng.choice((3.0, -1.0))
+    return Case("0-d/empty/small", eager, result, None if rng.random() < 0.3 else truth,
+                rng.choice(TOLERANCES), rng.random() < 0.3)
+
+
+def reference_dtype_case(rng: random.Random) -> Case:
+    """The float64 run's leaf came back float32 or bfloat16 (a cast inside the model)."""
+    eager, result, truth = _triple(rng, rng.choice(SHAPES), torch.float32)
+    return Case("float64 leaf not float64", eager, result, truth.to(rng.choice((torch.float32, torch.bfloat16))),
+                rng.choice(TOLERANCES), False)
+
+
+def kind_case(rng: random.Random) -> Case:
+    """Sparse, float8, meta and nested tensors."""
+    kind = rng.choice(("sparse_coo", "sparse_csr", "float8", "meta", "nested"))
+    eager, result, truth = _triple(rng, (16, 16), torch.float32)
+    if kind == "meta":
+        return Case(kind, torch.empty(16, 16, device="meta"), torch.empty(16, 16, device="meta"), None, 1e-3, False)
+    if kind == "nested":
+        def nest(t: torch.Tensor) -> torch.Tensor:
+            return torch.nested.nested_tensor([t[:5].flatten(), t[5:].flatten()], layout=torch.jagged)
+        return Case(kind, nest(eager), nest(result), nest(truth), rng.choice(TOLERANCES), False)
+    convert = {"sparse_coo": torch.Tensor.to_sparse, "sparse_csr": torch.Tensor.to_sparse_csr,
+               "float8": lambda t: t.to(torch.float8_e4m3fn)}[kind]
+    return Case(kind, convert(eager), convert(result), truth if kind == "float8" else convert(truth),
+                rng.choice(TOLERANCES), False)
+
+
+GENERATORS: list[tuple[float, Callable[[random.Random], Case]]] = [
+    (0.26, tensor_case), (0.08, nan_case), (0.06, inf_case), (0.05, fp64_nonfinite_case), (0.03, int_case),
+    (0.04, large_int_case), (0.04, int_cosine_case), (0.08, structure_case), (0.07, container_case),
+    (0.10, training_case), (0.04, scalar_case), (0.06, tiny_case), (0.05, reference_dtype_case),
+    (0.04, kind_case),
+]
+
+
+def draw(rng: random.Random) -> Case:
+    pick = rng.random()
+    for weight, generator in GENERATORS:
+        if pick < weight:
+            return generator(rng)
+        pick -= weight
+    return GENERATORS[-1][1](rng)
+
+
+def verdict_same(ref: Any, res: Any, fp64: Any, tol: float, cosine: bool) -> tuple[bool, bool]:
+    """same's verdict, and whether it raised."""
+    try:
+        return bool(same(ref, res, fp64, cos_similarity=cosine or fp64 is None, tol=tol, equal_nan=True)), False
+    except Exception:  # noqa: BLE001 - an exception is same's way of failing
+        return False, True
+
+
+def verdict_compare(ref: Any, res: Any, fp64: Any, tol: float, cosine: bool) -> bool:
+    return compare(ref, res, fp64, tolerance=tol, cosine=cosine).passed
+
+
+def _leaves(ref: Any, res: Any, fp64: Any) -> list[tuple[Any, Any, Any]] | None:
+    """Aligned (eager, result, float64) leaves, or None where the structures differ."""
+    if dataclasses.is_dataclass(ref) and not isinstance(ref, type):
+        return None
+    if isinstance(ref, Mapping):
+        if not isinstance(res, Mapping) or set(ref) != set(res):
+            return None
+        out: list[tuple[Any, Any, Any]] = []
+        for key in ref:
+            sub = _leaves(ref[key], res[key], fp64[key] if isinstance(fp64, Mapping) else None)
+            if sub is None:
+                return None
+            out += sub
+        return out
+    if isinstance(ref, (list, tuple)):
+        if not isinstance(res, (list, tuple)) or len(ref) != len(res):
+            return None
+        fp64s = list(fp64) if isinstance(fp64, (list, tuple)) else [None] * len(ref)
+        out = []
+        for a, b, g in zip(ref, res, fp64s):
+            sub = _leaves(a, b, g)
+            if sub is None:
+                return None
+            out += sub
+        return out
+    return [(ref, res, fp64)]
+
+
+def explain(case: Case) -> str:
+    """The known cause behind a disagreement, from the first leaf where the two part ways."""
+    if dataclasses.is_dataclass(case.ref):
+        return "dataclass"
+    leaves = _leaves(case.ref, case.res, case.fp64)
+    if leaves is None:
+        return "UNEXPLAINED"
+    for ref, res, fp64 in leaves:
+        ours = verdict_compare(ref, res, fp64, case.tol, case.cosine)
+        theirs, _ = verdict_same(ref, res, fp64, case.tol, case.cosine)
+        if ours != theirs:
+            return explain_leaf(ref, res, fp64, case)
+    return "UNEXPLAINED"
+
+
+def explain_leaf(ref: Any, res: Any, fp64: Any, case: Case) -> str:
+    if _scalar_rule_decides(ref, res, fp64, case.tol):
+        return "scalar_rule"
+    if isinstance(ref, float):
+        return "python_float"
+    if not isinstance(ref, torch.Tensor) or not isinstance(res, torch.Tensor):
+        return "UNEXPLAINED"
+    if ref.is_nested:
+        return "kind_nested"
+    if ref.is_meta:
+        return "kind_meta"
+    if ref.layout != torch.strided:
+        return "kind_sparse"
+    if ref.dtype.is_floating_point and ref.dtype.itemsize == 1:
+        return "kind_float8"
+    if ref.shape != res.shape:
+        try:
+            torch.broadcast_shapes(ref.shape, res.shape)
+            return "broadcast_shape"
+        except RuntimeError:
+            return "UNEXPLAINED"
+    if not ref.is_floating_point():
+        return "int_cosine" if case.cosine or fp64 is None else "int_tolerance"
+    cosine = case.cosine or fp64 is None
+    a, b = ref.double(), res.double()
+    nan_a, nan_b = a.isnan(), b.isnan()
+    if fp64 is not None and (~fp64.double().isfinite() & a.isfinite()).any():
+        return "fp64_nonfinite"
+    if (nan_a & ~nan_b).any():
+        return "eager_nan_only"
+    if (nan_a & nan_b).any():
+        return "shared_nan_cosine" if cosine else "shared_nan_rmse"
+    if ((a.isinf() | b.isinf()) & (a != b)).any():
+        return "inf_mismatch"
+    if (a.isinf() & (a == b)).any():
+        return "shared_inf"
+    if cosine and ref.numel() < COSINE_MIN_ELEMENTS:
+        return "small_leaf_cosine"
+    if fp64 is not None and fp64.dtype != torch.float64:
+        return "fp64_not_float64"
+    if cosine:
+        score = torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0, eps=1e-6)
+        if abs(float(score) - 0.99) < 1e-4:
+            return "cosine_rounding"
+    return "UNEXPLAINED"
+
+
+def _scalar_rule_decides(ref: Any, res: Any, fp64: Any, tol: float) -> bool:
+    """A one-element float leaf with a finite float64 reference that allclose passes."""
+    if fp64 is None or not isinstance(ref, (float, torch.Tensor)) or not torch.as_tensor(ref).is_floating_point():
+        return False
+    a, b, g = (torch.as_tensor(v).double() for v in (ref, res, fp64))
+    if a.numel() != 1 or a.shape != b.shape or g.numel() != 1:
+        return False
+    return bool(g.isfinite().all() and a.isfinite().all()) and torch.allclose(a, b, atol=tol, rtol=tol)
+
+
+def run(cases: int, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    per_family: Counter[str] = Counter()
+    agreed: Counter[str] = Counter()
+    directions: Counter[tuple[str, str]] = Counter()
+    passes = 0
+    for _ in range(cases):
+        case = draw(rng)
+        ours = verdict_compare(case.ref, case.res, case.fp64, case.tol, case.cosine)
+        theirs, _ = verdict_same(case.ref, case.res, case.fp64, case.tol, case.cosine)
+        per_family[case.family] += 1
+        passes += ours
+        if ours == theirs:
+            agreed[case.family] += 1
+        else:
+            verdicts = f"compare {'PASS' if ours else 'FAIL'}, same {'PASS' if theirs else 'FAIL'}"
+            directions[(explain(case), verdicts)] += 1
+    return {
+        "cases": cases, "seed": seed, "agreement": sum(agreed.values()) / cases,
+        "compare_pass_rate": passes / cases,
+        "per_family": {f: {"cases": n, "agreement": agreed[f] / n} for f, n in sorted(per_family.items())},
+        "disagreements": [{"cause": cause, "direction": direction, "cases": n}
+                          for (cause, direction), n in directions.most_common()],
+        "unexplained": sum(n for (cause, _), n in directions.items() if cause == "UNEXPLAINED"),
+    }
+
+
+def markdown(figures: dict[str, Any]) -> str:
+    lines = [f"Agreement with `torch._dynamo.utils.same` on {figures['cases']} generated cases (seed "
+             f"{figures['seed']}): **{figures['agreement']:.1%}**; `compare` passes "
+             f"{figures['compare_pass_rate']:.1%} of them.", "",
+             "| family | cases | agreement |", "|---|---:|---:|"]
+    lines += [f"| {f} | {row['cases']} | {row['agreement']:.1%} |" for f, row in figures["per_family"].items()]
+    lines += ["", "| disagreement class | verdicts | cases | why ours differs |", "|---|---|---:|---|"]
+    lines += [f"| `{d['cause']}` | {d['direction']} | {d['cases']} | {CAUSES.get(d['cause'], 'no known cause')} |"
+              for d in figures["disagreements"]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=4000)
+    parser.add_argument("--seed", type=int, default=0)
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print the figures as JSON")
+    output.add_argument("--markdown", action="store_true",
+                        help="print the table of docs/benchmarks/verifier_agreement.md")
+    output.add_argument("--update-docs", "--update-readme", dest="update_docs", action="store_true",
+                        help="write the table into docs/benchmarks/verifier_agreement.md")
+    args = parser.parse_args(argv)
+    if args.cases < 1:
+        parser.error("--cases must be at least 1")
+    logging.getLogger("torch._dynamo.utils").setLevel(logging.CRITICAL)  # same() logs every failure
+    logging.getLogger("torch._dynamo").setLevel(logging.CRITICAL)
+
+    figures = run(args.cases, args.seed)
+    if args.json:
+        print(json.dumps(figures, indent=2))
+    elif args.markdown:
+        print(markdown(figures))
+    elif args.update_docs:
+        text = DOC.read_text()
+        pattern = re.compile(re.escape(MARKERS[0]) + ".*?" + re.escape(MARKERS[1]), re.S)
+        DOC.write_text(pattern.sub(lambda _: f"{MARKERS[0]}\n{markdown(figures)}\n{MARKERS[1]}", text, count=1))
+    else:
+        print(f"agreement with torch._dynamo.utils.same: {figures['agreement']:.2%} of {args.cases} cases "
+              f"(compare passes {figures['compare_pass_rate']:.1%})")
+        for family, row in figures["per_family"].items():
+            print(f"  {family:32s} {row['cases']:5d} cases  {row['agreement']:.2%}")
+        for d in figures["disagreements"]:
+            print(f"  {d['cases']:5d}  {d['cause']}: {d['direction']}")
+        for cause in sorted({d["cause"] for d in figures["disagreements"]}):
+            print(f"\n{cause}: {CAUSES.get(cause, 'no known cause; investigate')}")
+    return 1 if figures["unexplained"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
