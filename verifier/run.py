@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from experiment_runner.core.record import phase
 from verifier import memory
 from verifier.closeness import Comparison, compare, identical
 from verifier.subject import Subject
@@ -118,8 +119,9 @@ def run_once(harness: Subject, precision: str, compiled: bool) -> Any:
                      "params": params})
 
 
-def procedure(harness: Subject, policy: Policy) -> Verification:
-    """Steps 1 to 4 of the module docstring (may raise: verify_experiment catches)."""
+def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Verification:
+    """Steps 1 to 4 of the module docstring (may raise: verify_experiment catches); `timings`
+    gets each step's seconds (core/record.py VERIFY_STEPS)."""
     precision = harness.config.precision
     if policy.skip_reason is not None:
         return Verification("VERIFIER_SKIPPED", details={"reason": policy.skip_reason, **policy.describe()})
@@ -128,18 +130,20 @@ def procedure(harness: Subject, policy: Policy) -> Verification:
             "iterations": harness.options.verify_iterations if harness.config.test == "train" else 1,
             "eager_device": reference.device.torch_device}
     try:
-        gc.collect()
-        resident = memory.resident_bytes()
-        harness.device.reset_peak_memory()
-        eager = run_once(reference, precision, compiled=False)
-        high_water = harness.device.peak_memory().get("timed_peak_rss_bytes")  # absent where it cannot be reset
-        eager_run_bytes = max(0, high_water - resident) if high_water and resident else 0
-        gc.collect()
-        rerun = run_once(reference, precision, compiled=False)
-        gc.collect()
+        with phase(timings, "verify_eager_s"):
+            gc.collect()
+            resident = memory.resident_bytes()
+            harness.device.reset_peak_memory()
+            eager = run_once(reference, precision, compiled=False)
+            high_water = harness.device.peak_memory().get("timed_peak_rss_bytes")  # absent where it cannot be reset
+            eager_run_bytes = max(0, high_water - resident) if high_water and resident else 0
+            gc.collect()
+            rerun = run_once(reference, precision, compiled=False)
+            gc.collect()
     except Exception as exc:  # noqa: BLE001 - eager breaking is a code of its own
         return Verification("EAGER_FAILED", details={**base, "error": _error(exc)})
-    determinism = identical(eager, rerun)
+    with phase(timings, "verify_compare_s"):
+        determinism = identical(eager, rerun)
     del rerun
     if not determinism.passed and not policy.nondeterministic:
         return Verification("NONDETERMINISTIC_EAGER_RUN", method="exact", tolerance=0.0,
@@ -159,27 +163,32 @@ def procedure(harness: Subject, policy: Policy) -> Verification:
             f"the float64 reference would need about {fits.with_reference / memory.GIB:.1f} GiB more than is "
             "resident; this host has less available"))
     else:
-        try:
-            fp64 = run_once(reference, "fp64", compiled=False)
-            base["reference"] = "float64"
-        except Exception as exc:  # noqa: BLE001 - without it cosine similarity decides
-            base.update(reference=None, reference_error=_error(exc))
-        gc.collect()
+        with phase(timings, "verify_float64_s"):
+            try:
+                fp64 = run_once(reference, "fp64", compiled=False)
+                base["reference"] = "float64"
+            except Exception as exc:  # noqa: BLE001 - without it cosine similarity decides
+                base.update(reference=None, reference_error=_error(exc))
+            gc.collect()
 
-    result = run_once(harness, precision, compiled=True)
-    gc.collect()
-    outcome: Comparison = compare(eager, result, fp64, tolerance=policy.tolerance, cosine=policy.cosine,
-                                  larger_small_multiplier=policy.larger_multiplier_reason is not None)
+    with phase(timings, "verify_compiled_s"):
+        result = run_once(harness, precision, compiled=True)
+        gc.collect()
+    with phase(timings, "verify_compare_s"):
+        outcome: Comparison = compare(eager, result, fp64, tolerance=policy.tolerance, cosine=policy.cosine,
+                                      larger_small_multiplier=policy.larger_multiplier_reason is not None)
     return Verification("PASS" if outcome.passed else "FAIL", method=outcome.method,
                         tolerance=policy.tolerance, details={**base, **outcome.details()})
 
 
-def verify_experiment(harness: Subject) -> dict[str, Any]:
-    """Verify the harness's experiment; never raises (a broken verifier is EXCEPTION_RAISED)."""
+def verify_experiment(harness: Subject, timings: dict[str, float] | None = None) -> dict[str, Any]:
+    """Verify the harness's experiment; never raises (a broken verifier is EXCEPTION_RAISED).
+    `timings` gets the seconds of the steps that ran (core/record.py VERIFY_STEPS)."""
     policy: Policy | None = None
+    timings = {} if timings is None else timings
     try:
         policy = policy_for(context_of(harness), override=harness.options.tolerance)
-        return procedure(harness, policy).to_dict()
+        return procedure(harness, policy, timings).to_dict()
     except Exception as exc:  # noqa: BLE001 - every failure must become data
         return Verification("EXCEPTION_RAISED", tolerance=policy.tolerance if policy else None,
                             details={"error": _error(exc)}).to_dict()

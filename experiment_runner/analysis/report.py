@@ -29,7 +29,7 @@ from experiment_runner.analysis.loader import (
 )
 from experiment_runner.analysis.files import check_output
 from experiment_runner.core.matrix import parse_none
-from experiment_runner.core.record import TIMING_PHASES
+from experiment_runner.core.record import TIMING_PHASES, VERIFY_STEPS
 from experiment_runner.core.requirements import install_command
 from experiment_runner.core.results import BadLine, ResultsFileError
 from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError, ReportParser, analysis_command
@@ -69,7 +69,8 @@ DEFAULT_BASELINE = "xla=None,dynamo=None"
 MODELS_PER_PLOT = 40  # more models per bar chart are unreadable: they go to further pages
 
 # What each line of `--table timings` holds: the record's phases (core/record.py TIMING_PHASES),
-# then the children's time no phase can hold.
+# verify_s's steps (VERIFY_STEPS, within it: not added to the total), then the children's time no
+# phase can hold.
 PHASE_LABELS: dict[str, str] = {
     "import_s": "imports in the child (torch, plug-ins)",
     "setup_s": "setup (threads, device, environment)",
@@ -85,6 +86,10 @@ PHASE_LABELS: dict[str, str] = {
     "harness_graph_breaks_s": "graph breaks counted as the harness",
     "verify_prepare_s": "before verification: verifier import, freeing",
     "verify_s": "verification (float64 reference included)",
+    "verify_eager_s": "of which the two eager runs",
+    "verify_compiled_s": "of which the experiment's own run",
+    "verify_float64_s": "of which the float64 reference",
+    "verify_compare_s": "of which the comparisons",
     "finish_s": "finishing (artifacts, lifetime peak memory)",
     "other_s": "in the child, in no phase",
     "unsplit": "in the child, not split (records before the breakdown)",
@@ -299,7 +304,8 @@ def time_breakdown(rows: Sequence[Row]) -> list[dict[str, Any]]:
     """Where the run's children spent their time: each phase of `timings` summed over the
     experiments that have it, with its share of the total and how many experiments it covers.
     Records from before the breakdown count their child_s unsplit; wall_s - child_s is the
-    child's start and exit, and a child that left no result counts its wall_s alone."""
+    child's start and exit, and a child that left no result counts its wall_s alone. verify_s's
+    steps are lines of their own, `within` it: the total and the shares' sum leave them out."""
     seconds = dict.fromkeys(PHASE_LABELS, 0.0)
     counts = dict.fromkeys(PHASE_LABELS, 0)
 
@@ -310,7 +316,7 @@ def time_breakdown(rows: Sequence[Row]) -> list[dict[str, Any]]:
     for row in rows:
         timings = row.timings
         if "other_s" in timings:
-            for phase in TIMING_PHASES:
+            for phase in TIMING_PHASES + VERIFY_STEPS:
                 if phase in timings:
                     add(phase, timings[phase])
         elif "child_s" in timings:
@@ -318,9 +324,10 @@ def time_breakdown(rows: Sequence[Row]) -> list[dict[str, Any]]:
         if "wall_s" in timings:
             add(*(("outside", timings["wall_s"] - timings["child_s"]) if "child_s" in timings
                   else ("no_result", timings["wall_s"])))
-    total = sum(seconds.values())
+    total = sum(value for key, value in seconds.items() if key not in VERIFY_STEPS)
     return [{"phase": key, "what": PHASE_LABELS[key], "seconds": _round(seconds[key]),
-             "share": _round(seconds[key] / total) if total else None, "experiments": counts[key]}
+             "share": _round(seconds[key] / total) if total else None, "experiments": counts[key],
+             "within": "verify_s" if key in VERIFY_STEPS else None}
             for key in PHASE_LABELS if counts[key]]
 
 
@@ -329,7 +336,7 @@ def render_timings(run: RunInfo, breakdown: Sequence[dict[str, Any]]) -> str:
 
     if not breakdown:
         return f"run {run.run_id}: none of its records has timings\n"
-    total = sum(line["seconds"] for line in breakdown)
+    total = sum(line["seconds"] for line in breakdown if line["within"] is None)
     rows = [[line["phase"], line["what"], f"{line['seconds']:.1f}", _fmt(line["share"], ".1%"), line["experiments"]]
             for line in breakdown]
     rows.append(["total", "", f"{total:.1f}", "100.0%" if total else "-", ""])
@@ -339,7 +346,7 @@ def render_timings(run: RunInfo, breakdown: Sequence[dict[str, Any]]) -> str:
         tabulate(rows, headers=["phase", "what", "seconds", "share", "experiments"], tablefmt="simple",
                  disable_numparse=True),
         "", "Phases are the records' timings (docs/timing.md#where-the-time-goes); an experiment's processes "
-        "are summed.", ""])
+        "are summed. The lines \"of which\" are verify_s's steps, within it and not in the total.", ""])
 
 
 # ---- rendering ---------------------------------------------------------------------------

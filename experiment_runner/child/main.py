@@ -13,10 +13,9 @@ import os
 import sys
 import time
 import traceback
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from experiment_runner.child import paired
 from experiment_runner.child.cpu_launch import RUN_CPU_ENV, reexec_under_run_cpu, set_threads, wants_run_cpu
@@ -35,7 +34,7 @@ from experiment_runner.core.options import PAIRED_METHODS
 from experiment_runner.child.plugins import import_plugins
 from experiment_runner.core.environment import describe_environment
 from experiment_runner.core.protocol import Task, publish_result, write_phase
-from experiment_runner.core.record import TIMING_PHASES
+from experiment_runner.core.record import TIMING_PHASES, phase
 from experiment_runner.core.results import verification_code
 from benchmark_models import ModelSkipped
 
@@ -152,7 +151,7 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
 
             with phase(timings, "verify_s"):
                 write_phase(task, "verifying")
-                result["verification"] = verify_experiment(harness)
+                result["verification"] = verify_experiment(harness, timings)
     except ModelSkipped as exc:
         result.update(status="skipped", error={"type": "ModelSkipped", "message": str(exc)})
     except BaseException as exc:  # noqa: BLE001 - every failure must become data
@@ -170,17 +169,6 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
     timings["child_s"] = time.perf_counter() - started
     timings["other_s"] = timings["child_s"] - sum(timings.get(k, 0.0) for k in TIMING_PHASES if k != "other_s")
     return result
-
-
-@contextmanager
-def phase(timings: dict[str, float], key: str) -> Iterator[None]:
-    """Add the wall time of the block to timings[key], also when it raises: a failed phase's
-    time was spent too, and the breakdown must still add up to child_s."""
-    t0 = time.perf_counter()
-    try:
-        yield
-    finally:
-        timings[key] = timings.get(key, 0.0) + time.perf_counter() - t0
 
 
 def split_compile(timings: dict[str, float], metrics: dict[str, Any]) -> None:

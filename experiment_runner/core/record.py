@@ -20,9 +20,10 @@ from __future__ import annotations
 import os
 import signal
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS, Experiment, uses_cuda_graphs
 from experiment_runner.core.options import RunOptions
@@ -54,6 +55,10 @@ TIMING_PHASES: tuple[str, ...] = (
     "import_s", "setup_s", "load_s", "build_step_s", "warmup_s", "compile_s", "calibration_s", "samples_s",
     "pairs_warmup_s", "pairs_s", "instrument_s", "harness_graph_breaks_s", "verify_prepare_s", "verify_s",
     "finish_s", "other_s")
+# verify_s's steps, each inside it (never summed with TIMING_PHASES): the two eager runs, the float64
+# reference (only when a comparison needs it), the experiment's own run, and the comparisons (the
+# eager determinism check included). verify_s also holds what lies between them (policy, memory plan).
+VERIFY_STEPS: tuple[str, ...] = ("verify_eager_s", "verify_compiled_s", "verify_float64_s", "verify_compare_s")
 
 # What the reference writes as metrics.error for a model it skips as incompatible.
 REFERENCE_SKIP_ERROR = "SKIP"
@@ -83,6 +88,17 @@ class ChildOutcome:
     oom_counter: str | None = None
     # Why the outcome is not the child's own (e.g. its fork server died); None when it is.
     launcher_note: str | None = None
+
+
+@contextmanager
+def phase(timings: dict[str, float], key: str) -> Iterator[None]:
+    """Add the wall time of the block to timings[key], also when it raises: a failed phase's
+    time was spent too, and the breakdown must still add up to child_s."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[key] = timings.get(key, 0.0) + time.perf_counter() - t0
 
 
 def classify_death(outcome: ChildOutcome, timeout_s: float | None) -> tuple[str, dict[str, Any]]:

@@ -376,12 +376,14 @@ def test_the_html_report_holds_its_figures_without_javascript(capsys: pytest.Cap
 def test_the_time_breakdown_sums_each_phase_over_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--table timings: each phase summed over the run's final records, whatever their status; a
     record from before the breakdown counts its child_s unsplit, a child that left no result its
-    wall_s, and each child's start and exit is wall_s - child_s. Shares add up to 1."""
+    wall_s, and each child's start and exit is wall_s - child_s. Shares add up to 1; verify_s's
+    steps are lines within it, left out of the total."""
     records = [json.loads(line) for line in RESULTS.read_text().splitlines()]
     latest = [r for r in records if r["run_id"] == NEW_RUN]
     phases = {"import_s": 1.0, "load_s": 2.0, "compile_s": 3.0, "pairs_s": 4.0, "verify_s": 5.0, "other_s": 0.5}
     split, unsplit, lost = latest[0], latest[1], latest[2]
-    split["timings"] = {**phases, "measure_s": 7.0, "child_s": 15.5, "wall_s": 16.0, "finished_at": 1e9}
+    steps = {"verify_eager_s": 2.0, "verify_compiled_s": 1.5, "verify_compare_s": 0.25}
+    split["timings"] = {**phases, **steps, "measure_s": 7.0, "child_s": 15.5, "wall_s": 16.0, "finished_at": 1e9}
     unsplit["timings"] = {"load_s": 1.0, "measure_s": 2.0, "child_s": 4.0, "wall_s": 4.25}
     lost["timings"] = {"wall_s": 8.0}
     path = tmp_path / "results.jsonl"
@@ -392,9 +394,11 @@ def test_the_time_breakdown_sums_each_phase_over_the_run(tmp_path: Path, capsys:
     document = json.loads(capsys.readouterr().out)
     assert document["run_id"] == NEW_RUN
     breakdown = {line["phase"]: line for line in document["timings"]}
-    assert {k: line["seconds"] for k, line in breakdown.items()} == expected
+    assert {k: line["seconds"] for k, line in breakdown.items()} == {**expected, **steps}
+    assert {k for k, line in breakdown.items() if line["within"] == "verify_s"} == set(steps)
     assert breakdown["outside"]["experiments"] == 2 and breakdown["pairs_s"]["experiments"] == 1
-    assert sum(line["share"] for line in breakdown.values()) == pytest.approx(1.0, abs=1e-5)
+    assert sum(line["share"] for line in breakdown.values() if line["within"] is None) == pytest.approx(1.0, abs=1e-5)
+    assert breakdown["verify_eager_s"]["share"] == pytest.approx(2.0 / sum(expected.values()), rel=1e-5)
     assert breakdown["verify_s"]["share"] == pytest.approx(5.0 / sum(expected.values()), rel=1e-5)
 
     assert cli_main(["report", str(path), "--table", "timings"]) == 0
@@ -402,7 +406,8 @@ def test_the_time_breakdown_sums_each_phase_over_the_run(tmp_path: Path, capsys:
     total = next(line for line in text.splitlines() if line.startswith("total"))
     assert total.split() == ["total", f"{sum(expected.values()):.1f}", "100.0%"]
     assert "timed pairs" in text and "not split (records before the breakdown)" in text
+    assert "of which the two eager runs" in text
     assert cli_main(["report", str(path), "--table", "timings", "--format", "csv"]) == 0
-    assert capsys.readouterr().out.splitlines()[0] == "phase,what,seconds,share,experiments"
+    assert capsys.readouterr().out.splitlines()[0] == "phase,what,seconds,share,experiments,within"
     assert cli_main(["report", str(RESULTS), "--table", "timings"]) == 0
     assert capsys.readouterr().out == f"run {NEW_RUN}: none of its records has timings\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiment_runner.core.record import TIMING_PHASES
+from experiment_runner.core.record import TIMING_PHASES, VERIFY_STEPS
 
 # Named phases must hold all but this share of child_s (the acceptance: the breakdown
 # sums to within 2% of the child's lifetime).
@@ -33,6 +33,11 @@ def check_breakdown(record: dict) -> dict:
     assert phases["calibration_s"] >= sum(t["elapsed_s"] for t in figures.get("calibration", []))
     isolated = figures.get("memory_sample_time", metrics["total_time"])  # samples_from pairs: the one sample
     assert phases["samples_s"] >= sum(isolated)
+    # verification's steps lie inside verify_s, never beside it
+    steps = {k: timings[k] for k in VERIFY_STEPS if k in timings}
+    assert not set(steps) & set(TIMING_PHASES)
+    assert {"verify_eager_s", "verify_compiled_s", "verify_compare_s"} <= set(steps)
+    assert 0 < sum(steps.values()) <= phases["verify_s"]
     return phases
 
 

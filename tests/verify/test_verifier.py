@@ -17,6 +17,7 @@ from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.child.harness import ExperimentHarness
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
+from experiment_runner.core.record import VERIFY_STEPS
 from verifier import (Context, ReferenceMismatch, UnsupportedOutput, compare, identical, policy_for,
                       verify_experiment)
 from verifier.closeness import COSINE_MIN_ELEMENTS, COSINE_THRESHOLD
@@ -650,6 +651,19 @@ def test_eager_raising_is_eager_failed(tmp_path, monkeypatch):
     verification = verify_experiment(harness)
     assert verification["code"] == "EAGER_FAILED"
     assert "ZeroDivisionError" in verification["details"]["error"]["traceback_tail"]
+
+
+def test_each_step_of_the_verification_is_timed(tmp_path, monkeypatch):
+    """The steps that ran have their seconds (core/record.py VERIFY_STEPS); a step that broke
+    keeps the time it took, and the steps after it are absent."""
+    timings: dict[str, float] = {}
+    assert verify_experiment(harness_for("eval", "eager", tmp_path), timings)["code"] == "PASS"
+    assert set(timings) == set(VERIFY_STEPS) and all(seconds > 0 for seconds in timings.values())
+
+    harness, broken = harness_for("eval", None, tmp_path), {}
+    monkeypatch.setattr(harness, "make_step", lambda *a, **k: (_ for _ in ()).throw(ZeroDivisionError("boom")))
+    assert verify_experiment(harness, broken)["code"] == "EAGER_FAILED"
+    assert set(broken) == {"verify_eager_s"}
 
 
 def test_xla_experiments_are_checked_against_native_eager(tmp_path):
