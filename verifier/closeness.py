@@ -26,6 +26,13 @@ A float64 reference whose structure differs from the outputs' (a key, a leaf or 
 size missing, a dict where the outputs hold a tensor) raises ReferenceMismatch: nothing can
 be judged against it, and falling back to cosine similarity would pass what it should judge.
 
+The float64 reference is a third run of the model, in float64, and most comparisons never
+read it: only a one-element leaf that allclose passes (the scalar rule) and a leaf that
+allclose fails where cosine similarity does not decide (the RMSE rule) need it. Given
+DEFERRED instead of a reference, `compare` judges without one and raises ReferenceNeeded at
+the first leaf that needs it, so the verifier builds the reference only then and compares
+again; a comparison that returns under DEFERRED is the one the reference would have given.
+
 Tensor kinds: sparse (any layout) and mkldnn tensors are densified, quantized ones
 dequantized, float8 upcast to float32, packed float4 compared bit for bit, nested tensors
 component by component, meta and fake tensors by shape and dtype only (they hold no
@@ -72,6 +79,29 @@ class UnsupportedOutput(TypeError):
 
 class ReferenceMismatch(UnsupportedOutput):
     """The float64 reference's structure differs from the outputs': nothing can be judged against it."""
+
+
+class ReferenceNeeded(Exception):
+    """A comparison given DEFERRED reached a leaf whose verdict needs the float64 reference."""
+
+    def __init__(self, path: str, rule: str) -> None:
+        self.path, self.rule = path or "<output>", rule
+        super().__init__(f"the {rule} rule needs the float64 reference at {self.path}")
+
+    def where(self) -> dict[str, str]:
+        """The record's reference_needed_at: the leaf, and the rule that needs the reference there."""
+        return {"path": self.path, "rule": self.rule}
+
+
+class _Deferred:
+    """The float64 reference, not built yet (see DEFERRED)."""
+
+    def __repr__(self) -> str:
+        return "DEFERRED"
+
+
+# Pass as `compare`'s fp64_ref to judge without building the reference until a leaf needs it.
+DEFERRED = _Deferred()
 
 
 @dataclass
@@ -143,6 +173,7 @@ class _Rules:
     exact: bool = False
     larger_small_multiplier: bool = False
     referenced: bool = False  # a float64 reference was given: every float leaf must find its own
+    deferred: bool = False  # DEFERRED was given: a leaf that needs the reference raises ReferenceNeeded
 
 
 def compare(ref: Any, res: Any, fp64_ref: Any = None, *, tolerance: float, cosine: bool = False,
@@ -155,10 +186,12 @@ def compare(ref: Any, res: Any, fp64_ref: Any = None, *, tolerance: float, cosin
     use_larger_multiplier_for_smaller_tensor (RMSE multiplier 10 up to 10 elements, 8 up
     to 500). Raises UnsupportedOutput only for Python objects it cannot walk (a set, an
     arbitrary class), ReferenceMismatch for a `fp64_ref` whose structure differs from the
-    outputs'; every tensor kind gets a verdict.
+    outputs'; every tensor kind gets a verdict. `fp64_ref=DEFERRED` raises ReferenceNeeded
+    where a verdict needs the reference (see the module docstring).
     """
+    deferred = fp64_ref is DEFERRED
     rules = _Rules(tol=tolerance, cosine=cosine, larger_small_multiplier=larger_small_multiplier,
-                   referenced=fp64_ref is not None)
+                   referenced=fp64_ref is not None and not deferred, deferred=deferred)
     return _summarize(list(_walk(ref, res, fp64_ref, "", rules)), tolerance)
 
 
@@ -456,6 +489,8 @@ def _compare_tensors(ref: "torch.Tensor", res: "torch.Tensor", fp64: Any,
     leaf.severity = float(ratio.max()) if ratio.numel() else 0.0
     g = None if rules.exact else _reference(fp64, ref, path, rules)
     if torch.allclose(a, b, atol=tol, rtol=tol, equal_nan=True):
+        if rules.deferred and a.numel() == 1 and bool(a.isfinite().all()):
+            raise ReferenceNeeded(path, "scalar")
         if g is not None and a.numel() == 1 and bool((g.isfinite() & a.isfinite()).all()):
             leaf.multiplier = _multiplier(dtype, shape, rules)
             return _scalar_rule(leaf, a, b, g, dtype, rules)
@@ -476,6 +511,8 @@ def _compare_tensors(ref: "torch.Tensor", res: "torch.Tensor", fp64: Any,
         silent, g = (f"the float64 reference is NaN/inf at all {leaf.unreferenced} positions where eager is "
                      "finite, so the leaf is judged as with no reference"), None
     small = a.numel() < COSINE_MIN_ELEMENTS
+    if rules.deferred and not (rules.cosine and not small):
+        raise ReferenceNeeded(path, "rmse")
     if g is None and small:
         leaf.reason = (f"{silent or 'allclose fails and there is no float64 reference'}; a leaf of {a.numel()} < "
                        f"{COSINE_MIN_ELEMENTS} elements is never judged by cosine similarity")
@@ -491,7 +528,7 @@ def _compare_tensors(ref: "torch.Tensor", res: "torch.Tensor", fp64: Any,
             leaf.reason = f"cosine similarity {leaf.cosine:.6f} < {COSINE_THRESHOLD}"
         elif silent:
             leaf.reason = "cosine similarity decided"
-        elif g is None:
+        elif g is None and not rules.deferred:
             leaf.reason = "no float64 reference for this output; cosine similarity decided"
         if silent:
             leaf.reason = f"{silent}: {leaf.reason}"

@@ -5,9 +5,16 @@ same RNG state, so eager, float64 and the experiment see identical weights and i
 
 1. eager twice (natively, not on a lazy XLA device): if the two disagree at all, no comparison can be trusted
    (NONDETERMINISTIC_EAGER_RUN), unless the data lists the model as nondeterministic;
-2. eager in float64, the ground truth the RMSE rule needs (if it fails, cosine decides);
-3. the experiment itself (its dynamo backend, its precision);
-4. compare experiment against eager → PASS or FAIL.
+2. the experiment itself (its dynamo backend, its precision);
+3. compare experiment against eager → PASS or FAIL, first without the float64 reference
+   (closeness.DEFERRED); only where a leaf's verdict needs it (the scalar and RMSE rules),
+4. eager in float64, the ground truth those rules need (if it fails or does not fit, cosine
+   similarity decides), and the comparison again with it.
+
+The record's details say which: `reference_not_needed`, or `reference_needed_at` (the first
+leaf that needed it and its rule) with `reference` (float64, or null and why). A float64 run
+that would have failed matters only where it is needed, as it is the costliest run on a
+large model and the least often read.
 
 Training compares, as PyTorch's harness does (torch._dynamo.testing.collect_results), the
 loss, the output, every parameter's gradient and the updated parameters after
@@ -28,7 +35,7 @@ from typing import Any
 
 from experiment_runner.core.record import phase
 from verifier import memory
-from verifier.closeness import Comparison, compare, identical
+from verifier.closeness import DEFERRED, Comparison, ReferenceNeeded, compare, identical
 from verifier.subject import Subject
 from verifier.tolerances import Context, Policy, policy_for
 
@@ -157,28 +164,41 @@ def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Ve
             **base, "reason": "the verification would not fit in the memory this host has available "
                               f"(about {fits.without_reference / memory.GIB:.1f} GiB more even without the "
                               "float64 reference)"})
-    fp64: Any = None
+    with phase(timings, "verify_compiled_s"):
+        result = run_once(harness, precision, compiled=True)
+        gc.collect()
+    rules = {"tolerance": policy.tolerance, "cosine": policy.cosine,
+             "larger_small_multiplier": policy.larger_multiplier_reason is not None}
+    try:
+        with phase(timings, "verify_compare_s"):
+            outcome: Comparison = compare(eager, result, DEFERRED, **rules)
+        base.update(reference=None, reference_not_needed=True)
+    except ReferenceNeeded as need:
+        base["reference_needed_at"] = need.where()
+        fp64 = float64_reference(reference, fits, base, timings)
+        with phase(timings, "verify_compare_s"):
+            outcome = compare(eager, result, fp64, **rules)
+    return Verification("PASS" if outcome.passed else "FAIL", method=outcome.method,
+                        tolerance=policy.tolerance, details={**base, **outcome.details()})
+
+
+def float64_reference(reference: Subject, fits: memory.MemoryPlan, base: dict[str, Any],
+                      timings: dict[str, float]) -> Any:
+    """Step 4's float64 run, or None where it does not fit or fails (`base` says which)."""
     if not fits.fits(fits.with_reference):
         base.update(reference=None, reference_skipped=(
             f"the float64 reference would need about {fits.with_reference / memory.GIB:.1f} GiB more than is "
             "resident; this host has less available"))
-    else:
-        with phase(timings, "verify_float64_s"):
-            try:
-                fp64 = run_once(reference, "fp64", compiled=False)
-                base["reference"] = "float64"
-            except Exception as exc:  # noqa: BLE001 - without it cosine similarity decides
-                base.update(reference=None, reference_error=_error(exc))
-            gc.collect()
-
-    with phase(timings, "verify_compiled_s"):
-        result = run_once(harness, precision, compiled=True)
+        return None
+    with phase(timings, "verify_float64_s"):
+        try:
+            fp64 = run_once(reference, "fp64", compiled=False)
+            base["reference"] = "float64"
+        except Exception as exc:  # noqa: BLE001 - without it cosine similarity decides
+            fp64 = None
+            base.update(reference=None, reference_error=_error(exc))
         gc.collect()
-    with phase(timings, "verify_compare_s"):
-        outcome: Comparison = compare(eager, result, fp64, tolerance=policy.tolerance, cosine=policy.cosine,
-                                      larger_small_multiplier=policy.larger_multiplier_reason is not None)
-    return Verification("PASS" if outcome.passed else "FAIL", method=outcome.method,
-                        tolerance=policy.tolerance, details={**base, **outcome.details()})
+    return fp64
 
 
 def verify_experiment(harness: Subject, timings: dict[str, float] | None = None) -> dict[str, Any]:

@@ -14,8 +14,8 @@ from experiment_runner.core.options import RunOptions
 from verifier import memory, verify_experiment
 
 
-def harness(tmp_path: Path) -> ExperimentHarness:
-    config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="eager", test="eval",
+def harness(tmp_path: Path, test: str = "eval") -> ExperimentHarness:
+    config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="eager", test=test,
                               precision="fp32", batch_size=4)
     return ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(verify=True), DeviceRuntime(config),
                              tmp_path)
@@ -38,8 +38,9 @@ def test_the_estimate_widens_the_eager_run_to_float64_and_keeps_three_outputs():
     (10, "VERIFIER_SKIPPED", None),  # nothing fits: skipped with the estimate
 ])
 def test_what_does_not_fit_is_left_out_and_said(tmp_path, monkeypatch, available, code, reference):
+    """In training, whose loss needs the float64 reference (the scalar rule)."""
     monkeypatch.setattr(memory, "plan", lambda *args: memory.MemoryPlan(200, 100, available))
-    verification = verify_experiment(harness(tmp_path))
+    verification = verify_experiment(harness(tmp_path, "train"))
     details = verification["details"]
     assert verification["code"] == code, verification
     assert details["memory"]["available_gib"] == (None if available is None else round(available / memory.GIB, 2))
