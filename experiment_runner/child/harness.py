@@ -59,6 +59,9 @@ class ExperimentHarness:
     device: DeviceRuntime
     artifacts_dir: Path
     model: BenchmarkModel | None = None
+    # With --verify, the AOT Inductor package the timed step built, kept for the verifier's
+    # compiled run (see AotInductorModule); discard_aot_package removes it.
+    aot_package: "AotPackage | None" = None
 
     @property
     def config(self) -> ExperimentConfig:
@@ -145,7 +148,9 @@ class ExperimentHarness:
         module = model.module
         if aot:
             target: Any = AotInductorModule(module, self.config.compile_options in FREEZING_OPTIONS,
-                                            self.artifacts_dir / "aot_inductor.pt2")
+                                            self.artifacts_dir / "aot_inductor.pt2", precision,
+                                            reuse=self.aot_package,
+                                            keep=self._keep_aot_package if self.options.verify else None)
         else:
             target = self.compile(module) if compiling and self.options.compile_scope == "model" else module
         args, kwargs = model.args, model.kwargs
@@ -177,6 +182,15 @@ class ExperimentHarness:
             return self.compile(step)
         return step
 
+    def _keep_aot_package(self, package: "AotPackage") -> None:
+        self.aot_package = package
+
+    def discard_aot_package(self) -> None:
+        """Remove the kept AOT Inductor package from disk (it is as large as the weights)."""
+        if self.aot_package is not None:
+            self.aot_package.path.unlink(missing_ok=True)
+            self.aot_package = None
+
 
 def mark_batch_dynamic(model: BenchmarkModel, model_name: str) -> None:
     """The harness's --dynamic-batch-only: in every input tensor the first dimension as long as the
@@ -196,26 +210,67 @@ def mark_batch_dynamic(model: BenchmarkModel, model_name: str) -> None:
     map_tensors((model.args, model.kwargs), mark)
 
 
+@dataclass(frozen=True)
+class AotPackage:
+    """An AOT Inductor package on disk and what it was compiled for: the module's precision, the
+    freezing setting, and its inputs' structure, shapes, dtypes and devices (input_signature)."""
+
+    path: Path
+    precision: str
+    freezing: bool
+    inputs: tuple[Any, ...]
+
+
+def input_signature(args: Any, kwargs: Any) -> tuple[Any, ...]:
+    """What an exported program is specialised to: the inputs' tree structure and, per leaf, a
+    tensor's shape, dtype and device or any other value's repr."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    leaves, spec = tree_flatten((args, kwargs))
+    return (str(spec), *((tuple(leaf.shape), str(leaf.dtype), str(leaf.device)) if isinstance(leaf, torch.Tensor)
+                         else repr(leaf) for leaf in leaves))
+
+
 class AotInductorModule:
     """The harness's --export-aot-inductor: the module exported with torch.export at its first
     call's inputs (non-strict, as the harness), compiled by AOT Inductor into a package, and the
     loaded package run from then on. Compiled on the first call, so that, as with torch.compile,
-    the compilation is the first warm-up iteration's and never a timed one's."""
+    the compilation is the first warm-up iteration's and never a timed one's.
 
-    def __init__(self, module: "torch.nn.Module", freezing: bool, package: Path) -> None:
-        self.module, self.freezing, self.package = module, freezing, package
+    `reuse`, a package compiled for the same precision, freezing and inputs (the timed step's, for
+    the verifier's run of a fresh copy of the model from the same seed, so the same weights), is
+    loaded instead of compiling the module again: the compilation is most of a verification's
+    time, and the verifier then judges the very program that was timed. `keep` gets the package
+    built here and leaves it on disk; without it the package is deleted once loaded.
+    """
+
+    def __init__(self, module: "torch.nn.Module", freezing: bool, package: Path, precision: str = "fp32",
+                 reuse: AotPackage | None = None, keep: Callable[[AotPackage], None] | None = None) -> None:
+        self.module, self.freezing, self.package, self.precision = module, freezing, package, precision
+        self.reuse, self.keep = reuse, keep
         self.loaded: Callable[..., Any] | None = None
+        self.reused = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.loaded is None:
             import torch
 
+            inputs = input_signature(args, kwargs)
+            reuse = self.reuse
+            if (reuse is not None and (reuse.precision, reuse.freezing, reuse.inputs) == (
+                    self.precision, self.freezing, inputs) and reuse.path.exists()):
+                self.loaded, self.reused = torch._inductor.aoti_load_package(str(reuse.path)), True
+                return self.loaded(*args, **kwargs)
             exported = torch.export.export(self.module, args, kwargs, strict=False)
             self.package.parent.mkdir(parents=True, exist_ok=True)
             path = torch._inductor.aoti_compile_and_package(
                 exported, package_path=str(self.package), inductor_configs={"freezing": self.freezing})
             self.loaded = torch._inductor.aoti_load_package(path)
-            Path(path).unlink(missing_ok=True)  # loaded: the package's copy on disk is not needed again
+            if self.keep is None:
+                Path(path).unlink(missing_ok=True)  # loaded: the package's copy on disk is not needed again
+            else:
+                self.keep(AotPackage(Path(path), self.precision, self.freezing, inputs))
         return self.loaded(*args, **kwargs)
 
 

@@ -75,6 +75,7 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
             "environment": describe_environment(), "timings": timings,
         }
     device: DeviceRuntime | None = None
+    harness: ExperimentHarness | None = None
     try:
         with phase(timings, "import_s"):
             import torch  # noqa: F401 - timed apart: it is start-up cost, not the experiment's work
@@ -158,6 +159,8 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
         oom = device.is_oom(exc) if device is not None else isinstance(exc, MemoryError)
         result.update(status="oom" if oom else "error", error=error_block(exc))
     with phase(timings, "finish_s"):
+        if harness is not None:
+            harness.discard_aot_package()
         result["verification_code"] = verification_code(task.options.verify, result["status"],
                                                         result["verification"])
         if device is not None:

@@ -12,10 +12,11 @@ from torch import nn
 
 from benchmark_models.model import BenchmarkModel
 from experiment_runner.child.devices import DeviceRuntime
-from experiment_runner.child.harness import AotInductorModule, ExperimentHarness
+from experiment_runner.child.harness import AotInductorModule, AotPackage, ExperimentHarness, input_signature
 from experiment_runner.child.instrument.dynamo import harness_graph_breaks
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
+from verifier import verify_experiment
 
 
 class Breaking(nn.Module):
@@ -32,10 +33,11 @@ class Breaking(nn.Module):
         return x * 2
 
 
-def harness_for(tmp_path: Path, options: str, batch_size: int | None = None) -> ExperimentHarness:
+def harness_for(tmp_path: Path, options: str, batch_size: int | None = None, verify: bool = False) -> ExperimentHarness:
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="inductor", test="eval",
                               precision="fp32", batch_size=batch_size, compile_options=options)
-    return ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(), DeviceRuntime(config), tmp_path)
+    return ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(verify=verify), DeviceRuntime(config),
+                             tmp_path)
 
 
 @pytest.mark.parametrize("batch_size, marked", [(8, {0}), (1, None)])
@@ -75,3 +77,48 @@ def test_aot_inductor_exports_compiles_and_loads_on_first_call(tmp_path):
         loaded = compiled.loaded
         assert loaded is not None and not package.exists()  # loaded once, its package no longer on disk
         assert torch.allclose(compiled(x), expected, atol=1e-5) and compiled.loaded is loaded
+
+
+def test_a_kept_package_is_loaded_only_for_the_inputs_precision_and_freezing_it_was_built_for(tmp_path, monkeypatch):
+    """Anything else it was not compiled for (another batch, dtype, precision or freezing) compiles afresh."""
+    compiled: list[str] = []
+    monkeypatch.setattr(torch.export, "export", lambda *a, **k: compiled.append("export"))
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", lambda *a, package_path, **k: package_path)
+    monkeypatch.setattr(torch._inductor, "aoti_load_package", lambda path: lambda *args, **kwargs: path)
+    x = torch.randn(3, 8)
+    path = tmp_path / "kept.pt2"
+    path.write_bytes(b"")
+    kept = AotPackage(path, "fp32", True, input_signature((x,), {}))
+
+    def call(inputs: torch.Tensor, precision: str = "fp32", freezing: bool = True) -> AotInductorModule:
+        module = AotInductorModule(nn.Identity(), freezing, tmp_path / "new.pt2", precision, reuse=kept)
+        module(inputs)
+        return module
+
+    assert call(torch.randn(3, 8)).reused and compiled == []
+    for other in (call(torch.randn(4, 8)), call(x.double()), call(x, "bf16"), call(x, freezing=False)):
+        assert not other.reused
+    assert compiled == ["export"] * 4
+    path.unlink()
+    assert not call(x).reused  # a package no longer on disk is not loaded
+
+
+@pytest.mark.e2e  # AOT Inductor runs the C++ compiler
+def test_the_verifier_loads_the_package_the_timed_step_built(tmp_path, monkeypatch):
+    """With --verify the timed step's package stays on disk, and the verifier's compiled run of
+    a fresh copy of the model loads it instead of compiling again; discarding removes it."""
+    compiles: list[str] = []
+    compile_and_package = torch._inductor.aoti_compile_and_package
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package",
+                        lambda *a, **k: compiles.append("compile") or compile_and_package(*a, **k))
+    harness = harness_for(tmp_path, "aot-inductor-freezing", batch_size=4, verify=True)
+    model = harness.load()
+    harness.make_step(model)()
+    package = harness.aot_package
+    assert package is not None and package.path.exists() and compiles == ["compile"]
+    timings: dict[str, float] = {}
+    verification = verify_experiment(harness, timings)
+    assert verification["code"] == "PASS", verification
+    assert compiles == ["compile"] and timings["verify_compiled_s"] > 0  # loaded, not compiled again
+    harness.discard_aot_package()
+    assert not package.path.exists() and harness.aot_package is None
