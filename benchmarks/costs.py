@@ -6,8 +6,10 @@ the package the timed step built. This script runs a few models with `--verify` 
 trees (the one before the change, e.g. from `git archive`, and this one), alternating round after
 round so a drift in the host's load falls on both, and prints per model and tree the median of
 each verification step (`timings.verify_*`), the child's lifetime, the verification code and
-whether the float64 reference was built. With `--results BEFORE AFTER` it only reads two results
-files (records of the same models) and prints the same table.
+whether the float64 reference was built. Each round writes to its own folders (`OUT/before/round1`,
+...), since a rerun into the same folder would resume the finished run. With `--results BEFORE
+AFTER` it only reads results files (each a file, or a folder whose results.jsonl files it reads)
+and prints the same table.
 
     git archive <commit before> | tar -x -C /tmp/before
     python benchmarks/costs.py --before-tree /tmp/before [--rounds 2] [--out /tmp/costs]
@@ -55,11 +57,13 @@ def label_of(record: dict[str, Any]) -> str:
 
 
 def summarize(path: Path) -> dict[str, dict[str, Any]]:
-    """Per model: each column's median over its records, the codes, and where the reference was needed."""
+    """Per model: each column's median over its records (in `path`, or in every results.jsonl under
+    it), the codes, and where the reference was needed."""
     grouped: dict[str, list[dict[str, Any]]] = {}
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        grouped.setdefault(label_of(record), []).append(record)
+    for results in sorted(path.rglob("results.jsonl")) if path.is_dir() else [path]:
+        for line in results.read_text().splitlines():
+            record = json.loads(line)
+            grouped.setdefault(label_of(record), []).append(record)
     out = {}
     for label, records in grouped.items():
         row: dict[str, Any] = {"n": len(records)}
@@ -99,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before-tree", type=Path, help="source tree of the runner before the change")
     parser.add_argument("--after-tree", type=Path, default=ROOT, help="source tree after it (default: this one)")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--first-round", type=int, default=1, help="number the rounds from here (adds rounds to OUT)")
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("/tmp/costs"))
     parser.add_argument("--results", type=Path, nargs=2, metavar=("BEFORE", "AFTER"),
@@ -109,13 +114,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if args.before_tree is None:
             parser.error("--before-tree or --results is required")
-        before_path, after_path = args.out / "before" / "results.jsonl", args.out / "after" / "results.jsonl"
-        for round_ in range(args.rounds):
+        before_path, after_path = args.out / "before", args.out / "after"
+        for round_ in range(args.first_round - 1, args.first_round - 1 + args.rounds):
             trees = [("before", args.before_tree), ("after", args.after_tree)]
             for name, tree in trees if round_ % 2 == 0 else trees[::-1]:
                 for label, flags in MODELS:
                     print(f"round {round_ + 1}, {name}: {label} (load {os.getloadavg()[0]:.2f})", file=sys.stderr)
-                    run_model(tree, flags, args.out / name, args.batch_size)
+                    run_model(tree, flags, args.out / name / f"round{round_ + 1}", args.batch_size)
     print(table(summarize(before_path), summarize(after_path)))
     return 0
 
