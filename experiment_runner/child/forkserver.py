@@ -125,8 +125,8 @@ def serve(xla: bool = False, dynamo: bool = True) -> int:
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     for name in PRELOAD + (DYNAMO_PRELOAD if dynamo else ()) + (XLA_PRELOAD if xla else ()):
         __import__(name)
-    if _cuda_driver_loaded():
-        print("forkserver: the CUDA driver was loaded while preloading; refusing to fork", file=sys.stderr)
+    if _cuda_driver_initialized():
+        print("forkserver: the CUDA driver was initialized while preloading; refusing to fork", file=sys.stderr)
         return 1
     if xla:
         refusal = _xla_unforkable()
@@ -224,11 +224,29 @@ def _xla_unforkable() -> str | None:
     return None
 
 
-def _cuda_driver_loaded() -> bool:
+# CUresult of a driver call made before cuInit.
+CUDA_ERROR_NOT_INITIALIZED = 3
+
+
+def _cuda_driver_initialized() -> bool:
+    """Whether cuInit ran in this process: its children could not use CUDA then.
+
+    Merely loading libcuda is harmless, and some torch builds (2.11+cu130) load it at import;
+    so ask the loaded driver itself: cuDeviceGetCount answers CUDA_ERROR_NOT_INITIALIZED, and
+    initializes nothing, until cuInit has run."""
     try:
-        return "libcuda.so" in Path("/proc/self/maps").read_text()
+        if "libcuda.so" not in Path("/proc/self/maps").read_text():
+            return False
     except OSError:
         return False
+    import ctypes
+
+    count = ctypes.c_int()
+    try:
+        result = ctypes.CDLL("libcuda.so.1").cuDeviceGetCount(ctypes.byref(count))
+    except (OSError, AttributeError):
+        return True  # a libcuda we cannot ask: assume the worst
+    return result != CUDA_ERROR_NOT_INITIALIZED
 
 
 if __name__ == "__main__":
