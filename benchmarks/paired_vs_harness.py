@@ -14,6 +14,10 @@ the other (harness first in odd rounds, ours first in even ones), and prints:
   isolated speedup of that run's eager and compiled experiments;
 - per model, the geometric mean of ours over the harness's across rounds, with its 95% interval.
 
+--device=cuda compares on a GPU (both sides with their CUDA defaults: TF32 matmuls and inductor's
+CUDA graphs); there the machine time is wall seconds, the GPU being held throughout, where on the
+CPU it is CPU seconds.
+
 --dynamic compares the dashboard's dynamic configuration (the harness's --dynamic-shapes
 --dynamic-batch-only, ours --compile-options=dynamic), where the harness also times eager at
 another batch (experiment_runner/child/paired.py).
@@ -76,12 +80,14 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 _SCRIPTS = {"timm": "timm_models.py", "torchbench": "torchbench.py"}
 
 
-def machine_seconds(command: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
-    """CPU seconds (user + system) of the command and everything it waited for."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def machine_seconds(command: list[str], env: dict[str, str], device: str) -> tuple[float, subprocess.CompletedProcess]:
+    """What the command costs the machine: on the CPU its CPU seconds (user + system, with
+    everything it waited for); on a GPU its wall seconds, for which the GPU is held."""
+    before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
     proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), proc
+    after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - started
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return (wall if device == "cuda" else cpu), proc
 
 
 @dataclass(frozen=True)
@@ -102,10 +108,10 @@ class Model:
         return self.name if self.suite == "timm" else f"{self.suite}:{self.name}"
 
 
-def harness(path: Path, model: Model, batch_size: int, dynamic: bool, out: Path,
+def harness(path: Path, model: Model, device: str, batch_size: int, dynamic: bool, out: Path,
             env: dict[str, str]) -> dict[str, object]:
     """The harness's answers for one model: its --accuracy run, then its --performance run."""
-    common = ["--inductor", "--device", "cpu", "--float32", "--inference", "--only", model.name,
+    common = ["--inductor", "--device", device, "--float32", "--inference", "--only", model.name,
               "--batch-size", str(batch_size), *(["--dynamic-shapes", "--dynamic-batch-only"] if dynamic else [])]
     script = str(path / _SCRIPTS[model.suite])
     seconds = 0.0
@@ -116,7 +122,7 @@ def harness(path: Path, model: Model, batch_size: int, dynamic: bool, out: Path,
         # as the dashboard's accuracy and performance jobs do on their own machines.
         cold = {**env, "TORCHINDUCTOR_CACHE_DIR": str(out / f"inductor_cache_{model.suite}_{model.name}_{mode}")}
         spent, proc = machine_seconds([sys.executable, "-c", _HARNESS, script, *common, f"--{mode}",
-                                       "--output", str(csv_path)], cold)
+                                       "--output", str(csv_path)], cold, device)
         seconds += spent
         if proc.returncode != 0 or not csv_path.exists():
             raise RuntimeError(f"the harness's --{mode} run failed: {proc.stderr.strip().splitlines()[-1:]}")
@@ -125,18 +131,18 @@ def harness(path: Path, model: Model, batch_size: int, dynamic: bool, out: Path,
     return {"speedup": found["performance"], "accuracy": found["accuracy"], "machine_s": seconds}
 
 
-def ours(model: Model, batch_size: int, dynamic: bool, out: Path, env: dict[str, str], method: str,
+def ours(model: Model, device: str, batch_size: int, dynamic: bool, out: Path, env: dict[str, str], method: str,
          with_eager: bool) -> dict[str, object]:
     """One run of ours. The paired speedup needs no eager experiment of its own (the compiled
     experiment times its baseline); with_eager adds it, for the isolated speedup beside."""
     folder = out / f"ours_{method}_{model.suite}_{model.name}"
     spent, proc = machine_seconds(
         [sys.executable, "-m", "experiment_runner", f"--suite-name={model.suite}", f"--filter=^{model.name}$",
-         "--accelerator=cpu", *(["--dynamo=None"] if with_eager else []), "--dynamo=inductor", "--test=eval",
+         f"--accelerator={device}", *(["--dynamo=None"] if with_eager else []), "--dynamo=inductor", "--test=eval",
          "--precision=fp32", f"--batch-size={batch_size}", f"--speedup={method}", "--verify", "--no-progress-bar",
          *(["--compile-options=dynamic"] if dynamic else []),
          # the isolated speedup beside needs the compiled experiment's own isolated samples
-         *(["--isolated-samples"] if with_eager else []), f"--output-dirname={folder}"], env)
+         *(["--isolated-samples"] if with_eager else []), f"--output-dirname={folder}"], env, device)
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"experiment_runner failed: {proc.stderr.strip().splitlines()[-1:]}")
     records = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
@@ -156,6 +162,7 @@ def main() -> int:
                         help="SUITE:NAME (timm or torchbench), or a timm NAME; repeatable")
     parser.add_argument("--torchbench", type=Path,
                         help="a pytorch/benchmark checkout (torchbenchmark/ and utils/), for torchbench models")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where both sides run")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--dynamic", action="store_true", help="the dashboard's dynamic configuration on both sides")
     parser.add_argument("--rounds", type=int, default=1, help="times each model runs on both sides")
@@ -181,10 +188,11 @@ def main() -> int:
                 out = Path(args.keep or scratch) / f"round{round_}"
                 out.mkdir(parents=True, exist_ok=True)
                 started = time.time()
-                runs = {"theirs": partial(harness, args.harness, model, args.batch_size, args.dynamic, out, theirs_env),
-                        "mine": partial(ours, model, args.batch_size, args.dynamic, out, env, "harness", False)}
+                where = (model, args.device, args.batch_size, args.dynamic, out)
+                runs = {"theirs": partial(harness, args.harness, *where, theirs_env),
+                        "mine": partial(ours, *where, env, "harness", False)}
                 if args.with_paired:
-                    runs["paired"] = partial(ours, model, args.batch_size, args.dynamic, out, env, "paired", True)
+                    runs["paired"] = partial(ours, *where, env, "paired", True)
                 # Odd rounds run the harness first, even rounds ours: whatever the order does to the
                 # runs that come later (a host warmed or tired by the first) falls on both sides alike.
                 order = list(runs) if round_ % 2 else list(runs)[::-1]
