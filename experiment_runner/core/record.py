@@ -27,6 +27,7 @@ from typing import Any, Iterator
 
 from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS, Experiment, uses_cuda_graphs
 from experiment_runner.core.options import RunOptions
+from experiment_runner.core.protocol import read_phase
 from experiment_runner.core.record_schema import SCHEMA_VERSION
 from experiment_runner.core.results import verification_code
 from experiment_runner.core.stats import summarize
@@ -140,6 +141,17 @@ def classify_death(outcome: ChildOutcome, timeout_s: float | None) -> tuple[str,
     return "crashed", error
 
 
+def last_phase(artifacts_dir: Path | None, status: str) -> dict[str, Any]:
+    """Where a child that left no result was when it died: the phase it last announced
+    (core.protocol.PHASES) and for how long, so a timeout says whether it was compiling,
+    timing or verifying. Empty when it announced none (it died starting, or ran elsewhere)."""
+    found = read_phase(artifacts_dir) if artifacts_dir is not None and status != "skipped" else None
+    if found is None:
+        return {}
+    name, since = found
+    return {"last_phase": name, "last_phase_s": round(max(0.0, time.time() - since), 3)}
+
+
 def split_metrics(figures: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(metrics, measurements): reference keys holding per-repeat lists, and the rest.
 
@@ -237,6 +249,9 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
     else:
         assert outcome is not None
         status, error = classify_death(outcome, timeout_s)
+        error.update(last_phase(artifacts_dir, status))
+        if status == "timeout" and "last_phase" in error:
+            error["message"] += f"; it had been {error['last_phase']} for {error['last_phase_s']:.0f} s"
     result = result or {}
     code = verification_code(ctx.options.verify, status, verification)
     metrics, measurements = split_metrics(result.get("metrics", {}))

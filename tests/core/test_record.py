@@ -4,6 +4,7 @@ only with the kernel's word for it."""
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
-from experiment_runner.core.protocol import Task, publish_result, read_attempt_result
+from experiment_runner.core.protocol import Task, publish_result, read_attempt_result, write_phase
 from experiment_runner.core.record import ChildOutcome, RecordContext, build_record, classify_death
 
 TIMED = {"status": "ok", "error": None, "metrics": {"per_iter_time": [0.01, 0.011]},
@@ -65,6 +66,21 @@ def test_death_during_verification_keeps_the_timings(tmp_path: Path) -> None:
     assert timed_out["metrics"]["per_iter_time"] and "(timeout)" in timed_out["verification"]["details"]["reason"]
     interrupted = record(tmp_path, ChildOutcome(result=outcome.result, returncode=-9, interrupted=True))
     assert interrupted["status"] == "interrupted" and "per_iter_time" not in interrupted["metrics"]
+
+
+def test_a_child_that_left_no_result_says_where_it_was(tmp_path: Path) -> None:
+    attempt = task(tmp_path)
+    write_phase(attempt, "timing pairs")
+    announced = attempt.phase_path.stat().st_mtime
+    os.utime(attempt.phase_path, (announced - 1630, announced - 1630))
+    timed_out = record(tmp_path, ChildOutcome(result=None, returncode=-signal.SIGTERM, timed_out=True))
+    assert timed_out["status"] == "timeout" and timed_out["error"]["last_phase"] == "timing pairs"
+    assert 1630 <= timed_out["error"]["last_phase_s"] < 1630 + 60
+    assert timed_out["error"]["message"].endswith("; it had been timing pairs for 1630 s")
+    crashed = record(tmp_path, ChildOutcome(result=None, returncode=-signal.SIGSEGV))
+    assert crashed["error"]["last_phase"] == "timing pairs" and "timing pairs" not in crashed["error"]["message"]
+    attempt.clear_results()  # a child that died before announcing any phase
+    assert "last_phase" not in record(tmp_path, ChildOutcome(result=None, returncode=-9, timed_out=True))["error"]
 
 
 def test_sigkill_is_oom_only_with_evidence() -> None:

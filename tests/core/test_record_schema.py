@@ -13,6 +13,7 @@ from jsonschema import Draft202012Validator
 
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
+from experiment_runner.core.protocol import PHASES
 from experiment_runner.core.record import REFERENCE_METRICS, ChildOutcome, RecordContext, build_record
 from experiment_runner.core.record_schema import (
     REGENERATE_DOCS,
@@ -130,6 +131,7 @@ def test_the_schema_lists_the_codes_statuses_and_reference_metrics() -> None:
     reference = [name for name, node in field_schema("metrics")["properties"].items()
                  if node.get("type") == "array" and not node.get("deprecated")]
     assert tuple(reference) == REFERENCE_METRICS
+    assert tuple(field_schema("error")["properties"]["last_phase"]["enum"]) == PHASES
 
 
 def fields(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:

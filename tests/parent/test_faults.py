@@ -89,6 +89,7 @@ def test_segfault_is_a_crash_with_its_signal(runs) -> None:
     assert record["error"]["signal"] == "SIGSEGV"
     assert record["error"]["returncode"] == -11
     assert "Extension modules" in record["error"]["traceback_tail"]  # the tail of faulthandler's dump
+    assert record["error"]["last_phase"] == "warm-up"
     log = (runs[1].output_dir / record["artifacts"]["log"]).read_text()
     assert "Fatal Python error: Segmentation fault" in log and "in _segfault" in log
     assert record["verification_code"] == "VERIFIER_DIDNT_RUN"
@@ -180,6 +181,8 @@ def test_hang_is_killed_at_the_timeout(runs) -> None:
     # is test_sigterm_proof_grandchild_is_killed_with_its_group's.
     assert record["timings"]["wall_s"] >= HANG_TIMEOUT_S
     assert str(HANG_TIMEOUT_S) in record["error"]["message"], record["error"]
+    # it hangs in its first forward, which the warm-up runs
+    assert record["error"]["last_phase"] == "warm-up" and "it had been warm-up for" in record["error"]["message"]
 
 
 def test_big_output_goes_to_the_log_not_the_record(runs) -> None:
