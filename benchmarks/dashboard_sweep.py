@@ -37,13 +37,16 @@ from experiment_runner.core import dashboards  # noqa: E402
 SUITES = ("torchbench", "huggingface", "timm")
 
 
-def run_piece(suite: str, output: Path, names: list[str], pattern: str | None, timeout_s: int) -> float:
+def run_piece(suite: str, output: Path, names: list[str], pattern: str | None, timeout_s: int,
+              half_width: float | None) -> float:
     """One run of a suite in the given configurations; the seconds it took."""
     command = [sys.executable, "-m", "experiment_runner", f"--suite-name={suite}",
                *(f"--dashboard={name}" for name in names),
                f"--batch-size={dashboards.accuracy_batch_size(suite)}", "--verify", "--speedup=harness",
                "--no-progress-bar", f"--subprocess-timeout={timeout_s}", f"--output-dirname={output / suite}",
-               *(["-k", pattern] if pattern else [])]
+               *(["-k", pattern] if pattern else []),
+               # at most the harness's 30 pairs, fewer once the speedup's interval is that tight
+               *(["--adaptive-pairs", f"--pairs-half-width={half_width}", "--max-pairs=30"] if half_width else [])]
     started = time.monotonic()
     subprocess.run(command, check=False)
     return time.monotonic() - started
@@ -116,13 +119,17 @@ def main() -> int:
                         help="configuration(s) to run (default: cpu_inductor)")
     parser.add_argument("-k", dest="pattern", help="only the models this regex finds (a piece of a suite)")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per experiment")
+    parser.add_argument("--adaptive-pairs", type=float, metavar="HALF_WIDTH",
+                        help="stop timing pairs once the speedup's 95%% interval is within this share of it "
+                             "(at most the harness's 30 pairs): big models at 2 cores take minutes per pair")
     parser.add_argument("--markdown", action="store_true", help="print the tables of what the runs hold; run nothing")
     args = parser.parse_args()
     if args.markdown:
         print("\n".join(tables(args.output)))
         return 0
     for suite in args.suite or SUITES:
-        seconds = run_piece(suite, args.output, args.dashboard or ["cpu_inductor"], args.pattern, args.timeout)
+        seconds = run_piece(suite, args.output, args.dashboard or ["cpu_inductor"], args.pattern, args.timeout,
+                            args.adaptive_pairs)
         print(f"dashboard_sweep: {suite}: {seconds:.0f} s, load average {os.getloadavg()[0]:.2f} at the end",
               file=sys.stderr)
     return 0
