@@ -3,7 +3,7 @@
 PyTorch's harness (benchmarks/dynamo in pytorch/pytorch, synced as
 userbenchmark/dynamo/dynamobench in pytorch/benchmark) interleaves eager and compiled runs in one
 process and reports the ratio of their medians. This script runs it (from a checkout the user
-points to) and `experiment_runner --verify` on the same timm and torchbench models, one after
+points to) and `experiment_runner --verify` on the same timm, torchbench and huggingface models, one after
 the other (harness first in odd rounds, ours first in even ones), and prints:
 
 - the harness's speedup beside ours with `--speedup=harness` (the same method), with both
@@ -23,7 +23,8 @@ CPU it is CPU seconds.
 another batch (experiment_runner/child/paired.py).
 
 Nothing is downloaded. In the harness's process, timm models are built with pretrained=False and
-torchvision's builders (torchbench's vision models call them) with weights=None, as ours are.
+torchvision's builders (torchbench's vision models call them) with weights=None, as ours are, and
+the five huggingface configurations the harness reads from the hub are ours, shipped as data.
 torchbench models need a pytorch/benchmark checkout (`--torchbench`, the folder holding
 `torchbenchmark/` and `utils/`); only its models whose code builds a torchvision model run
 without its install step. Each harness process compiles cold, on an inductor cache of its own,
@@ -71,13 +72,21 @@ def weightless(build):
     return built
 for name in torchvision.models.list_models(module=torchvision.models):
     setattr(torchvision.models, name, weightless(getattr(torchvision.models, name)))
+# The harness reads five huggingface configurations from the hub: ours ship as data.
+import json, pathlib, transformers
+import benchmark_models
+data = pathlib.Path(benchmark_models.__file__).parent / "data" / "huggingface.json"
+hub = json.loads(data.read_text())["hub_configs"]
+def shipped(name, *args, **kwargs):
+    return transformers.AutoConfig.for_model(hub[name]["model_type"], **hub[name]["values"])
+transformers.AutoConfig.from_pretrained = shipped
 sys.argv = sys.argv[1:]
 sys.path.insert(0, __import__("os").path.dirname(sys.argv[0]))
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 # The harness's script for each suite this script compares.
-_SCRIPTS = {"timm": "timm_models.py", "torchbench": "torchbench.py"}
+_SCRIPTS = {"timm": "timm_models.py", "torchbench": "torchbench.py", "huggingface": "huggingface.py"}
 
 
 def machine_seconds(command: list[str], env: dict[str, str], device: str) -> tuple[float, subprocess.CompletedProcess]:
@@ -162,7 +171,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--harness", type=Path, required=True, help="the dynamobench (or benchmarks/dynamo) folder")
     parser.add_argument("--model", action="append", required=True, type=Model.parse,
-                        help="SUITE:NAME (timm or torchbench), or a timm NAME; repeatable")
+                        help="SUITE:NAME (timm, torchbench or huggingface), or a timm NAME; repeatable")
     parser.add_argument("--torchbench", type=Path,
                         help="a pytorch/benchmark checkout (torchbenchmark/ and utils/), for torchbench models")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where both sides run")
