@@ -58,6 +58,16 @@ def harness_counts_graph_breaks(harness: ExperimentHarness, metrics: dict[str, A
             and config.compile_options not in AOT_INDUCTOR_OPTIONS)
 
 
+def harness_graph_break_count(own: dict[str, Any], replay: Callable[[], int]) -> dict[str, Any]:
+    """`harness_count` and how it was had. A model none of whose frames broke anywhere in this
+    child breaks nowhere in the harness's accuracy loop either (that loop only calls the same
+    forward, and dynamo inlines it whole), so the replay, seconds of tracing, is left out; any
+    break and the loop's frames decide the count, so they are replayed."""
+    if own["total"] == 0:
+        return {"harness_count": 0, "harness_count_method": "no break in any frame compiled"}
+    return {"harness_count": replay(), "harness_count_method": "replayed"}
+
+
 def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Run one experiment in this process and return the worker's result (never raises).
 
@@ -134,8 +144,10 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
             if harness_counts_graph_breaks(harness, result["metrics"]):
                 with phase(timings, "harness_graph_breaks_s"):
                     write_phase(task, "counting graph breaks as the harness")
-                    result["metrics"]["graph_breaks"]["harness_count"] = harness_graph_breaks(
-                        model, lambda: harness.autocast(config.precision), dashboards.harness_iterations())
+                    result["metrics"]["graph_breaks"].update(harness_graph_break_count(
+                        result["metrics"]["graph_breaks"],
+                        lambda: harness_graph_breaks(model, lambda: harness.autocast(config.precision),
+                                                     dashboards.harness_iterations())))
             # The verifier loads its own copies: the timed model, its step and what they hold go
             # first, so verification has the memory they took (verifier/memory.py plans with it).
             with phase(timings, "verify_prepare_s"):

@@ -14,6 +14,7 @@ from benchmark_models.model import BenchmarkModel
 from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.child.harness import AotInductorModule, AotPackage, ExperimentHarness, input_signature
 from experiment_runner.child.instrument.dynamo import harness_graph_breaks
+from experiment_runner.child.main import harness_graph_break_count
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
 from verifier import verify_experiment
@@ -63,6 +64,20 @@ def test_the_harness_graph_break_count_replays_its_accuracy_run_from_a_clean_dyn
     module = Breaking(True).eval()
     torch.compile(module, backend="eager")(torch.randn(2, 4))
     assert count(True) == before
+
+
+def test_the_harness_count_is_replayed_only_where_a_frame_of_the_experiment_broke():
+    replays: list[int] = []
+
+    def replay() -> int:
+        replays.append(1)
+        return 3
+
+    assert harness_graph_break_count({"total": 0}, replay) == {
+        "harness_count": 0, "harness_count_method": "no break in any frame compiled"}
+    assert not replays
+    assert harness_graph_break_count({"total": 1}, replay) == {"harness_count": 3, "harness_count_method": "replayed"}
+    assert replays == [1]
 
 
 @pytest.mark.e2e  # AOT Inductor runs the C++ compiler
