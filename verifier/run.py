@@ -1,11 +1,14 @@
 """The verification procedure inside the experiment's child, after timing.
 
-Every run starts from a fresh copy of the model loaded from the same seed and from the
-same RNG state, so eager, float64 and the experiment see identical weights and inputs:
+Every run starts from the same RNG state and from a fresh copy of the model loaded from the
+same seed (or the timed step, whose model still holds what it was loaded with), so eager,
+float64 and the experiment see identical weights and inputs:
 
 1. eager twice (natively, not on a lazy XLA device): if the two disagree at all, no comparison can be trusted
    (NONDETERMINISTIC_EAGER_RUN), unless the data lists the model as nondeterministic;
-2. the experiment itself (its dynamo backend, its precision);
+2. the experiment itself (its dynamo backend, its precision): the very step that was timed where
+   the child hands it over (a compiled inference step whose model kept the state it was loaded
+   with; run first, then dropped), otherwise a fresh copy compiled anew;
 3. compare experiment against eager → PASS or FAIL, first without the float64 reference
    (closeness.DEFERRED); only where a leaf's verdict needs it (the scalar and RMSE rules),
 4. eager in float64, the ground truth those rules need (if it fails or does not fit, cosine
@@ -126,6 +129,18 @@ def run_once(harness: Subject, precision: str, compiled: bool) -> Any:
                      "params": params})
 
 
+def run_timed_step(harness: Subject) -> Any:
+    """The timed step once more from the seeded RNG state, what to compare; the step is dropped,
+    and the timed model with it, before the eager runs need the memory."""
+    step, harness.timed_step = harness.timed_step, None
+    harness.device.reset_rng(harness.options.seed)
+    out = snapshot(harness.device.run_iteration(step))
+    harness.device.synchronize()
+    del step
+    gc.collect()
+    return out
+
+
 def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Verification:
     """Steps 1 to 4 of the module docstring (may raise: verify_experiment catches); `timings`
     gets each step's seconds (core/record.py VERIFY_STEPS)."""
@@ -135,7 +150,14 @@ def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Ve
     reference = reference_harness(harness)
     base = {**policy.describe(),
             "iterations": harness.options.verify_iterations if harness.config.test == "train" else 1,
-            "eager_device": reference.device.torch_device}
+            "eager_device": reference.device.torch_device,
+            "compiled_run": "timed step" if harness.timed_step is not None else "fresh compile"}
+    if harness.timed_step is None and harness.fresh_compile_reason:
+        base["fresh_compile_reason"] = harness.fresh_compile_reason
+    result = None
+    if harness.timed_step is not None:
+        with phase(timings, "verify_compiled_s"):
+            result = run_timed_step(harness)
     try:
         with phase(timings, "verify_eager_s"):
             gc.collect()
@@ -164,9 +186,10 @@ def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Ve
             **base, "reason": "the verification would not fit in the memory this host has available "
                               f"(about {fits.without_reference / memory.GIB:.1f} GiB more even without the "
                               "float64 reference)"})
-    with phase(timings, "verify_compiled_s"):
-        result = run_once(harness, precision, compiled=True)
-        gc.collect()
+    if result is None:
+        with phase(timings, "verify_compiled_s"):
+            result = run_once(harness, precision, compiled=True)
+            gc.collect()
     rules = {"tolerance": policy.tolerance, "cosine": policy.cosine,
              "larger_small_multiplier": policy.larger_multiplier_reason is not None}
     try:

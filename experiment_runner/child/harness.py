@@ -62,6 +62,10 @@ class ExperimentHarness:
     # With --verify, the AOT Inductor package the timed step built, kept for the verifier's
     # compiled run (see AotInductorModule); discard_aot_package removes it.
     aot_package: "AotPackage | None" = None
+    # With --verify, the step that was timed, handed to the verifier for its compiled run (see
+    # reusable_timed_step); the verifier drops it once it has run it.
+    timed_step: Callable[[], Any] | None = None
+    fresh_compile_reason: str | None = None  # why there is none, when verifying
 
     @property
     def config(self) -> ExperimentConfig:
@@ -190,6 +194,30 @@ class ExperimentHarness:
         if self.aot_package is not None:
             self.aot_package.path.unlink(missing_ok=True)
             self.aot_package = None
+
+
+def state_versions(module: Any) -> dict[str, tuple[int, int]]:
+    """Each parameter's and buffer's identity and in-place version counter: equal before and
+    after running a module unless it replaced or modified its own state."""
+    tensors = [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
+    return {name: (id(tensor), tensor._version) for name, tensor in tensors}
+
+
+def reusable_timed_step(harness: ExperimentHarness, loaded: dict[str, tuple[int, int]],
+                        model: BenchmarkModel) -> str | None:
+    """Why the verifier must compile a fresh copy rather than run the step that was timed, or
+    None where the timed step serves: a compiled inference step whose model still holds the
+    state it was loaded with computes what a fresh compile of a fresh copy would, and running
+    it once more saves tracing and compiling the model again (AOT Inductor reuses its package
+    instead, a training step has moved its weights, XLA steps are left to a fresh compile)."""
+    config = harness.config
+    if config.test != "eval" or config.dynamo is None or config.xla is not None:
+        return "not a compiled inference step off XLA"
+    if config.compile_options in AOT_INDUCTOR_OPTIONS:
+        return "AOT Inductor: the verifier loads the timed step's package"
+    if state_versions(model.module) != loaded:
+        return "the model changed its parameters or buffers while it was timed"
+    return None
 
 
 def mark_batch_dynamic(model: BenchmarkModel, model_name: str) -> None:

@@ -24,6 +24,8 @@ from experiment_runner.child.harness import (
     ExperimentHarness,
     apply_denormal_mode,
     apply_matmul_precision,
+    reusable_timed_step,
+    state_versions,
     time_iterations,
 )
 from experiment_runner.child.instrument.dynamo import harness_graph_breaks
@@ -39,6 +41,10 @@ from experiment_runner.core.results import verification_code
 from benchmark_models import ModelSkipped
 
 TRACEBACK_TAIL_LINES = 15
+# harness_count_method of a model none of whose frames broke: the harness's accuracy loop only
+# calls the same forward, which dynamo inlines whole, so it breaks nowhere either (no replay).
+NO_BREAK = "no break in any frame compiled"
+
 
 def traceback_tail(exc: BaseException, lines: int = TRACEBACK_TAIL_LINES) -> str:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -56,16 +62,6 @@ def harness_counts_graph_breaks(harness: ExperimentHarness, metrics: dict[str, A
     config = harness.config
     return (config.dynamo is not None and config.xla is None and config.test == "eval" and "graph_breaks" in metrics
             and config.compile_options not in AOT_INDUCTOR_OPTIONS)
-
-
-def harness_graph_break_count(own: dict[str, Any], replay: Callable[[], int]) -> dict[str, Any]:
-    """`harness_count` and how it was had. A model none of whose frames broke anywhere in this
-    child breaks nowhere in the harness's accuracy loop either (that loop only calls the same
-    forward, and dynamo inlines it whole), so the replay, seconds of tracing, is left out; any
-    break and the loop's frames decide the count, so they are replayed."""
-    if own["total"] == 0:
-        return {"harness_count": 0, "harness_count_method": "no break in any frame compiled"}
-    return {"harness_count": replay(), "harness_count_method": "replayed"}
 
 
 def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
@@ -104,6 +100,7 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
             write_phase(task, "loading")
             model = harness.model = harness.load()
             result.update(source=model.source, batch_size=model.batch_size)
+            loaded_state = state_versions(model.module)
             result["environment"].update(model.provenance)
             if config.test == "train":
                 result.update(loss=model.recipe.loss if model.loss is None else "model_own",
@@ -141,19 +138,20 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
         split_compile(timings, result["metrics"])
 
         if task.options.verify:
-            if harness_counts_graph_breaks(harness, result["metrics"]):
-                with phase(timings, "harness_graph_breaks_s"):
-                    write_phase(task, "counting graph breaks as the harness")
-                    result["metrics"]["graph_breaks"].update(harness_graph_break_count(
-                        result["metrics"]["graph_breaks"],
-                        lambda: harness_graph_breaks(model, lambda: harness.autocast(config.precision),
-                                                     dashboards.harness_iterations())))
+            counted = harness_counts_graph_breaks(harness, result["metrics"])
+            breaks = result["metrics"].get("graph_breaks")
+            replay = counted and breaks["total"] > 0
+            if counted and not replay:
+                breaks.update(harness_count=0, harness_count_method=NO_BREAK)
             # The verifier loads its own copies: the timed model, its step and what they hold go
-            # first, so verification has the memory they took (verifier/memory.py plans with it).
+            # first, so verification has the memory they took (verifier/memory.py plans with it);
+            # a timed step that serves as the verifier's compiled run goes as soon as that has run.
             with phase(timings, "verify_prepare_s"):
                 from verifier import verify_experiment
 
                 harness.model = None
+                harness.fresh_compile_reason = reusable_timed_step(harness, loaded_state, model)
+                harness.timed_step = step if harness.fresh_compile_reason is None else None
                 del model, step, instrumentation
                 gc.collect()
                 if on_timed is not None:
@@ -165,6 +163,13 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
             with phase(timings, "verify_s"):
                 write_phase(task, "verifying")
                 result["verification"] = verify_experiment(harness, timings)
+            if replay:
+                # After verification: the replay resets dynamo, which drops the timed step's code.
+                with phase(timings, "harness_graph_breaks_s"):
+                    write_phase(task, "counting graph breaks as the harness")
+                    breaks.update(harness_count=harness_graph_breaks(
+                        harness.load(), lambda: harness.autocast(config.precision), dashboards.harness_iterations()),
+                        harness_count_method="replayed")
     except ModelSkipped as exc:
         result.update(status="skipped", error={"type": "ModelSkipped", "message": str(exc)})
     except BaseException as exc:  # noqa: BLE001 - every failure must become data

@@ -29,8 +29,8 @@ from experiment_runner.core.matrix import Experiment
 from experiment_runner.core.options import RunOptions
 
 # What a running worker can be busy with, in order; "warm-up" holds dynamo's compilation.
-PHASES: tuple[str, ...] = ("loading", "warm-up", "timing", "timing pairs", "instrumenting",
-                          "counting graph breaks as the harness", "verifying")
+PHASES: tuple[str, ...] = ("loading", "warm-up", "timing", "timing pairs", "instrumenting", "verifying",
+                          "counting graph breaks as the harness")
 PHASE_FILE = "phase"
 
 

@@ -54,7 +54,7 @@ REFERENCE_METRICS: tuple[str, ...] = (
 # them holds (child_s minus the rest). A phase that did not run is absent.
 TIMING_PHASES: tuple[str, ...] = (
     "import_s", "setup_s", "load_s", "build_step_s", "warmup_s", "compile_s", "calibration_s", "samples_s",
-    "pairs_warmup_s", "pairs_s", "instrument_s", "harness_graph_breaks_s", "verify_prepare_s", "verify_s",
+    "pairs_warmup_s", "pairs_s", "instrument_s", "verify_prepare_s", "verify_s", "harness_graph_breaks_s",
     "finish_s", "other_s")
 # verify_s's steps, each inside it (never summed with TIMING_PHASES): the two eager runs, the float64
 # reference (only when a comparison needs it), the experiment's own run, and the comparisons (the

@@ -14,9 +14,10 @@ from benchmark_models.model import BenchmarkModel
 from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.child.harness import AotInductorModule, AotPackage, ExperimentHarness, input_signature
 from experiment_runner.child.instrument.dynamo import harness_graph_breaks
-from experiment_runner.child.main import harness_graph_break_count
+from experiment_runner.child.main import NO_BREAK, run_task
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
+from experiment_runner.core.protocol import Task
 from verifier import verify_experiment
 
 
@@ -66,18 +67,28 @@ def test_the_harness_graph_break_count_replays_its_accuracy_run_from_a_clean_dyn
     assert count(True) == before
 
 
-def test_the_harness_count_is_replayed_only_where_a_frame_of_the_experiment_broke():
-    replays: list[int] = []
-
-    def replay() -> int:
-        replays.append(1)
-        return 3
-
-    assert harness_graph_break_count({"total": 0}, replay) == {
-        "harness_count": 0, "harness_count_method": "no break in any frame compiled"}
-    assert not replays
-    assert harness_graph_break_count({"total": 1}, replay) == {"harness_count": 3, "harness_count_method": "replayed"}
-    assert replays == [1]
+@pytest.mark.e2e  # run_task describes the host (uname)
+@pytest.mark.parametrize("model, method", [("whole", NO_BREAK), ("breaks", "replayed")])
+def test_the_harness_count_is_replayed_after_verification_only_where_a_frame_broke(tmp_path, monkeypatch, model,
+                                                                                     method):
+    monkeypatch.setenv("EXPERIMENT_RUNNER_SUITES", "graph_break=graph_break_suite:GraphBreakSuite")
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "support"))
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="eager", test="eval",
+                              precision="fp32", batch_size=2)
+    task = Task(Experiment("graph_break", model, config), RunOptions(verify=True, repeat=1), str(tmp_path))
+    result = run_task(task)
+    breaks = result["metrics"]["graph_breaks"]
+    assert result["status"] == "ok" and result["verification_code"] == "PASS", result["error"]
+    assert breaks["harness_count_method"] == method
+    assert (breaks["total"] > 0) == (breaks["harness_count"] > 0) == (model == "breaks")
+    # The verifier ran the timed step either way: a replay comes after it, as it resets dynamo.
+    assert result["verification"]["details"]["compiled_run"] == "timed step"
+    phases = list(result["timings"])
+    assert ("harness_graph_breaks_s" in phases) == (method == "replayed")
+    if method == "replayed":
+        assert phases.index("harness_graph_breaks_s") > phases.index("verify_s")
 
 
 @pytest.mark.e2e  # AOT Inductor runs the C++ compiler

@@ -25,6 +25,8 @@ def test_a_cpu_dashboard_configuration_runs_verifies_and_is_recorded_under_its_n
         # the verifier loaded the timed step's package, and the child removed it when it finished
         assert not list(run.output_dir.rglob("*.pt2"))
     else:
+        # the verifier ran the step that was timed instead of compiling a fresh copy
+        assert record["verification"]["details"]["compiled_run"] == "timed step"
         # no frame broke, so nothing was replayed to say the harness's count is 0 too
         assert (breaks["total"], breaks["harness_count"], breaks["harness_count_method"]) == (
             0, 0, "no break in any frame compiled")
