@@ -98,6 +98,36 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def dummy_harness(tmp_path: Path, test: str = "eval", dynamo: str | None = "eager",
+                  compile_options: str = "default") -> Any:
+    """The dummy model's experiment (fp32, batch 4, --verify) as the verifier gets it from the child."""
+    from experiment_runner.child.devices import DeviceRuntime
+    from experiment_runner.child.harness import ExperimentHarness
+    from experiment_runner.core.matrix import Experiment, ExperimentConfig
+    from experiment_runner.core.options import RunOptions
+
+    config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=dynamo, test=test,
+                              precision="fp32", batch_size=4, compile_options=compile_options)
+    return ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(verify=True), DeviceRuntime(config),
+                             tmp_path)
+
+
+@pytest.fixture
+def verifier_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """Every fresh copy the verifier's procedure runs: (precision, compiled)."""
+    from verifier import run as verifier_run
+
+    runs: list[tuple[str, bool]] = []
+    real = verifier_run.run_once
+
+    def counted(harness: Any, precision: str, compiled: bool) -> Any:
+        runs.append((precision, compiled))
+        return real(harness, precision, compiled)
+
+    monkeypatch.setattr(verifier_run, "run_once", counted)
+    return runs
+
+
 # The markers handed out during the current test: `end_marked_processes` ends what carries them.
 _MARKERS: list[str] = []
 # A marker is matched against every command line on the machine, and what matches is killed:

@@ -13,10 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiment_runner.child.devices import DeviceRuntime
-from experiment_runner.child.harness import ExperimentHarness
-from experiment_runner.core.matrix import Experiment, ExperimentConfig
-from experiment_runner.core.options import RunOptions
+from conftest import dummy_harness
 from verifier import DEFERRED, ReferenceNeeded, compare, verify_experiment
 from verifier import run as verifier_run
 
@@ -108,46 +105,24 @@ def test_no_verdict_changes_on_the_agreement_corpus():
 
 # --- the procedure ------------------------------------------------------------------------
 
-def harness_for(test: str, dynamo: str | None, tmp_path: Path) -> ExperimentHarness:
-    config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=dynamo, test=test,
-                              precision="fp32", batch_size=4)
-    return ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(verify=True), DeviceRuntime(config),
-                             tmp_path)
-
-
-@pytest.fixture
-def float64_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Counts the procedure's float64 runs."""
-    runs: list[str] = []
-    real = verifier_run.run_once
-
-    def counted(harness, precision, compiled):
-        if precision == "fp64":
-            runs.append(precision)
-        return real(harness, precision, compiled)
-
-    monkeypatch.setattr(verifier_run, "run_once", counted)
-    return runs
-
-
-def test_an_eval_output_allclose_passes_builds_no_reference(tmp_path, float64_runs):
+def test_an_eval_output_allclose_passes_builds_no_reference(tmp_path, verifier_runs):
     timings: dict[str, float] = {}
-    verification = verify_experiment(harness_for("eval", "eager", tmp_path), timings)
+    verification = verify_experiment(dummy_harness(tmp_path, "eval", "eager"), timings)
     assert verification["code"] == "PASS" and verification["method"] == "allclose"
     details = verification["details"]
     assert details["reference_not_needed"] is True and details["reference"] is None
     assert "reference_needed_at" not in details
-    assert float64_runs == [] and "verify_float64_s" not in timings
+    assert ("fp64", False) not in verifier_runs and "verify_float64_s" not in timings
 
 
-def test_a_training_loss_builds_the_reference_and_says_where(tmp_path, float64_runs):
+def test_a_training_loss_builds_the_reference_and_says_where(tmp_path, verifier_runs):
     timings: dict[str, float] = {}
-    verification = verify_experiment(harness_for("train", "eager", tmp_path), timings)
+    verification = verify_experiment(dummy_harness(tmp_path, "train", "eager"), timings)
     assert verification["code"] == "PASS"
     details = verification["details"]
     assert details["reference_needed_at"] == {"path": "loss", "rule": "scalar"}
     assert details["reference"] == "float64" and "reference_not_needed" not in details
-    assert float64_runs == ["fp64"] and timings["verify_float64_s"] > 0
+    assert verifier_runs.count(("fp64", False)) == 1 and timings["verify_float64_s"] > 0
 
 
 def test_a_float64_run_that_would_fail_matters_only_where_it_is_needed(tmp_path, monkeypatch):
@@ -159,8 +134,8 @@ def test_a_float64_run_that_would_fail_matters_only_where_it_is_needed(tmp_path,
         return real(harness, precision, compiled)
 
     monkeypatch.setattr(verifier_run, "run_once", broken_float64)
-    unneeded = verify_experiment(harness_for("eval", "eager", tmp_path))["details"]
+    unneeded = verify_experiment(dummy_harness(tmp_path, "eval", "eager"))["details"]
     assert unneeded["reference_not_needed"] is True and "reference_error" not in unneeded
-    needed = verify_experiment(harness_for("train", "eager", tmp_path))
+    needed = verify_experiment(dummy_harness(tmp_path, "train", "eager"))
     assert needed["code"] == "PASS" and needed["details"]["reference"] is None  # allclose decides the loss
     assert "no float64 kernel" in needed["details"]["reference_error"]["message"]

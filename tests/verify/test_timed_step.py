@@ -4,42 +4,15 @@ it was loaded with. Anything else compiles a fresh copy, and the record says why
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 from benchmark_models.model import BenchmarkModel
-from experiment_runner.child.devices import DeviceRuntime
+from conftest import dummy_harness
 from experiment_runner.child.harness import ExperimentHarness, reusable_timed_step, state_versions
-from experiment_runner.core.matrix import Experiment, ExperimentConfig
-from experiment_runner.core.options import RunOptions
-from verifier import run as verifier_run
 from verifier import verify_experiment
-
-
-def harness_for(tmp_path: Path, test: str = "eval", dynamo: str | None = "eager",
-                compile_options: str = "default") -> ExperimentHarness:
-    config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=dynamo, test=test,
-                              precision="fp32", batch_size=4, compile_options=compile_options)
-    return ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(verify=True), DeviceRuntime(config),
-                             tmp_path)
-
-
-@pytest.fixture
-def compiled_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The precisions of the fresh copies the procedure compiles."""
-    runs: list[str] = []
-    real = verifier_run.run_once
-
-    def counted(harness, precision, compiled):
-        if compiled:
-            runs.append(precision)
-        return real(harness, precision, compiled)
-
-    monkeypatch.setattr(verifier_run, "run_once", counted)
-    return runs
 
 
 def timed(harness: ExperimentHarness) -> ExperimentHarness:
@@ -51,28 +24,29 @@ def timed(harness: ExperimentHarness) -> ExperimentHarness:
     return harness
 
 
-def test_the_timed_step_is_the_compiled_run_and_is_dropped_after_it(tmp_path, compiled_runs):
-    harness = timed(harness_for(tmp_path))
+def test_the_timed_step_is_the_compiled_run_and_is_dropped_after_it(tmp_path, verifier_runs):
+    harness = timed(dummy_harness(tmp_path))
     timings: dict[str, float] = {}
     verification = verify_experiment(harness, timings)
     assert verification["code"] == "PASS", verification
     assert verification["details"]["compiled_run"] == "timed step"
-    assert compiled_runs == [] and harness.timed_step is None and timings["verify_compiled_s"] > 0
+    assert not any(compiled for _, compiled in verifier_runs) and harness.timed_step is None
+    assert timings["verify_compiled_s"] > 0
 
 
-def test_what_the_timed_step_computes_is_what_is_judged(tmp_path, compiled_runs):
-    harness = timed(harness_for(tmp_path))
+def test_what_the_timed_step_computes_is_what_is_judged(tmp_path, verifier_runs):
+    harness = timed(dummy_harness(tmp_path))
     step = harness.timed_step
     harness.timed_step = lambda: step() * 1.5
     verification = verify_experiment(harness)
-    assert verification["code"] == "FAIL" and compiled_runs == []
+    assert verification["code"] == "FAIL" and not any(compiled for _, compiled in verifier_runs)
 
 
-def test_without_it_a_fresh_copy_is_compiled_and_the_record_says_why(tmp_path, compiled_runs):
-    harness = harness_for(tmp_path)
+def test_without_it_a_fresh_copy_is_compiled_and_the_record_says_why(tmp_path, verifier_runs):
+    harness = dummy_harness(tmp_path)
     harness.fresh_compile_reason = "the model changed its parameters or buffers while it was timed"
     verification = verify_experiment(harness)
-    assert verification["code"] == "PASS" and compiled_runs == ["fp32"]
+    assert verification["code"] == "PASS" and ("fp32", True) in verifier_runs
     assert verification["details"]["compiled_run"] == "fresh compile"
     assert verification["details"]["fresh_compile_reason"] == harness.fresh_compile_reason
 
@@ -95,7 +69,7 @@ class Counting(nn.Module):
 
 @pytest.mark.parametrize("mutation, reusable", [(None, True), ("in place", False), ("replaced", False)])
 def test_a_model_that_changed_its_state_while_timed_is_compiled_afresh(tmp_path, mutation, reusable):
-    harness = harness_for(tmp_path)
+    harness = dummy_harness(tmp_path)
     model = BenchmarkModel(module=Counting(mutation).eval(), args=(torch.randn(2, 4),), batch_size=2)
     loaded = state_versions(model.module)
     step = harness.make_step(model)
@@ -110,6 +84,6 @@ def test_a_model_that_changed_its_state_while_timed_is_compiled_afresh(tmp_path,
 @pytest.mark.parametrize("test, dynamo, options", [("train", "eager", "default"), ("eval", None, "default"),
                                                     ("eval", "inductor", "aot-inductor")])
 def test_only_a_compiled_inference_step_serves(tmp_path, test, dynamo, options):
-    harness = harness_for(tmp_path, test, dynamo, options)
+    harness = dummy_harness(tmp_path, test, dynamo, options)
     model = BenchmarkModel(module=Counting(None).eval(), args=(torch.randn(2, 4),), batch_size=2)
     assert reusable_timed_step(harness, state_versions(model.module), model) is not None
