@@ -151,9 +151,9 @@ def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Ve
     base = {**policy.describe(),
             "iterations": harness.options.verify_iterations if harness.config.test == "train" else 1,
             "eager_device": reference.device.torch_device,
-            "compiled_run": "timed step" if harness.timed_step is not None else "fresh compile"}
-    if harness.timed_step is None and harness.fresh_compile_reason:
-        base["fresh_compile_reason"] = harness.fresh_compile_reason
+            "compiled_run": "timed step" if harness.timed_step is not None else "fresh copy"}
+    if harness.timed_step is None and harness.fresh_copy_reason:
+        base["fresh_copy_reason"] = harness.fresh_copy_reason
     result = None
     if harness.timed_step is not None:
         with phase(timings, "verify_compiled_s"):

@@ -54,10 +54,10 @@ class Subject(Protocol):
     @property
     def config(self) -> ExperimentConfig: ...
 
-    # The experiment's step as it was timed, for the compiled run, or None (and why not) to
-    # compile a fresh copy; the verifier sets it to None once it has run it.
+    # The experiment's step as it was timed, for the experiment's run, or None (and why not) to
+    # run a fresh copy; the verifier sets it to None once it has run it.
     timed_step: Callable[[], Any] | None
-    fresh_compile_reason: str | None
+    fresh_copy_reason: str | None
 
     def load(self, precision: str | None = None) -> "BenchmarkModel":
         """A fresh copy of the model, seeded, cast to `precision`."""

@@ -65,7 +65,7 @@ class ExperimentHarness:
     # With --verify, the step that was timed, handed to the verifier for its compiled run (see
     # reusable_timed_step); the verifier drops it once it has run it.
     timed_step: Callable[[], Any] | None = None
-    fresh_compile_reason: str | None = None  # why there is none, when verifying
+    fresh_copy_reason: str | None = None  # why there is none, when verifying
 
     @property
     def config(self) -> ExperimentConfig:
@@ -205,11 +205,11 @@ def state_versions(module: Any) -> dict[str, tuple[int, int]]:
 
 def reusable_timed_step(harness: ExperimentHarness, loaded: dict[str, tuple[int, int]],
                         model: BenchmarkModel) -> str | None:
-    """Why the verifier must compile a fresh copy rather than run the step that was timed, or
+    """Why the verifier must run a fresh copy rather than the step that was timed, or
     None where the timed step serves: a compiled inference step whose model still holds the
     state it was loaded with computes what a fresh compile of a fresh copy would, and running
     it once more saves tracing and compiling the model again (AOT Inductor reuses its package
-    instead, a training step has moved its weights, XLA steps are left to a fresh compile)."""
+    instead, a training step has moved its weights, XLA steps are left to a fresh copy)."""
     config = harness.config
     if config.test != "eval" or config.dynamo is None or config.xla is not None:
         return "not a compiled inference step off XLA"

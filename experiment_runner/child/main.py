@@ -150,8 +150,8 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
                 from verifier import verify_experiment
 
                 harness.model = None
-                harness.fresh_compile_reason = reusable_timed_step(harness, loaded_state, model)
-                harness.timed_step = step if harness.fresh_compile_reason is None else None
+                harness.fresh_copy_reason = reusable_timed_step(harness, loaded_state, model)
+                harness.timed_step = step if harness.fresh_copy_reason is None else None
                 del model, step, instrumentation
                 gc.collect()
                 if on_timed is not None:

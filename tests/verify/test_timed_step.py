@@ -44,11 +44,11 @@ def test_what_the_timed_step_computes_is_what_is_judged(tmp_path, verifier_runs)
 
 def test_without_it_a_fresh_copy_is_compiled_and_the_record_says_why(tmp_path, verifier_runs):
     harness = dummy_harness(tmp_path)
-    harness.fresh_compile_reason = "the model changed its parameters or buffers while it was timed"
+    harness.fresh_copy_reason = "the model changed its parameters or buffers while it was timed"
     verification = verify_experiment(harness)
     assert verification["code"] == "PASS" and ("fp32", True) in verifier_runs
-    assert verification["details"]["compiled_run"] == "fresh compile"
-    assert verification["details"]["fresh_compile_reason"] == harness.fresh_compile_reason
+    assert verification["details"]["compiled_run"] == "fresh copy"
+    assert verification["details"]["fresh_copy_reason"] == harness.fresh_copy_reason
 
 
 class Counting(nn.Module):
