@@ -62,12 +62,16 @@ def harness_mode(test: str | None) -> str:
     return MAPPING["mode"][str(test)]
 
 
-def accuracy_status(result: ModelResult) -> str:
-    """The harness's accuracy status for one compiled experiment (data/dynamo_export.json)."""
+def accuracy_status(result: ModelResult, verified: bool) -> str:
+    """The harness's accuracy status for one compiled experiment (data/dynamo_export.json);
+    `verified`: the verifier ran on it (its record has a verification block), which tells a
+    VERIFIER_SKIPPED of the verifier's (a model too large to judge) from a run without --verify."""
     row, base = result.row, result.baseline
     if base is not None and base.status != "ok":
         return MAPPING["baseline_failed"]
     if row.status == "ok":
+        if row.verification_code == "VERIFIER_SKIPPED" and not verified:
+            return MAPPING["unverified"]
         return MAPPING["verification"].get(str(row.verification_code), MAPPING["verification_default"])
     return MAPPING["status"].get(row.status, MAPPING["status_default"])
 
@@ -137,7 +141,8 @@ class Exported:
     def accuracy(self) -> dict[str, Any]:
         r = self.row
         return {"dev": r.accelerator, "name": r.model, "batch_size": r.batch_size,
-                "accuracy": accuracy_status(self.result), **self.graph_stats()}
+                "accuracy": accuracy_status(self.result, self.record.get("verification") is not None),
+                **self.graph_stats()}
 
 
 def _peak(row: Row | None) -> float | None:

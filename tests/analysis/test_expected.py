@@ -4,6 +4,7 @@ models the file expects that the run lacks."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -96,3 +97,27 @@ def test_models_expected_but_absent_from_the_run_are_listed(tmp_path: Path,
     assert "inductor_torchbench_float32_inference_cpu: 2 model(s) of e.csv not in this run: alexnet, vgg16" in lines
     assert lines[-1].endswith("as expected; 2 expected model(s) not in this run"), out
     assert code == 0, "the harness's checks read only the run's models; a missing one is listed, not failed"
+
+
+@pytest.mark.parametrize("verification, status", [
+    ({"code": "VERIFIER_SKIPPED", "method": None, "tolerance": None,
+      "details": {"reason": "too large to hold eager, compiled and float64 runs at once (accuracy.skip.large_models)"}},
+     "pass_due_to_skip"),
+    (None, "pass")])
+def test_a_model_the_verifier_declined_is_the_harness_s_pass_due_to_skip(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], verification: dict | None, status: str) -> None:
+    """PyTorch's accuracy run writes pass_due_to_skip for the models it does not judge (too large);
+    ours declines the same models with VERIFIER_SKIPPED. A run without --verify, whose records say
+    VERIFIER_SKIPPED too, stays `pass`, as the harness's --performance mode judges nothing either."""
+    records = [json.loads(line) for line in RESULTS.read_text().splitlines()]
+    for record in records:
+        if record["model"]["model_name"] == "llama" and record["run_id"] == "20250102T000000Z-bbbbbb" and (
+                record["experiment"]["dynamo"], record["experiment"]["test"], record["experiment"]["accelerator"]) == (
+                "inductor", "eval", "cpu"):
+            record.update(verification_code="VERIFIER_SKIPPED", verification=verification)
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "e.csv").write_text(GOOD.replace("llama,pass,0", f"llama,{status},0"))
+    code = cli_main(["check-expected", str(results), "--expected", str(tmp_path / "e.csv"), *GROUP])
+    out, _ = capsys.readouterr()
+    assert code == 0 and out.strip().endswith(": as expected"), out
