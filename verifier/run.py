@@ -134,8 +134,9 @@ def run_timed_step(harness: Subject) -> Any:
     and the timed model with it, before the eager runs need the memory."""
     step, harness.timed_step = harness.timed_step, None
     harness.device.reset_rng(harness.options.seed)
-    out = snapshot(harness.device.run_iteration(step))
+    out = harness.device.run_iteration(step)
     harness.device.synchronize()
+    out = snapshot(out)
     del step
     gc.collect()
     return out
