@@ -137,7 +137,11 @@ def harness(path: Path, model: Model, device: str, batch_size: int, dynamic: boo
             raise RuntimeError(f"the harness's --{mode} run failed: {proc.stderr.strip().splitlines()[-1:]}")
         row = next(csv.DictReader(csv_path.open()))
         found[mode] = row["accuracy"] if mode == "accuracy" else float(row["speedup"])
-    return {"speedup": found["performance"], "accuracy": found["accuracy"], "machine_s": seconds}
+        if mode == "performance":  # abs_latency is its compiled median in ms; eager is that times the speedup
+            found["latency_ms"] = {"eager": float(row["abs_latency"]) * float(row["speedup"]),
+                                   "compiled": float(row["abs_latency"])}
+    return {"speedup": found["performance"], "accuracy": found["accuracy"], "machine_s": seconds,
+            "latency_ms": found["latency_ms"]}
 
 
 def ours(model: Model, device: str, batch_size: int, dynamic: bool, out: Path, env: dict[str, str], method: str,
@@ -160,7 +164,10 @@ def ours(model: Model, device: str, batch_size: int, dynamic: bool, out: Path, e
     eager = next((r for r in records if r["experiment"]["dynamo"] is None), None)
     isolated = (eager["stats"]["per_iter_time"]["median"] / compiled["stats"]["per_iter_time"]["median"]
                 if eager is not None else None)
-    return {"speedup": compiled["measurements"]["paired"]["speedup"], "isolated": isolated,
+    paired = compiled["measurements"]["paired"]
+    latency_ms = {side: 1e3 * statistics.median(paired[f"{key}_per_iter_time"])
+                  for side, key in (("eager", "baseline"), ("compiled", "compiled"))}
+    return {"speedup": paired["speedup"], "isolated": isolated, "latency_ms": latency_ms,
             "pairs": compiled["measurements"]["paired"]["pairs"],
             "stop_reason": compiled["measurements"]["paired"]["stop_reason"],
             "accuracy": compiled["verification_code"], "machine_s": spent,
@@ -222,7 +229,10 @@ def main() -> int:
                       f"{row['harness_s']:.1f} | {row['ours_s']:.1f} | {row['ours_s'] / row['harness_s']:.2f} |",
                       flush=True)
                 print(f"<!-- {model}: {time.time() - started:.0f} s wall; ours timed {mine['pairs']} pairs "
-                      f"({mine['stop_reason']}); timings of ours (harness) "
+                      f"({mine['stop_reason']}); median ms eager/compiled: harness "
+                      f"{theirs['latency_ms']['eager']:.1f}/{theirs['latency_ms']['compiled']:.1f}, ours "
+                      f"{mine['latency_ms']['eager']:.1f}/{mine['latency_ms']['compiled']:.1f}; "
+                      f"timings of ours (harness) "
                       f"{json.dumps(mine['timings'])} -->", file=sys.stderr)
     for model, found in rows.items():
         median = {key: statistics.median(r[key] for r in found) for key in found[0]}
