@@ -145,7 +145,7 @@ def harness(path: Path, model: Model, device: str, batch_size: int, dynamic: boo
 
 
 def ours(model: Model, device: str, batch_size: int, dynamic: bool, out: Path, env: dict[str, str], method: str,
-         with_eager: bool, adaptive: bool = False) -> dict[str, object]:
+         with_eager: bool, adaptive: tuple[str, ...] = ()) -> dict[str, object]:
     """One run of ours. The paired speedup needs no eager experiment of its own (the compiled
     experiment times its baseline); with_eager adds it, for the isolated speedup beside."""
     folder = out / f"ours_{method}_{model.suite}_{model.name}"
@@ -155,7 +155,7 @@ def ours(model: Model, device: str, batch_size: int, dynamic: bool, out: Path, e
          "--precision=fp32", f"--batch-size={batch_size}", f"--speedup={method}", "--verify", "--no-progress-bar",
          *(["--compile-options=dynamic"] if dynamic else []),
          # the isolated speedup beside needs the compiled experiment's own isolated samples
-         *(["--isolated-samples"] if with_eager else []), *(["--adaptive-pairs"] if adaptive else []),
+         *(["--isolated-samples"] if with_eager else []), *adaptive,
          f"--output-dirname={folder}"], env, device)
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"experiment_runner failed: {proc.stderr.strip().splitlines()[-1:]}")
@@ -190,8 +190,17 @@ def main() -> int:
     parser.add_argument("--adaptive-pairs", action="store_true",
                         help="ours times pairs until the ratio's interval is narrow enough (--adaptive-pairs), "
                              "not the harness's fixed 30: the machine time a night would spend")
+    parser.add_argument("--pairs-half-width", type=float,
+                        help="with --adaptive-pairs: ours' --pairs-half-width (default: the runner's)")
+    parser.add_argument("--max-pairs", type=int,
+                        help="with --adaptive-pairs: ours' --max-pairs (default: the runner's)")
     parser.add_argument("--keep", type=Path, help="keep both sides' outputs in this folder (default: a temporary one)")
     args = parser.parse_args()
+    if not args.adaptive_pairs and (args.pairs_half_width is not None or args.max_pairs is not None):
+        parser.error("--pairs-half-width and --max-pairs need --adaptive-pairs")
+    adaptive = (("--adaptive-pairs",) if args.adaptive_pairs else ()) + tuple(
+        f"--{flag}={value}" for flag, value in (("pairs-half-width", args.pairs_half_width),
+                                                ("max-pairs", args.max_pairs)) if value is not None)
     if args.torchbench is None and any(model.suite == "torchbench" for model in args.model):
         parser.error("torchbench models need --torchbench, a pytorch/benchmark checkout")
     repo = str(Path(__file__).resolve().parents[1])
@@ -212,7 +221,7 @@ def main() -> int:
                 started = time.time()
                 where = (model, args.device, args.batch_size, args.dynamic, out)
                 runs = {"theirs": partial(harness, args.harness, *where, theirs_env),
-                        "mine": partial(ours, *where, env, "harness", False, args.adaptive_pairs)}
+                        "mine": partial(ours, *where, env, "harness", False, adaptive)}
                 if args.with_paired:
                     runs["paired"] = partial(ours, *where, env, "paired", True)
                 # Odd rounds run the harness first, even rounds ours: whatever the order does to the
