@@ -75,6 +75,7 @@ PHASE_LABELS: dict[str, str] = {
     "import_s": "imports in the child (torch, plug-ins)",
     "setup_s": "setup (threads, device, environment)",
     "load_s": "model build and load",
+    "baseline_first_warmup_s": "paired baseline: first warm-up, on a copy",
     "build_step_s": "building the step (torch.compile's wrapper)",
     "warmup_s": "warm-up, less compile",
     "compile_s": "compile (first iteration minus a steady one)",

@@ -107,11 +107,14 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
                               optimizer=model.recipe.optimizer_spec)
 
         t0 = time.perf_counter()
+        write_phase(task, "warm-up")
+        pairs = paired.applies(harness)
+        if pairs:
+            with phase(timings, "baseline_first_warmup_s"):  # before anything compiles, as PyTorch's harness
+                paired.warm_eager_first(harness, model, device, task.options)
         with phase(timings, "build_step_s"):  # torch.compile's wrapper: the first one imports dynamo
             step = harness.make_step(model)
             instrumentation = Instrumentation(task, device)
-        write_phase(task, "warm-up")
-        pairs = paired.applies(harness)
         metrics = result["metrics"] = time_iterations(step, device, paired.timing_options(task.options, pairs),
                                                       on_repeat=instrumentation.after_repeat,
                                                       training_state=model.training_state,

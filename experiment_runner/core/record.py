@@ -45,7 +45,8 @@ REFERENCE_METRICS: tuple[str, ...] = (
     "inductor_ops", "xla_unlowered_ops",
 )
 # The child's lifetime (timings.child_s, the run_task call) in disjoint phases, in the order they
-# run: start-up imports, setup (threads, device, environment), model build, the step's build
+# run: start-up imports, setup (threads, device, environment), model build, the paired
+# baseline's first warm-up (on a copy, before the compile), the step's build
 # (torch.compile's wrapper; the first imports dynamo), warm-up less its compile, compile (first
 # warm-up iteration minus a steady one), calibration, the isolated timed samples, the paired
 # baseline's build and warm-up, the pairs, instrumentation, the harness-style graph-break count,
@@ -53,9 +54,9 @@ REFERENCE_METRICS: tuple[str, ...] = (
 # reading the device's artifacts and lifetime peak memory at the end, and other_s, what none of
 # them holds (child_s minus the rest). A phase that did not run is absent.
 TIMING_PHASES: tuple[str, ...] = (
-    "import_s", "setup_s", "load_s", "build_step_s", "warmup_s", "compile_s", "calibration_s", "samples_s",
-    "pairs_warmup_s", "pairs_s", "instrument_s", "verify_prepare_s", "verify_s", "harness_graph_breaks_s",
-    "finish_s", "other_s")
+    "import_s", "setup_s", "load_s", "baseline_first_warmup_s", "build_step_s", "warmup_s", "compile_s",
+    "calibration_s", "samples_s", "pairs_warmup_s", "pairs_s", "instrument_s", "verify_prepare_s", "verify_s",
+    "harness_graph_breaks_s", "finish_s", "other_s")
 # verify_s's steps, each inside it (never summed with TIMING_PHASES): the two eager runs, the float64
 # reference (only when a comparison needs it), the experiment's own run, and the comparisons (the
 # eager determinism check included). verify_s also holds what lies between them (policy, memory plan).

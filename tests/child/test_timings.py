@@ -21,8 +21,8 @@ def check_breakdown(record: dict) -> dict:
     assert sum(phases.values()) == pytest.approx(timings["child_s"], rel=1e-9)
     assert phases["other_s"] <= UNACCOUNTED_SHARE * timings["child_s"], phases
     # the coarse keys keep their meaning: measure_s holds the timing phases, work_s what it always summed
-    measured = sum(phases.get(k, 0.0) for k in ("build_step_s", "warmup_s", "compile_s", "calibration_s",
-                                                 "samples_s", "pairs_warmup_s", "pairs_s"))
+    measured = sum(phases.get(k, 0.0) for k in ("baseline_first_warmup_s", "build_step_s", "warmup_s", "compile_s",
+                                                 "calibration_s", "samples_s", "pairs_warmup_s", "pairs_s"))
     assert timings["measure_s"] >= measured
     assert timings["work_s"] == pytest.approx(sum(timings.get(k, 0.0) for k in (
         "load_s", "measure_s", "instrument_s", "verify_s", "harness_graph_breaks_s")))
@@ -56,10 +56,13 @@ def test_the_breakdown_adds_up_to_the_child_s_lifetime(run_cli, tmp_path) -> Non
     always = {"import_s", "setup_s", "load_s", "build_step_s", "warmup_s", "compile_s", "calibration_s",
               "samples_s", "instrument_s", "verify_prepare_s", "verify_s", "finish_s", "other_s"}
     assert set(eager) == always
-    assert set(compiled) == always | {"pairs_warmup_s", "pairs_s"}  # no frame broke: no replay
+    assert set(compiled) == always | {"baseline_first_warmup_s", "pairs_warmup_s", "pairs_s"}  # no break: no replay
     assert eager["import_s"] > 0 and compiled["import_s"] > 0  # a fresh interpreter imports torch
     paired = records["eager"]["measurements"]["paired"]
     per_sample = paired["iterations_per_sample"]
     assert compiled["pairs_s"] >= per_sample * sum(paired["baseline_per_iter_time"] + paired["compiled_per_iter_time"])
+    assert paired["baseline_first_warmup"]["iterations"] == 2  # --warmup-iterations, on a copy before the compile
+    assert len(paired["baseline_minor_faults"]) == len(paired["compiled_minor_faults"]) == paired["pairs"]
+    assert all(isinstance(n, int) and n >= 0 for n in paired["baseline_minor_faults"] + paired["compiled_minor_faults"])
     assert records["eager"]["metrics"]["total_time"] == pytest.approx(
         [t * per_sample for t in paired["compiled_per_iter_time"]])  # its samples are the pairs' (timed once)

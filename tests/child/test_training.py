@@ -1,6 +1,7 @@
 """Training workloads: the references' loss and optimizer per suite, and a timed workload that
 stays put (every timed repeat starts from the same weights and optimizer state)."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from torch._dynamo.testing import reduce_to_scalar_loss
 
 from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.child.harness import ExperimentHarness, apply_denormal_mode, time_iterations
+from experiment_runner.child.paired import HARNESS_EAGER_WARMUP, first_warmup_iterations, warm_eager_first
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
 from benchmark_models import get_suite
@@ -109,3 +111,25 @@ def test_the_denormal_mode_is_set_either_way(flush):
         assert (float(tiny * 1.0) == 0.0) is flush
     finally:
         torch.set_flush_denormal(False)
+
+
+@pytest.mark.parametrize("speedup, expected", [("paired", 3), ("harness", HARNESS_EAGER_WARMUP)])
+def test_the_baseline_s_first_warm_up_trains_a_copy_and_leaves_the_timed_model_as_it_was(tmp_path, speedup, expected):
+    """paired.warm_eager_first: eager iterations before the compile, on a deep copy (its own
+    parameters and optimizer), as PyTorch's harness does; the model the pairs time is untouched."""
+    h = harness(tmp_path, speedup=speedup, warmup_iterations=3)
+    model = h.load()
+    saved = {key: value.clone() for key, value in model.module.state_dict().items()}
+    calls: list[torch.nn.Module] = []
+
+    def counted(module: torch.nn.Module, args: tuple, kwargs: dict):
+        calls.append(module)
+        return module(*args, **kwargs)
+
+    warm_eager_first(h, replace(model, forward=counted), h.device, h.options)
+    assert len(calls) == expected == first_warmup_iterations(h.options)
+    assert all(module is calls[0] and module is not model.module for module in calls)
+    assert any(not torch.equal(value, saved[key]) for key, value in calls[0].state_dict().items())  # it trained
+    for key, value in model.module.state_dict().items():
+        assert torch.equal(value, saved[key]), key
+    assert model.training_state is None
