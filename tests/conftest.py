@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -26,6 +27,16 @@ SUPPORT = Path(__file__).parent / "support"
 TIERS = ("unit", "e2e", "cluster", "browser", "xla", "slow")
 MARKER_ENV = "EXPERIMENT_RUNNER_TEST_MARKER"
 FAULTY_SUITE = "faulty=faulty_suite:FaultySuite"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give SIGINT back its default when the suite was started with it ignored: a shell starts a
+    background job (`bash .ci/run &`, nohup) with SIGINT ignored, every process started from here
+    would inherit that, and the tests that stop a run, a bisect or a Ray task with SIGINT (Ray
+    cancels through `_thread.interrupt_main`, which does nothing where SIGINT is ignored) would
+    wait for a stop that never comes."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(tryfirst=True)
