@@ -120,8 +120,13 @@ class Model:
 def harness(path: Path, model: Model, device: str, batch_size: int, dynamic: bool, out: Path,
             env: dict[str, str]) -> dict[str, object]:
     """The harness's answers for one model: its --accuracy run, then its --performance run."""
+    # On the CPU, --disable-cudagraphs, as the dashboard's CPU performance rows run it (test.sh's
+    # test_perf_for_dashboard, "inductor_no_cudagraphs"): without it the harness compiles a CPU graph
+    # with triton.cudagraphs=True, which reorders its kernels (docs/benchmarks/paired_vs_harness.md).
+    # On CUDA both sides use CUDA graphs.
     common = ["--inductor", "--device", device, "--float32", "--inference", "--only", model.name,
-              "--batch-size", str(batch_size), *(["--dynamic-shapes", "--dynamic-batch-only"] if dynamic else [])]
+              "--batch-size", str(batch_size), *(["--dynamic-shapes", "--dynamic-batch-only"] if dynamic else []),
+              *(["--disable-cudagraphs"] if device == "cpu" else [])]
     script = str(path / _SCRIPTS[model.suite])
     seconds = 0.0
     found: dict[str, object] = {}
