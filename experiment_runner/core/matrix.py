@@ -300,7 +300,9 @@ def uses_cuda_graphs(config: ExperimentConfig) -> bool:
     """Inductor on CUDA runs CUDA graphs unless the compile options leave them out: the
     reference runner turns them on for inductor on CUDA, reduce-overhead and max-autotune too,
     and PyTorch's harness for its dynamic and freezing configurations; AOT Inductor runs without
-    (the harness passes --disable-cudagraphs with --export-aot-inductor)."""
+    (the harness passes --disable-cudagraphs with --export-aot-inductor). Never on the CPU, as the
+    dashboard's CPU performance rows run (--disable-cudagraphs): the flag alone reorders a CPU
+    graph's kernels (docs/benchmarks/paired_vs_harness.md)."""
     return (config.dynamo == "inductor" and config.accelerator == "cuda"
             and config.compile_options in (DEFAULT_COMPILE_OPTIONS, "reduce-overhead", "max-autotune",
                                            "dynamic", "freezing"))

@@ -71,6 +71,15 @@ def test_cuda_graphs_where_the_harness_uses_them():
     assert invalid_reason(on_cuda("freezing"), WITH_CUDA) is None  # freezing is not CPU-only in the harness
 
 
+def test_no_cuda_graphs_flag_on_a_cpu_graph():
+    # The dashboard's CPU performance rows pass --disable-cudagraphs; with the flag on, inductor
+    # reorders a CPU graph's kernels (docs/benchmarks/paired_vs_harness.md, 2026-11-28).
+    for options in ("default", "dynamic", "freezing", "max-autotune", "aot-inductor-freezing"):
+        config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="inductor", test="eval",
+                                  precision="fp32", compile_options=options)
+        assert not uses_cuda_graphs(config), options
+
+
 def test_the_settings_come_with_their_source_commits():
     assert dashboards.source().startswith("pytorch/pytorch .ci/pytorch/test.sh @ ")
     assert "llama" in dashboards.dynamic_batch_skips() and dashboards.harness_iterations() == 2
