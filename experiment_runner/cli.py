@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from experiment_runner import __version__
-from experiment_runner.core import matrix
+from experiment_runner.core import dashboards, matrix
 from experiment_runner.core.flags import Declared, declared
 from experiment_runner.core.results import RecordWarning, ResultsFileError
 from experiment_runner.core.run_config import CONFIGS, GROUPS, MatrixConfig, RunConfig
@@ -125,11 +125,26 @@ def parse_config(argv: Sequence[str]) -> RunConfig:
     config = RunConfig.from_values(given)
     check_ranges(config)
     matrix_config = apply_tiers(apply_single_config(config.matrix))
-    config = dataclasses.replace(config, matrix=matrix_config)
+    config = apply_dashboard(dataclasses.replace(config, matrix=matrix_config), given)
     check_combinations(config)
     check_patterns(matrix_config.filter, "--filter")
     check_patterns(matrix_config.exclude, "--exclude")
     return config
+
+
+def apply_dashboard(config: RunConfig, given: dict[str, Any]) -> RunConfig:
+    """--dashboard runs what its CI job runs: accuracy checked, PyTorch's accuracy-run batch size
+    for the suite, the harness's speedup; each only where the command line did not say otherwise
+    (`given` holds the flags given), so an override is the user's choice, recorded per experiment."""
+    if not config.matrix.dashboard:
+        return config
+    matrix_config, options = config.matrix, config.options
+    job_batch = dashboards.accuracy_batch_size(matrix_config.suite_name)
+    if "batch_size" not in given and job_batch is not None:
+        matrix_config = dataclasses.replace(matrix_config, batch_size=job_batch)
+    options = dataclasses.replace(options, verify=given.get("verify", True),
+                                  speedup=given.get("speedup", dashboards.SPEEDUP))
+    return dataclasses.replace(config, matrix=matrix_config, options=options)
 
 
 def check_ranges(config: RunConfig) -> None:

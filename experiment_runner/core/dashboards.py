@@ -12,10 +12,13 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
+from typing import Any
 
 DATA_FILE = "dashboards.json"
 DYNAMO = "inductor"
 TEST = "eval"
+# How the dashboard's performance job measures a speedup (--speedup): the harness's own way.
+SPEEDUP = "harness"
 
 
 @dataclass(frozen=True)
@@ -87,3 +90,18 @@ def accuracy_batch_size(suite: str) -> int | None:
     """The batch size PyTorch's accuracy runs (the ones its expected files come from) use for a
     suite of ours; None for a suite the harness does not run."""
     return _data()["accuracy_batch_size"]["sizes"].get(suite)
+
+
+def overrides(suite: str, verify: bool, batch_size: int | None, speedup: str) -> dict[str, Any]:
+    """How an experiment of a dashboard configuration ran unlike its CI job: each setting that
+    differs, with the value used ({} when it ran as the job runs it). The record keeps it, so a
+    reader can tell a job's figure from one taken otherwise (record.experiment.dashboard_overrides)."""
+    found: dict[str, Any] = {}
+    if not verify:
+        found["verify"] = False
+    wanted = accuracy_batch_size(suite)
+    if wanted is not None and batch_size != wanted:
+        found["batch_size"] = batch_size
+    if speedup != SPEEDUP:
+        found["speedup"] = speedup
+    return found

@@ -75,8 +75,10 @@ class RunOptions:
     collect_full_output: bool = option(False, Flag(
         "training iterations return the model output beside the loss", MEASUREMENT, kind="switch"))
     verify: bool = option(False, Flag(
-        "check accuracy against eager and float64 in the same run; code in the record", VERIFICATION,
-        kind="switch"))
+        "check accuracy against eager and float64 in the same run; code in the record. --dashboard turns it on, "
+        "as its CI job always checks accuracy; --no-verify keeps it off there (the record says so in "
+        "experiment.dashboard_overrides)", VERIFICATION, kind="toggle",
+        default_help="off; on with --dashboard"))
     verify_iterations: int = option(1, Flag("training steps before comparing loss, gradients and parameters",
                                             VERIFICATION, parse=int, metavar="N", low=1,
                                             wanted="at least 1"))
@@ -132,8 +134,8 @@ class RunOptions:
         "paired, timed as PyTorch's harness times: one iteration per sample, eager first, the ratio of the two "
         "series' medians, and with --compile-options=dynamic eager at the batch its timed() cuts or pads to (the "
         "nominal one up to 21, about 4.7% more from 22 on): the figure PyTorch's dashboard shows. XLA "
-        "experiments keep the isolated method",
-        MEASUREMENT, choices=SPEEDUP_METHODS))
+        "experiments keep the isolated method. --dashboard takes harness unless this flag is given",
+        MEASUREMENT, choices=SPEEDUP_METHODS, default_help="isolated; harness with --dashboard"))
     adaptive_pairs: bool | None = option(None, Flag(
         "time pairs sequentially: stop once the median ratio's 95% interval lies within --pairs-half-width of "
         "it, after at least --min-pairs and at most --max-pairs pairs (measurements.paired.stop_reason says "

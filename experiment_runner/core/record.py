@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from experiment_runner.core import dashboards
 from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS, Experiment, uses_cuda_graphs
 from experiment_runner.core.options import RunOptions
 from experiment_runner.core.protocol import read_phase
@@ -293,6 +294,8 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
                               "model" if config.compile_options in AOT_INDUCTOR_OPTIONS else ctx.options.compile_scope),
             # The PyTorch dashboard configuration (its CI's name) this experiment is, if any.
             "dashboard": config.dashboard,
+            "dashboard_overrides": None if config.dashboard is None else dashboards.overrides(
+                exp.suite_name, ctx.options.verify, result.get("batch_size", config.batch_size), ctx.options.speedup),
         },
         "process": {"index": process_index, "count": ctx.processes},
         "repeat": ctx.options.repeat,

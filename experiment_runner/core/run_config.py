@@ -107,7 +107,8 @@ class MatrixConfig:
         compat="the reference's single-experiment (subprocess) mode"))
     batch_size: int | None = option(None, Flag(
         "override every model's default batch size", MATRIX, parse=int, metavar="SIZE", low=1, wanted="at least 1",
-        default_help="the suite's, per model and accelerator"))
+        default_help="the suite's, per model and accelerator; with --dashboard, PyTorch's accuracy runs' size "
+                     "for the suite (huggingface 1, torchbench 4, timm 8)"))
     compile_options: tuple[str, ...] | None = option(None, Flag(
         "torch.compile settings, one matrix dimension (repeatable). reduce-overhead/max-autotune/"
         "max-autotune-no-cudagraphs: inductor's modes (reduce-overhead needs cuda); dynamic: the batch dimension "
@@ -121,7 +122,10 @@ class MatrixConfig:
         "(repeatable; no --accelerator, --dynamo, --test, --precision or --compile-options beside it): "
         "cpu_inductor, cpu_inductor_freezing, cpu_inductor_amp_freezing, dynamic_cpu_inductor, "
         "cpu_aot_inductor_freezing, or cpu for all five; inductor, dynamic_inductor, aot_inductor, or cuda for "
-        "all three. Each record names its configuration, which check-expected --pytorch and export use",
+        "all three. Each record names its configuration, which check-expected --pytorch and export use. As the "
+        "job runs it: --verify, the job's --batch-size for the suite and --speedup=harness, unless given "
+        "otherwise (--no-verify, --batch-size, --speedup); what a run changed is in each record's "
+        "experiment.dashboard_overrides",
         MATRIX, kind="list", choices=dashboards.choices(), metavar="NAME"))
     total_partitions: int = option(1, Flag("shard the model list over N hosts", HOSTS, parse=int, metavar="N", low=1,
                                            wanted="at least 1"))

@@ -1,11 +1,57 @@
 """Every CPU dashboard configuration end to end on a tiny model: planned, compiled, timed,
-verified, and recorded under its PyTorch CI name (slow tier: one inductor compile each)."""
+verified, and recorded under its PyTorch CI name (slow tier: one inductor compile each); and a
+`--dashboard` run with no other flag giving what PyTorch's job gives (one compile, e2e tier)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from benchmark_models.torchbench import TORCHBENCH_DIR_ENV
 from experiment_runner.core import dashboards
+
+FAKE_TORCHBENCH = Path(__file__).parents[1] / "fake_torchbenchmark"
+
+
+@pytest.mark.e2e
+def test_a_dashboard_run_alone_gives_a_verdict_graph_breaks_and_the_harness_speedup_at_the_jobs_batch(
+        run_cli, tmp_path, capsys):
+    """No flag but --dashboard: accuracy checked, the harness's graph-break count, a speedup timed
+    as the harness times it (no eager experiment planned), all at PyTorch's torchbench accuracy
+    batch (4, where the model's own default is 3); report, export and check-expected read them."""
+    run = run_cli("--suite-name=torchbench", "--filter=^tiny_mlp$", "--dashboard=cpu_inductor", timeout=600,
+                  env={TORCHBENCH_DIR_ENV: str(FAKE_TORCHBENCH)})
+    assert run.returncode == 0, run.stderr
+    (record,) = run.records()
+    assert record["status"] == "ok" and record["verification_code"] == "PASS", record["error"]
+    experiment, measured = record["experiment"], record["measurements"]
+    assert (experiment["dashboard"], experiment["batch_size"], experiment["dashboard_overrides"]) == (
+        "cpu_inductor", 4, {})
+    assert measured["graph_breaks"]["harness_count"] == 0
+    paired = measured["paired"]
+    assert paired["speedup"] > 0 and paired["pairs"] == 30 and paired["baseline_batch_size"] == 4
+
+    from experiment_runner.cli import main as cli_main
+
+    results = str(run.output_dir / "results.jsonl")
+    capsys.readouterr()
+    assert cli_main(["report", results, "--format", "json"]) == 0
+    (summary,) = json.loads(capsys.readouterr().out)["summary"]
+    assert (summary["speedup_models"], summary["speedup_paired"]) == (1, 1)  # not "no baseline"
+    out = tmp_path / "csv"
+    assert cli_main(["export", results, "--format", "dynamo-csv", "-o", str(out)]) == 0
+    (row,) = [line.split(",") for line in
+              (out / "inductor_torchbench_float32_inference_cpu_performance.csv").read_text().splitlines()[1:]]
+    assert (row[1], row[2], float(row[3])) == ("tiny_mlp", "4", pytest.approx(paired["speedup"], rel=1e-5))
+    accuracy = (out / "cpu_inductor_torchbench" / "inference_torchbench.csv").read_text().splitlines()
+    assert accuracy[1].split(",")[1:4] == ["tiny_mlp", "4", "pass"]
+    capsys.readouterr()
+    assert cli_main(["check-expected", results, "--pytorch"]) == 1  # tiny_mlp is no model of PyTorch's file
+    out_lines = capsys.readouterr().out.splitlines()
+    assert "tiny_mlp: not in the expected file (accuracy pass, graph_breaks 0): add it with --update" in out_lines
+    assert not any("not checked" in line or "another batch size" in line for line in out_lines)
 
 
 @pytest.mark.slow

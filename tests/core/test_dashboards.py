@@ -92,3 +92,39 @@ def test_dashboard_beside_a_dimension_flag_is_one_line(run_cli):
     assert result.stderr.strip().splitlines() == [
         "experiment_runner: error: --dashboard sets the accelerator, dynamo backend, test, precision and compile "
         "options as PyTorch's CI job of that name does; --compile-options cannot go with it"]
+
+
+@pytest.mark.parametrize(("argv", "verify", "batch_size", "speedup"), [
+    ((), True, 4, "harness"),  # as PyTorch's CI job runs it: accuracy checked at batch 4, the harness's speedup
+    (("--no-verify", "--batch-size=16", "--speedup=isolated"), False, 16, "isolated"),
+    (("--verify", "--speedup=paired"), True, 4, "paired"),
+])
+def test_a_dashboard_run_takes_the_jobs_settings_unless_told_otherwise(argv, verify, batch_size, speedup):
+    from experiment_runner.cli import parse_config
+
+    config = parse_config(["--suite-name=torchbench", "--dashboard=cpu_inductor", "--dry-run", *argv])
+    assert (config.options.verify, config.matrix.batch_size, config.options.speedup) == (verify, batch_size, speedup)
+    plain = parse_config(["--suite-name=torchbench", "--dry-run"])  # without --dashboard nothing changes
+    assert (plain.options.verify, plain.matrix.batch_size, plain.options.speedup) == (False, None, "isolated")
+    assert parse_config(["--suite-name=dummy", "--dashboard=cpu", "--dry-run"]).matrix.batch_size is None
+
+
+def test_each_way_a_dashboard_experiment_ran_unlike_its_job_is_in_its_record(tmp_path):
+    from experiment_runner.core.matrix import Experiment
+    from experiment_runner.core.options import RunOptions
+    from experiment_runner.core.record import ChildOutcome, RecordContext, build_record
+    from experiment_runner.core.record_schema import validate_record
+
+    def overrides(options: RunOptions, batch_size: int, dynamo: str | None = "inductor") -> dict | None:
+        config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=dynamo, test="eval",
+                                  precision="fp32", batch_size=batch_size)
+        ctx = RecordContext(run_id="r", fingerprint="0123456789ab", options=options, output_dir=tmp_path)
+        result = {"status": "ok", "metrics": {"per_iter_time": [0.01]}, "batch_size": batch_size}
+        record = build_record(ctx, Experiment("torchbench", "tiny", config), ChildOutcome(result, 0))
+        validate_record(record)
+        return record["experiment"]["dashboard_overrides"]
+
+    assert overrides(RunOptions(verify=True, speedup="harness"), 4) == {}
+    assert overrides(RunOptions(verify=False, speedup="isolated"), 16) == {
+        "verify": False, "batch_size": 16, "speedup": "isolated"}
+    assert overrides(RunOptions(verify=True, speedup="harness"), 4, dynamo=None) is None  # no dashboard's
