@@ -15,6 +15,7 @@ EXIT_USAGE = 2  # bad input: flags, suite, regex, model, unavailable accelerator
 EXIT_RESULTS_IO = 3  # the results file or output folder cannot be read or written
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT); SIGTERM gives 143, SIGHUP 129: running experiments are recorded as interrupted
 EXIT_REGRESSION = 1  # compare: a significant regression or a new failure (cron acts on it)
+EXIT_INCOMPLETE = 1  # export: a file left out for having no row; check-expected: a model not checked
 EXIT_BROKEN_PIPE = 141  # stdout's reader went away (`| head`): 128 + SIGPIPE, as a shell would report
 
 

@@ -27,6 +27,7 @@ from experiment_runner.analysis.export import Exported, exported
 from experiment_runner.analysis.files import check_output, read_small
 from experiment_runner.core import dashboards
 from experiment_runner.errors import (
+    EXIT_INCOMPLETE,
     EXIT_OK,
     EXIT_REGRESSION,
     EXIT_RESULTS_IO,
@@ -121,7 +122,8 @@ def shipped_commit(name: str) -> str | None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = ReportParser(prog="experiment_runner check-expected", description=__doc__.split("\n\n", 1)[0],
-                     epilog="Exit status: 0 as expected (or --update); 1 a status or graph-break count changed; "
+                     epilog="Exit status: 0 as expected (or --update); 1 a status or graph-break count changed, or "
+                            "a model was not checked (no accuracy verdict: the run had no --verify); "
                             "2 bad flags; 3 a file cannot be read or written.")
     p.add_argument("files", nargs="+", type=Path, help="results files, or folders searched for *.jsonl")
     source = p.add_mutually_exclusive_group(required=True)
@@ -142,29 +144,54 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def accuracy_rows(items: Sequence[Exported]) -> dict[str, dict[str, str]]:
-    """The run's rows as the harness's accuracy CSV has them, by model."""
+    """The run's checked rows as the harness's accuracy CSV has them, by model (`not_checked`
+    holds the others: a model never judged has no status to compare)."""
     actual = {}
     for item in items:
+        if not item.checked:
+            continue
         accuracy = item.accuracy()
         actual[str(accuracy["name"])] = {"name": str(accuracy["name"]), "accuracy": accuracy["accuracy"],
                                          "graph_breaks": str(accuracy["graph_breaks"])}
     return actual
 
 
-def check(label: str, actual: dict[str, dict[str, str]], path: Path, source: str, updatable: bool = True) -> int:
-    """Print the changes of one group against one expected file, then its summary line; the count."""
+def not_checked(items: Sequence[Exported]) -> dict[str, str]:
+    """The run's models whose record has no accuracy verdict, by name, with why: the gate cannot
+    pass them (PyTorch's job checks every model's accuracy), nor fail them as a change."""
+    found = {}
+    for item in items:
+        if item.checked:
+            continue
+        code = item.row.verification_code
+        found[str(item.row.model)] = (
+            "accuracy was not checked (VERIFIER_SKIPPED: the run had no --verify); rerun it with --verify"
+            if code == "VERIFIER_SKIPPED" else
+            f"its verification code {code!r} is no verdict this tool knows; rerun it with --verify")
+    return found
+
+
+def check(label: str, actual: dict[str, dict[str, str]], path: Path, source: str, updatable: bool = True,
+          unchecked: dict[str, str] | None = None) -> int:
+    """Print the changes of one group against one expected file, the models not checked, then its
+    summary line; how many models changed or were not checked (either fails the gate)."""
+    unchecked = unchecked or {}
     expected = read_expected(path)
     found = changes(actual, expected)
     for line in found:
         print(line)
-    lacking = absent(actual, expected)
+    for name, why in sorted(unchecked.items()):
+        print(f"{name}: not checked: {why}")
+    lacking = absent({**actual, **dict.fromkeys(unchecked, {})}, expected)
     if lacking:
         print(f"{label}: {len(lacking)} model(s) of {path.name} not in this run: {', '.join(lacking)}")
+    failing = [f"{len(found)} change(s)"] if found else []
+    failing += [f"{len(unchecked)} model(s) not checked"] if unchecked else []
+    accept = "; --update accepts the changes" if found and updatable else ""
     print(f"{label}: {len(actual)} model(s) checked against {source}: "
-          + (f"{len(found)} change(s) (exit 1{'; --update accepts them' if updatable else ''})" if found
-             else "as expected")
+          + (f"{', '.join(failing)} (exit 1{accept})" if failing else "as expected")
           + (f"; {len(lacking)} expected model(s) not in this run" if lacking else ""))
-    return len(found)
+    return len(found) + len(unchecked)
 
 
 def check_pytorch(items: Sequence[Exported]) -> int:
@@ -184,7 +211,7 @@ def check_pytorch(items: Sequence[Exported]) -> int:
             print(f"{job}: no expected file shipped for it ({name}); give one with --expected")
             continue
         changed += check(job, accuracy_rows(members), SHIPPED / name, f"PyTorch's {name} @ {commit[:12]}",
-                         updatable=False)
+                         updatable=False, unchecked=not_checked(members))
         other_batch(job, members)
     return changed
 
@@ -225,7 +252,7 @@ def main(argv: Sequence[str]) -> int:
         if group not in groups:
             raise ReportError(f"choose --group: the run has {has}")
         members = [item for item in items if item.output == group]
-    actual = accuracy_rows(members)
+    actual, unchecked = accuracy_rows(members), not_checked(members)
     if args.update:
         kept = read_expected(args.expected) if args.expected.exists() else {}
         kept.update(actual)
@@ -238,5 +265,10 @@ def main(argv: Sequence[str]) -> int:
         except OSError as exc:
             raise ReportError(f"cannot write {args.expected}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
         print(f"updated {args.expected}: {len(actual)} model(s) of {group}", file=sys.stderr)
+        if unchecked:
+            print(f"experiment_runner check-expected: {len(unchecked)} model(s) not checked, their rows left as they "
+                  f"were: {', '.join(sorted(unchecked))}; rerun them with --verify", file=sys.stderr)
+            return EXIT_INCOMPLETE
         return EXIT_OK
-    return EXIT_REGRESSION if check(group, actual, args.expected, str(args.expected)) else EXIT_OK
+    failing = check(group, actual, args.expected, str(args.expected), unchecked=unchecked)
+    return EXIT_REGRESSION if failing else EXIT_OK

@@ -45,7 +45,14 @@ from experiment_runner.analysis.report import (
     select_run,
 )
 from experiment_runner.core import dashboards
-from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError, ReportParser, analysis_command
+from experiment_runner.errors import (
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    EXIT_RESULTS_IO,
+    ReportError,
+    ReportParser,
+    analysis_command,
+)
 
 DATA = Path(__file__).parent / "data"
 MAPPING: dict[str, Any] = json.loads((DATA / "dynamo_export.json").read_text())
@@ -62,17 +69,24 @@ def harness_mode(test: str | None) -> str:
     return MAPPING["mode"][str(test)]
 
 
+def unchecked(row: Row, verified: bool) -> bool:
+    """An ok record without an accuracy verdict: run without --verify (VERIFIER_SKIPPED with no
+    verification block; `verified` tells the verifier's own VERIFIER_SKIPPED, a model too large to
+    judge, from it), or a verification code this reader does not know. Never exported as a pass."""
+    code = row.verification_code
+    return row.status == "ok" and (code not in MAPPING["verification"] or (code == "VERIFIER_SKIPPED" and not verified))
+
+
 def accuracy_status(result: ModelResult, verified: bool) -> str:
     """The harness's accuracy status for one compiled experiment (data/dynamo_export.json);
-    `verified`: the verifier ran on it (its record has a verification block), which tells a
-    VERIFIER_SKIPPED of the verifier's (a model too large to judge) from a run without --verify."""
+    `verified`: the verifier ran on it (its record has a verification block)."""
     row, base = result.row, result.baseline
     if base is not None and base.status != "ok":
         return MAPPING["baseline_failed"]
+    if unchecked(row, verified):
+        return MAPPING["unchecked"]
     if row.status == "ok":
-        if row.verification_code == "VERIFIER_SKIPPED" and not verified:
-            return MAPPING["unverified"]
-        return MAPPING["verification"].get(str(row.verification_code), MAPPING["verification_default"])
+        return MAPPING["verification"][str(row.verification_code)]
     return MAPPING["status"].get(row.status, MAPPING["status_default"])
 
 
@@ -113,6 +127,11 @@ class Exported:
         if self.dashboard is None or self.row.suite not in CI_SUITES:
             return None
         return f"{self.dashboard}_{self.row.suite}"
+
+    @property
+    def checked(self) -> bool:
+        """Whether the experiment has an accuracy verdict (or failed before one could be given)."""
+        return not unchecked(self.row, self.record.get("verification") is not None)
 
     def graph_stats(self) -> dict[str, int]:
         """The harness's dynamo columns. graph_breaks is counted as the harness counts it where the
@@ -172,15 +191,29 @@ def _csv(rows: Iterable[dict[str, Any]], columns: Sequence[str]) -> str:
     return out.getvalue()
 
 
-def dynamo_csv(items: Sequence[Exported]) -> dict[str, str]:
-    """File name -> contents: a performance and an accuracy CSV per output group."""
+def no_speedup(members: Sequence[Exported]) -> str:
+    """Why a group has no performance row, in words that say how to get one."""
+    if all(m.result.baseline is None for m in members):
+        return ("the run has no eager baseline for them: plan one beside them (--dynamo=None), or time it in "
+                "their own process (--speedup=harness, a --dashboard run's default)")
+    return "each failed, did not pass verification, or lacks its baseline's figures"
+
+
+def dynamo_csv(items: Sequence[Exported]) -> tuple[dict[str, str], dict[str, str]]:
+    """File name -> contents: a performance and an accuracy CSV per output group; and the files
+    left out, with why: a performance CSV with no row is not written (a header alone reads as a
+    run that measured nothing, not as one that could not)."""
     groups: dict[str, list[Exported]] = {}
     for item in items:
         groups.setdefault(item.output, []).append(item)
-    files = {}
+    files, left_out = {}, {}
     for output, members in sorted(groups.items()):
         performance = [row for row in (m.performance() for m in members) if row is not None]
-        files[f"{output}_performance.csv"] = _csv(performance, MAPPING["performance_columns"])
+        name = f"{output}_performance.csv"
+        if performance:
+            files[name] = _csv(performance, MAPPING["performance_columns"])
+        else:
+            left_out[name] = f"none of its {len(members)} experiment(s) has a speedup: {no_speedup(members)}"
         files[f"{output}_accuracy.csv"] = _csv([m.accuracy() for m in members], MAPPING["accuracy_columns"])
     ci_jobs: dict[str, list[Exported]] = {}
     for item in items:
@@ -189,7 +222,7 @@ def dynamo_csv(items: Sequence[Exported]) -> dict[str, str]:
     for job, members in sorted(ci_jobs.items()):  # as PyTorch's CI job <TEST_CONFIG> writes its accuracy CSV
         files[f"{job}/inference_{members[0].harness_suite}.csv"] = _csv([m.accuracy() for m in members],
                                                                         MAPPING["accuracy_columns"])
-    return files
+    return files, left_out
 
 
 def _runner(record: dict[str, Any]) -> dict[str, Any]:
@@ -264,7 +297,8 @@ def benchmark_records(items: Sequence[Exported]) -> list[dict[str, Any]]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = ReportParser(prog="experiment_runner export", description=__doc__.split("\n\n", 1)[0],
-                     epilog="Exit status: 0 written; 2 bad flags; 3 a file cannot be read or written.")
+                     epilog="Exit status: 0 written; 1 written but for a file that would have had no row (each named, with why); "
+                          "2 bad flags; 3 a file cannot be read or written.")
     p.add_argument("files", nargs="+", type=Path, help="results files, or folders searched for *.jsonl")
     p.add_argument("--format", required=True, choices=("pytorch-benchmark", "dynamo-csv"))
     p.add_argument("-o", "--output", type=Path, required=True,
@@ -273,7 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def write(args: argparse.Namespace) -> list[Path]:
+def write(args: argparse.Namespace) -> tuple[list[Path], dict[Path, str]]:
+    """The files written, and those left out with why (dynamo-csv's performance files with no row)."""
     inputs = results_files(args.files)
     csvs = args.format == "dynamo-csv"
     check_output(args.output, inputs, "-o", folder=csvs)
@@ -284,15 +319,16 @@ def write(args: argparse.Namespace) -> list[Path]:
         if not csvs:
             args.output.parent.mkdir(parents=True, exist_ok=True)
             args.output.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in benchmark_records(items)))
-            return [args.output]
+            return [args.output], {}
         args.output.mkdir(parents=True, exist_ok=True)
-        files = {args.output / name: text for name, text in dynamo_csv(items).items()}
+        contents, left_out = dynamo_csv(items)
+        files = {args.output / name: text for name, text in contents.items()}
         for path in files:
             check_output(path, inputs, "-o")
         for path, text in files.items():
             path.parent.mkdir(exist_ok=True)
             path.write_text(text)
-        return list(files)
+        return list(files), {args.output / name: why for name, why in left_out.items()}
     except OSError as exc:
         raise ReportError(f"cannot write {exc.filename or args.output}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
 
@@ -300,6 +336,9 @@ def write(args: argparse.Namespace) -> list[Path]:
 @analysis_command("export")
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
-    for path in write(args):
+    written, left_out = write(args)
+    for path in written:
         print(f"wrote {path}", file=sys.stderr)
-    return EXIT_OK
+    for path, why in left_out.items():
+        print(f"experiment_runner export: {path} not written: {why}", file=sys.stderr)
+    return EXIT_INCOMPLETE if left_out else EXIT_OK

@@ -99,25 +99,65 @@ def test_models_expected_but_absent_from_the_run_are_listed(tmp_path: Path,
     assert code == 0, "the harness's checks read only the run's models; a missing one is listed, not failed"
 
 
-@pytest.mark.parametrize("verification, status", [
-    ({"code": "VERIFIER_SKIPPED", "method": None, "tolerance": None,
-      "details": {"reason": "too large to hold eager, compiled and float64 runs at once (accuracy.skip.large_models)"}},
-     "pass_due_to_skip"),
-    (None, "pass")])
-def test_a_model_the_verifier_declined_is_the_harness_s_pass_due_to_skip(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], verification: dict | None, status: str) -> None:
-    """PyTorch's accuracy run writes pass_due_to_skip for the models it does not judge (too large);
-    ours declines the same models with VERIFIER_SKIPPED. A run without --verify, whose records say
-    VERIFIER_SKIPPED too, stays `pass`, as the harness's --performance mode judges nothing either."""
+def _llama_verified_as(tmp_path: Path, verification: dict | None, code: str = "VERIFIER_SKIPPED") -> Path:
+    """The golden run with llama's compiled CPU inference record given this verification."""
     records = [json.loads(line) for line in RESULTS.read_text().splitlines()]
     for record in records:
         if record["model"]["model_name"] == "llama" and record["run_id"] == "20250102T000000Z-bbbbbb" and (
                 record["experiment"]["dynamo"], record["experiment"]["test"], record["experiment"]["accelerator"]) == (
                 "inductor", "eval", "cpu"):
-            record.update(verification_code="VERIFIER_SKIPPED", verification=verification)
+            record.update(verification_code=code, verification=verification)
     results = tmp_path / "results.jsonl"
     results.write_text("".join(json.dumps(r) + "\n" for r in records))
-    (tmp_path / "e.csv").write_text(GOOD.replace("llama,pass,0", f"llama,{status},0"))
+    return results
+
+
+def test_a_model_the_verifier_declined_is_the_harness_s_pass_due_to_skip(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """PyTorch's accuracy run writes pass_due_to_skip for the models it does not judge (too large);
+    ours declines the same models with VERIFIER_SKIPPED and says why in its verification block."""
+    results = _llama_verified_as(tmp_path, {
+        "code": "VERIFIER_SKIPPED", "method": None, "tolerance": None,
+        "details": {"reason": "too large to hold eager, compiled and float64 runs at once "
+                              "(accuracy.skip.large_models)"}})
+    (tmp_path / "e.csv").write_text(GOOD.replace("llama,pass,0", "llama,pass_due_to_skip,0"))
     code = cli_main(["check-expected", str(results), "--expected", str(tmp_path / "e.csv"), *GROUP])
     out, _ = capsys.readouterr()
     assert code == 0 and out.strip().endswith(": as expected"), out
+
+
+@pytest.mark.parametrize("code, why", [
+    ("VERIFIER_SKIPPED",
+     "accuracy was not checked (VERIFIER_SKIPPED: the run had no --verify); rerun it with --verify"),
+    ("MAYBE", "its verification code 'MAYBE' is no verdict this tool knows; rerun it with --verify")])
+def test_a_model_never_checked_is_no_pass_and_fails_the_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             code: str, why: str) -> None:
+    """A record without a verdict (a run without --verify: VERIFIER_SKIPPED and no verification
+    block; or a code no verifier gives) is not checked: the gate says so and exits 1 even where the
+    expected file says pass, --update keeps its row as it was, and export writes infra_error for it."""
+    results = _llama_verified_as(tmp_path, None, code)
+    expected = tmp_path / "e.csv"
+    expected.write_text(GOOD)
+    assert cli_main(["check-expected", str(results), "--expected", str(expected), *GROUP]) == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    assert f"llama: not checked: {why}" in out
+    assert out[-1].endswith("3 model(s) checked against " + str(expected) + ": 1 model(s) not checked (exit 1)"), out
+    assert not any("llama: accuracy" in line for line in out)  # not a change either: nothing was judged
+
+    expected.write_text(GOOD.replace("llama,pass,0\n", ""))
+    assert cli_main(["check-expected", str(results), "--expected", str(expected), *GROUP, "--update"]) == 1
+    assert "1 model(s) not checked, their rows left as they were: llama" in capsys.readouterr().err
+    assert "llama" not in expected.read_text()
+
+    assert cli_main(["check-expected", str(results), "--pytorch"]) == 1  # PyTorch's file expects llama to pass
+    out = capsys.readouterr().out.splitlines()
+    assert f"llama: not checked: {why}" in out and not any(line.startswith("llama: accuracy") for line in out)
+    assert any(line.startswith("cpu_inductor_torchbench: 3 model(s) checked against PyTorch's") and
+               "1 model(s) not checked (exit 1)" in line for line in out), out
+
+    out_dir = tmp_path / "csv"
+    assert cli_main(["export", str(results), "--format", "dynamo-csv", "-o", str(out_dir)]) == 0
+    for name in ("inductor_torchbench_float32_inference_cpu_accuracy.csv",
+                 "cpu_inductor_torchbench/inference_torchbench.csv"):
+        rows = {line.split(",")[1]: line.split(",")[3] for line in (out_dir / name).read_text().splitlines()[1:]}
+        assert rows["llama"] == "infra_error", name
