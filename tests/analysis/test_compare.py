@@ -448,10 +448,12 @@ def test_each_regression_says_what_else_changed(tmp_path: Path, capsys: pytest.C
 def test_confirm_upholds_a_real_slowdown_and_clears_a_noisy_run(capsys: pytest.CaptureFixture[str],
                                                                   tmp_path: Path, cli_cache: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two real runs of two paced models; in B, paced_b is slowed on purpose (its sleep 1.5x, and
+    """Two real runs of two paced models; in B, paced_b is slowed on purpose (its pace 1.5x, and
     it stays so) and paced_a's record is inflated 1.5x as a noisy run would be. `compare
-    --confirm` reruns both: paced_b is upheld, paced_a is not; exit 1. The paces are 20 ms, long
-    beside the milliseconds a busy host's scheduler adds to a sleep, so the verdicts hold at load 6."""
+    --confirm` reruns both: paced_b is upheld, paced_a is not; exit 1. A pace moves the clock the
+    runner reads its samples on by exactly that much (faulty_suite._paced_clock), so every sample,
+    the runs' noise floors and the reruns' medians are fixed whatever the host's load: at load 4
+    real sleeps gave noise floors of 54-79%, above the slowdown injected."""
     import os
     import subprocess
 

@@ -350,8 +350,10 @@ def test_confirm_upholds_a_real_slowdown_and_clears_a_noisy_night(capsys: pytest
                                                                   tmp_path: Path, cli_cache: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Five real nights of two paced models; on the fifth, paced_b is slowed on purpose (its
-    sleep 1.5x, and it stays so) and paced_a's record is inflated 1.5x as a noisy night would.
-    `history --confirm --window 1` reruns both: paced_b is upheld, paced_a is not; exit 1."""
+    pace 1.5x, and it stays so) and paced_a's record is inflated 1.5x as a noisy night would.
+    `history --confirm --window 1` reruns both: paced_b is upheld, paced_a is not; exit 1. A pace
+    moves the runner's sample clock by exactly that much (faulty_suite._paced_clock), so the
+    verdicts do not depend on the host's load."""
     import subprocess
 
     from conftest import FAULTY_SUITE, SUPPORT, cli_command
@@ -362,7 +364,6 @@ def test_confirm_upholds_a_real_slowdown_and_clears_a_noisy_night(capsys: pytest
     args = ["--suite-name=faulty", "--filter=^paced_[ab]$", "--accelerator=cpu", "--dynamo=None", "--test=eval",
             "--precision=fp32", "--repeat=5", "--no-progress-bar"]
     nightly = tmp_path / "nightly"
-    # 20 ms paces (30 ms slowed): long beside the milliseconds a busy host adds to a sleep.
     monkeypatch.setenv("FAULTY_PACE_PACED_A", "0.02")
     monkeypatch.setenv("FAULTY_PACE_PACED_B", "0.02")
     for night in range(5):

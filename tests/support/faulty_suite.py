@@ -38,6 +38,25 @@ def _tiny(request: LoadRequest, forward: Callable[[Any], Any] | None = None, bat
     return BenchmarkModel(module=module, args=(inputs,), batch_size=batch_size, source="builtin", forward=wrapped)
 
 
+def _paced_clock(pace: float) -> Callable[[Any], Any]:
+    """A paced model's forward: instead of sleeping, it moves the clock the runner's samples are
+    read on (the child harness's perf_counter) forward by `pace`, and by a fixed 0.01% more on each
+    of seven calls in turn, so that samples are distinct as real ones are (a rank test has no ties
+    to lose power on). Its samples are then fixed, whatever else runs on the host: a test comparing
+    runs of it judges what the runner did with them, not the scheduler's latency that day."""
+    from experiment_runner.child import harness
+
+    now, calls = [0.0], [0]
+    harness.perf_counter = lambda: now[0]
+
+    def forward(output: Any) -> Any:
+        now[0] += pace * (1 + 1e-4 * (calls[0] % 7))
+        calls[0] += 1
+        return output
+
+    return forward
+
+
 def _trace_batch(output: Any) -> Any:
     """batched's forward: append the batch it ran at to FAULTY_BATCH_TRACE, one line per call."""
     with open(os.environ["FAULTY_BATCH_TRACE"], "a") as trace:
@@ -151,7 +170,8 @@ class FaultySuite(Suite):
     MORE_FAULTS = ("kill_server", "retry_raise", "retry_hang_verify", "escape_hang", "sigkill",
                    "verify_segfault", "verify_hang", "linger", "exit_hang")
     QUICK = tuple(f"quick_{i:02d}" for i in range(20))
-    # paced_*: each forward sleeps FAULTY_PACE_<NAME> seconds (default PACE_S): a model slowed on purpose;
+    # paced_*: each forward takes FAULTY_PACE_<NAME> seconds (default PACE_S) on the clock the runner's samples
+    # are read on, exactly (_paced_clock): a model slowed on purpose, and nothing else;
     # drift: each forward sleeps FAULTY_DRIFT_PACE (default PACE_S) x (1 + FAULTY_DRIFT_RATE x seconds since
     # FAULTY_DRIFT_T0);
     # batched: batch size 10 (or --batch-size), each forward appends the batch it ran at to FAULTY_BATCH_TRACE.
@@ -173,8 +193,7 @@ class FaultySuite(Suite):
         if name == "batched":
             return _tiny(request, _trace_batch, batch_size=request.batch_size or 10)
         if name in self.PACED:
-            pace = float(os.environ.get(f"FAULTY_PACE_{name.upper()}", PACE_S))
-            return _tiny(request, lambda output: (time.sleep(pace), output)[1])
+            return _tiny(request, _paced_clock(float(os.environ.get(f"FAULTY_PACE_{name.upper()}", PACE_S))))
         if name.startswith("nap_"):
             time.sleep(0.4)
             return _tiny(request)
