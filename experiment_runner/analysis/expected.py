@@ -38,6 +38,9 @@ from experiment_runner.errors import (
 
 COLUMNS = ("name", "accuracy", "graph_breaks")
 PASSING = ("pass", "pass_due_to_skip")
+# How many absent models a line names before it says how many more there are: a one-model run
+# against PyTorch's file lacks some 75, one line of names nobody reads.
+ABSENT_SHOWN = 5
 
 
 # An expected-results file lists a few hundred models; one far larger is not one (and is not read whole).
@@ -140,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(inductor_torchbench_float32_inference_cpu); needed when the run has several")
     p.add_argument("--run-id", help="which run (default: the latest)")
     p.add_argument("--update", action="store_true", help="rewrite the expected file with this run's values")
+    p.add_argument("--list-absent", action="store_true",
+                   help=f"name every model the expected file lists and the run lacks (by default the first "
+                        f"{ABSENT_SHOWN} and how many more)")
     return p
 
 
@@ -171,8 +177,16 @@ def not_checked(items: Sequence[Exported]) -> dict[str, str]:
     return found
 
 
+def absent_line(label: str, lacking: Sequence[str], name: str, list_all: bool) -> str:
+    """The line naming the expected models the run lacks: the first few, or all with --list-absent."""
+    shown = lacking if list_all or len(lacking) <= ABSENT_SHOWN else lacking[:ABSENT_SHOWN]
+    left = len(lacking) - len(shown)
+    more = f", ... and {left} more (--list-absent names them all)" if left else ""
+    return f"{label}: {len(lacking)} model(s) of {name} not in this run: {', '.join(shown)}{more}"
+
+
 def check(label: str, actual: dict[str, dict[str, str]], path: Path, source: str, updatable: bool = True,
-          unchecked: dict[str, str] | None = None) -> int:
+          unchecked: dict[str, str] | None = None, list_absent: bool = False) -> int:
     """Print the changes of one group against one expected file, the models not checked, then its
     summary line; how many models changed or were not checked (either fails the gate)."""
     unchecked = unchecked or {}
@@ -184,7 +198,7 @@ def check(label: str, actual: dict[str, dict[str, str]], path: Path, source: str
         print(f"{name}: not checked: {why}")
     lacking = absent({**actual, **dict.fromkeys(unchecked, {})}, expected)
     if lacking:
-        print(f"{label}: {len(lacking)} model(s) of {path.name} not in this run: {', '.join(lacking)}")
+        print(absent_line(label, lacking, path.name, list_absent))
     failing = [f"{len(found)} change(s)"] if found else []
     failing += [f"{len(unchecked)} model(s) not checked"] if unchecked else []
     accept = "; --update accepts the changes" if found and updatable else ""
@@ -194,7 +208,7 @@ def check(label: str, actual: dict[str, dict[str, str]], path: Path, source: str
     return len(found) + len(unchecked)
 
 
-def check_pytorch(items: Sequence[Exported]) -> int:
+def check_pytorch(items: Sequence[Exported], list_absent: bool = False) -> int:
     """--pytorch: each dashboard configuration and suite of the run against PyTorch's file for it."""
     jobs: dict[str, list[Exported]] = {}
     for item in items:
@@ -211,7 +225,7 @@ def check_pytorch(items: Sequence[Exported]) -> int:
             print(f"{job}: no expected file shipped for it ({name}); give one with --expected")
             continue
         changed += check(job, accuracy_rows(members), SHIPPED / name, f"PyTorch's {name} @ {commit[:12]}",
-                         updatable=False, unchecked=not_checked(members))
+                         updatable=False, unchecked=not_checked(members), list_absent=list_absent)
         other_batch(job, members)
     return changed
 
@@ -238,7 +252,7 @@ def main(argv: Sequence[str]) -> int:
         check_output(args.expected, inputs, "--expected")
     items = exported(inputs, args.run_id)
     if args.pytorch:
-        return EXIT_REGRESSION if check_pytorch(items) else EXIT_OK
+        return EXIT_REGRESSION if check_pytorch(items, args.list_absent) else EXIT_OK
     named = PYTORCH_FILE.fullmatch(args.expected.name)
     if named is not None and args.group is None and any(i.ci_test_config == named["test_config"] for i in items):
         group = named["test_config"]
@@ -270,5 +284,6 @@ def main(argv: Sequence[str]) -> int:
                   f"were: {', '.join(sorted(unchecked))}; rerun them with --verify", file=sys.stderr)
             return EXIT_INCOMPLETE
         return EXIT_OK
-    failing = check(group, actual, args.expected, str(args.expected), unchecked=unchecked)
+    failing = check(group, actual, args.expected, str(args.expected), unchecked=unchecked,
+                    list_absent=args.list_absent)
     return EXIT_REGRESSION if failing else EXIT_OK
