@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import functools
+import math
 import re
 import sys
 from typing import Callable, NoReturn, Sequence
@@ -73,6 +74,24 @@ def argparse_hint(message: str, parser: argparse.ArgumentParser) -> str:
     if invalid is not None:
         return did_you_mean(invalid.group(1), [c.strip(" '") for c in invalid.group(2).split(",")])
     return ""
+
+
+def relative_change(text: str) -> float:
+    """An argparse type for a relative change, spelled as a fraction (0.05) or a percentage (5%).
+    A bare number of 1 or more is refused: `--threshold 5` meant as 5% would be 500%, a gate that
+    never trips; 500% said on purpose is written 500%."""
+    percent = text.strip().endswith("%")
+    try:
+        value = float(text.strip().removesuffix("%")) / (100 if percent else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is no relative change: give a fraction (0.05) or a "
+                                         "percentage (5%)") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite change of 0 or more (0.05 or 5%)")
+    if not percent and value >= 1:
+        raise argparse.ArgumentTypeError(f"{text} would be {value:.0%}: give a fraction (0.05) or a percentage "
+                                         f"({text}%)")
+    return value
 
 
 class ReportParser(argparse.ArgumentParser):

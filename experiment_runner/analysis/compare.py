@@ -43,7 +43,14 @@ from experiment_runner.analysis.loader import Row, RunInfo, comparison_key, run_
 from experiment_runner.analysis.repro import repro_of, row_fields
 from experiment_runner.analysis.report import DEFAULT_BASELINE, parse_baseline, read_rows, render_csv
 from experiment_runner.core.requirements import install_command
-from experiment_runner.errors import EXIT_OK, EXIT_REGRESSION, ReportError, ReportParser, analysis_command
+from experiment_runner.errors import (
+    EXIT_OK,
+    EXIT_REGRESSION,
+    ReportError,
+    ReportParser,
+    analysis_command,
+    relative_change,
+)
 
 EXACT_MAX_SAMPLES = 50
 # One process per side: a change must exceed FLOOR_FACTOR times the noise we can see.
@@ -486,7 +493,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("b", type=Path, nargs="?", metavar="B", help="results file holding run B (after); default: A")
     p.add_argument("--run-a", help="run id of A (default: latest in A, or the run before B when one file)")
     p.add_argument("--run-b", help="run id of B (default: latest)")
-    p.add_argument("--threshold", type=float, default=0.05, help="relative change that matters (default 0.05)")
+    p.add_argument("--threshold", type=relative_change, default=0.05, metavar="CHANGE",
+                   help="relative change that matters, as a fraction or a percentage: 0.05 or 5%% (default 5%%; "
+                        "a bare number of 1 or more is refused: 500%% is written 500%%)")
     p.add_argument("--alpha", type=float, default=0.01,
                    help="false discovery rate: Benjamini-Hochberg adjusted p-values below it are significant "
                         "(default 0.01)")
@@ -504,8 +513,6 @@ def build_parser() -> argparse.ArgumentParser:
 @analysis_command("compare")
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
-    if not args.threshold >= 0:
-        raise ReportError("--threshold must be >= 0")
     if not 0 < args.alpha < 1:
         raise ReportError("--alpha must be in (0, 1)")
     if args.confirm_processes < 1:

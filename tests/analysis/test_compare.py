@@ -284,6 +284,10 @@ def test_torn_last_line_is_skipped_with_a_warning(tmp_path: Path, capsys: pytest
     (["{a}"], 2, "no run in"),
     (["{a}", "--run-a", "run-a", "--run-b", "run-a"], 2, "same run"),
     (["{a}", "{b}", "--threshold", "-1"], 2, "--threshold"),
+    (["{a}", "{b}", "--threshold", "5"], 2, "argument --threshold: 5 would be 500%: give a fraction (0.05) or a "
+                                           "percentage (5%)"),
+    (["{a}", "{b}", "--threshold", "five"], 2, "'five' is no relative change"),
+    (["{a}", "{b}", "--threshold", "nan%"], 2, "must be a finite change of 0 or more"),
     (["{a}", "{b}", "--alpha", "2"], 2, "--alpha"),
 ])
 def test_bad_input_is_one_line_and_exit_2_or_3(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -292,6 +296,19 @@ def test_bad_input_is_one_line_and_exit_2_or_3(tmp_path: Path, capsys: pytest.Ca
     got, out, err = compare(capsys, *(x.format(a=a, b=b) for x in argv))
     assert (got, out) == (code, "")
     assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+def test_a_threshold_is_a_fraction_or_a_percentage_and_said_as_given(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """--threshold 5% and 0.05 are one threshold, the default's, and the output says which."""
+    a, b = two_runs(tmp_path, seed=9, shifts={"resnet50": 0.10})
+    said = []
+    for spelling in ((), ("--threshold", "5%"), ("--threshold", "0.05"), ("--threshold", "150%")):
+        _, out, _ = compare(capsys, a, b, *spelling, "--format", "json")
+        said.append(json.loads(out)["threshold"])
+    assert said == [0.05, 0.05, 0.05, 1.5]
+    _, out, _ = compare(capsys, a, b, "--threshold", "20%")
+    assert out.startswith("A: ") and "threshold 20.0%;" in out
 
 
 def test_without_scipy_the_error_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
