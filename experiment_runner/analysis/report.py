@@ -32,7 +32,14 @@ from experiment_runner.core.matrix import parse_none
 from experiment_runner.core.record import TIMING_PHASES, VERIFY_STEPS
 from experiment_runner.core.requirements import install_command
 from experiment_runner.core.results import BadLine, ResultsFileError
-from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError, ReportParser, analysis_command
+from experiment_runner.errors import (
+    EXIT_OK,
+    EXIT_RESULTS_IO,
+    ReportError,
+    ReportParser,
+    analysis_command,
+    did_you_mean,
+)
 
 DESCRIPTION = """\
 Report one run of a results file with the metrics of PyTorch's compiler dashboard, per
@@ -116,8 +123,23 @@ def parse_baseline(spec: str) -> dict[str, str | None]:
         if not sep or key not in BASELINE_KEYS:
             raise ReportError(f"bad --baseline item {part!r}: expected key=value with key in "
                               f"{', '.join(BASELINE_KEYS)}")
-        fixed[key] = parse_none(value.strip())
+        given = parse_none(value.strip())
+        # a record's default compile options read as None (loader.Row.compile_options)
+        fixed[key] = None if key == "compile_options" and given == "default" else given
     return fixed
+
+
+def check_baseline(fixed: dict[str, str | None], rows: Sequence[Row], run_id: str) -> None:
+    """A --baseline value no experiment of the run has can match nothing: a misspelling
+    (dynamo=inductr) would otherwise read as a run without a baseline. None is never checked: a
+    run without eager experiments is a run without a baseline, said per model."""
+    for key, value in fixed.items():
+        if value is None:
+            continue
+        known = sorted({str(getattr(row, key)) for row in rows})
+        if value not in known:
+            raise ReportError(f"--baseline {key}={value}: no experiment of run {run_id} has it"
+                              f"{did_you_mean(value, known)} (its {key} values: {', '.join(known)})")
 
 
 def describe_baseline(fixed: dict[str, str | None]) -> str:
@@ -585,7 +607,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", default=DEFAULT_BASELINE, metavar="KEY=VALUE,...",
                    help=f"baseline configuration; keys: {', '.join(BASELINE_KEYS)}. xla, xla_flags, dynamo "
                         f"and torch_xla2 not given are None; accelerator, test and precision not given "
-                        f"are the configuration's own (default: {DEFAULT_BASELINE}, i.e. eager)")
+                        f"are the configuration's own (default: {DEFAULT_BASELINE}, i.e. eager); a value no "
+                        f"experiment of the run has (dynamo=inductr) is refused with the run's values")
     p.add_argument("--format", choices=("text", "csv", "json", "html"), default="text",
                    help="output format; html: one self-contained page (dashboard table, per-model speedups)")
     p.add_argument("--table", choices=("all", "summary", "models", "timings"),
@@ -614,6 +637,7 @@ def report(args: argparse.Namespace) -> str:
     runs = runs_of(rows)
     run = select_run(runs, args.run_id)
     selected = [r for r in rows if r.run_id == run.run_id]
+    check_baseline(fixed, selected, run.run_id)
     if tables == "timings":
         breakdown = time_breakdown(selected)
         if args.format == "text":

@@ -104,6 +104,9 @@ def test_run_id_selects_an_older_run(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_any_configuration_can_be_the_baseline(capsys: pytest.CaptureFixture[str]) -> None:
+    # compile_options=default names plain torch.compile, as the records say it
+    assert summary_of(capsys, "--baseline", "dynamo=inductor,compile_options=default") == summary_of(
+        capsys, "--baseline", "dynamo=inductor")
     summary = summary_of(capsys, "--baseline", "dynamo=inductor")
     eager = summary[("cpu", "train", "xla=None dynamo=None")]
     assert summary[("cpu", "train", "xla=None dynamo=inductor")]["baseline"] is True
@@ -285,6 +288,10 @@ def test_plot_without_matplotlib_is_one_line(tmp_path: Path, capsys: pytest.Capt
     (["/no/such/file.jsonl"], 3, "no such results file or folder"),
     ([RESULTS, "--run-id", "nope"], 2, "no run 'nope'"),
     ([RESULTS, "--baseline", "compiler=x"], 2, "bad --baseline item"),
+    ([RESULTS, "--baseline", "dynamo=inductr"], 2, "--baseline dynamo=inductr: no experiment of run "
+                                                  "20250102T000000Z-bbbbbb has it; did you mean 'inductor'? (its "
+                                                  "dynamo values: None, inductor, openxla)"),
+    ([RESULTS, "--baseline", "accelerator=tpu"], 2, "(its accelerator values: cpu, cuda)"),
     ([RESULTS, "--format", "csv", "--table", "all"], 2, "csv holds one table"),
     ([RESULTS, "--format", "xml"], 2, "invalid choice"),
     ([RESULTS, "--format", "html", "--table", "timings"], 2, "--table timings is for --format text, csv or json"),
