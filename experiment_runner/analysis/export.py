@@ -312,15 +312,18 @@ def write(args: argparse.Namespace) -> tuple[list[Path], dict[Path, str]]:
     inputs = results_files(args.files)
     csvs = args.format == "dynamo-csv"
     check_output(args.output, inputs, "-o", folder=csvs)
+    parent = args.output.absolute().parent
+    if not parent.exists():  # a mistyped path must not become a tree of new folders
+        raise ReportError(f"-o {args.output}: the folder {parent} does not exist; create it first (export creates "
+                          "only its output)", EXIT_RESULTS_IO)
     items = exported(inputs, args.run_id)
     if not items:
         raise ReportError("the run holds no compiled experiment (dynamo other than None) to export")
     try:
         if not csvs:
-            args.output.parent.mkdir(parents=True, exist_ok=True)
             args.output.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in benchmark_records(items)))
             return [args.output], {}
-        args.output.mkdir(parents=True, exist_ok=True)
+        args.output.mkdir(exist_ok=True)
         contents, left_out = dynamo_csv(items)
         files = {args.output / name: text for name, text in contents.items()}
         for path in files:

@@ -171,6 +171,14 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is not an expected-results file" in err[-1]
     assert cli_main(["export", str(RESULTS), "--format", "dynamo-csv", "-o", "/dev/null/x"]) == 3
+    capsys.readouterr()
+    for fmt, out in (("pytorch-benchmark", tmp_path / "no" / "such" / "x.jsonl"),
+                     ("dynamo-csv", tmp_path / "no" / "csv")):
+        assert cli_main(["export", str(RESULTS), "--format", fmt, "-o", str(out)]) == 3
+        assert capsys.readouterr().err.splitlines() == [
+            f"experiment_runner export: error: -o {out}: the folder {out.parent} does not exist; create it first "
+            "(export creates only its output)"]
+    assert not (tmp_path / "no").exists()
 
 
 def test_check_expected_takes_pytorchs_files_shipped_or_named_as_pytorch_names_them(
