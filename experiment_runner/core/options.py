@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass, fields
+from typing import Any, Mapping
 
-from experiment_runner.core.flags import Flag, option
+from experiment_runner.core.flags import Flag, declared, option
 
 # How compile_time_s is derived; the child computes it, --help states it.
 COMPILE_TIME_DOC = (
@@ -198,6 +201,18 @@ class RunOptions:
     def pairs_adaptive(self) -> bool:
         """--adaptive-pairs as it applies: given, or on for paired and off for harness."""
         return self.speedup != "harness" if self.adaptive_pairs is None else self.adaptive_pairs
+
+    def measured_otherwise(self, earlier: Mapping[str, Any]) -> list[str]:
+        """The flags on which these options differ from a run's earlier ones (RunOptions as a dict),
+        each as `--flag VALUE (the run's: VALUE)`: a rerun of a finished command that changed only
+        how experiments are measured resumes that run and runs nothing, and must say why."""
+        def said(value: Any) -> str:
+            return ("on" if value else "off") if isinstance(value, bool) else "default" if value is None else str(value)
+
+        now = json.loads(json.dumps(dataclasses.asdict(self)))
+        return [f"{option.long} {said(now[option.name])} (the run's: {said(earlier[option.name])})"
+                for option in declared(RunOptions)
+                if option.name in earlier and now[option.name] != earlier[option.name]]
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunOptions":

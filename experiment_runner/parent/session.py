@@ -169,6 +169,7 @@ class RunState:
     done: set[tuple[str, int]]
     failed: set[str]
     failed_final: int = 0  # experiments whose final record is a failure
+    options: dict | None = None  # the resumed run's RunOptions, as its registry entry holds them
 
 
 def run(config: RunConfig) -> int:
@@ -231,9 +232,12 @@ def run(config: RunConfig) -> int:
         if not todo:
             failures = (f"; {state.failed_final} of them failed (--retry-failed runs those again)"
                         if state.failed_final else "")
+            otherwise = config.options.measured_otherwise(state.options or {})
+            differs = (f"; this command measures otherwise ({', '.join(otherwise)}), which does not make "
+                       "another run" if otherwise else "")
             print(f"experiment_runner: nothing to run: all {len(plan.planned)} experiment(s) already have "
                   f"{'a record' if s.processes == 1 else 'their records'} in run {state.run_id} of "
-                  f"{s.results_path}{failures} (--no-resume runs everything again as a new run)")
+                  f"{s.results_path}{failures}{differs} (--no-resume runs everything again as a new run)")
             return EXIT_OK
         if (s.executor == "local" and s.launcher == "forkserver"
                 and any(p.experiment.config.xla is not None and p.skip_reason is None for p in todo)
@@ -269,9 +273,10 @@ def resume(config: RunConfig, plan: matrix.Plan) -> RunState:
                     "(a rerun of the same command resumes its own run)")
     planned_ids = {p.experiment.experiment_id for p in plan.planned}
     timestamp = state.timestamp if timestamp is None else timestamp
+    entry = registered.get(state.run_id) if state.run_id is not None else None
     return RunState(state.run_id or run_id, time.time() if timestamp is None else timestamp,
                     {(eid, index) for eid, index in state.done if eid in planned_ids}, state.failed & planned_ids,
-                    state.failed_final)
+                    state.failed_final, entry.options if entry is not None else None)
 
 
 def execute(config: RunConfig, plan: matrix.Plan, state: RunState, source: str, gpu_ids: tuple[str, ...] = (),
@@ -286,7 +291,8 @@ def execute(config: RunConfig, plan: matrix.Plan, state: RunState, source: str, 
         with open(results_path, "ab"):
             pass
         register_run(output_dir, RunEntry(state.run_id, config.fingerprint(), state.timestamp,
-                                          os.path.realpath(results_path), sys.argv, time.time()))
+                                          os.path.realpath(results_path), sys.argv, time.time(),
+                                          dataclasses.asdict(config.options)))
     except OSError as exc:
         raise ResultsIOError(f"cannot write {exc.filename or results_path}: {exc.strerror or exc}") from None
     start_reaper()

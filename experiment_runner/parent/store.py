@@ -29,7 +29,7 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from experiment_runner.core.results import (
     FINAL_STATUSES,
@@ -205,6 +205,9 @@ class RunEntry:
     results: str  # the real path of the results file it appends to
     command: list[str]
     last_started: float  # when a runner last started (or resumed) it
+    # The RunOptions (how each experiment is measured) of the command that last started it, so a
+    # rerun that measures otherwise can be told what differs; None in entries written before.
+    options: dict[str, Any] | None = None
 
 
 def register_run(output_dir: Path, entry: RunEntry) -> None:

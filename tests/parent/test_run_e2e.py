@@ -91,8 +91,9 @@ def test_a_rerun_runs_nothing_and_no_resume_starts_a_new_run_keeping_old_records
         again = cli(env, "--suite-name=dummy", "--accelerator=cpu", "--repeat=1", f"--output-dirname={out}", *resume)
         assert again.returncode == 0, again.stderr
         assert again.stdout == (f"experiment_runner: nothing to run: all 4 experiment(s) already have a record in "
-                                f"run {run_id} of {out / 'results.jsonl'} (--no-resume runs everything again as a "
-                                "new run)\n")
+                                f"run {run_id} of {out / 'results.jsonl'}; this command measures otherwise "
+                                "(--repeat 1 (the run's: 3), --iterations-per-run default (the run's: 2)), which "
+                                "does not make another run (--no-resume runs everything again as a new run)\n")
     assert (out / "results.jsonl").read_bytes() == before
     fresh = cli(env, "--suite-name=dummy", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=1",
                 f"--output-dirname={out}", "--no-resume")

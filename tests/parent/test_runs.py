@@ -82,6 +82,9 @@ def test_another_command_starts_its_own_run_and_a_rerun_continues_its_own(run_cl
     assert again.returncode == 0 and f"in run {run_ids[0]} of" in again.stdout, again.stdout
     cosmetic = run_cli(*COMMON, "--filter=^quick_00$", "--repeat=3", "--heartbeat=5", output_dir=out)
     assert "nothing to run" in cosmetic.stdout, "how experiments are measured does not make another run"
+    # and the line says which flag measures otherwise (--heartbeat is how the parent reports: not said)
+    assert "; this command measures otherwise (--repeat 3 (the run's: 1)), which does not make another run " \
+           "(--no-resume runs everything again as a new run)" in cosmetic.stdout, cosmetic.stdout
     assert len(read_records(out / "results.jsonl")) == 2
 
 
