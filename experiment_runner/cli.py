@@ -196,8 +196,10 @@ def check_combinations(config: RunConfig) -> None:
                                             ("--precision", m.precision), ("--compile-options", m.compile_options),
                                             ("--xla-flags", m.xla_flags)) if value]
         if set_too:
+            eager = (" (its speedup needs no eager experiment: the compiled experiment times eager in its own "
+                     "process, --speedup=harness, as the job does)" if set_too[0] == "--dynamo" else "")
             raise UsageError(f"--dashboard sets the accelerator, dynamo backend, test, precision and compile options "
-                             f"as PyTorch's CI job of that name does; {set_too[0]} cannot go with it")
+                             f"as PyTorch's CI job of that name does; {set_too[0]} cannot go with it{eager}")
     if o.profile_xla and (o.dump_pytorch_profiles or o.profile_cuda_cpu or o.profile_cuda_cpu_individual_ops):
         raise UsageError("--profile-xla cannot go with the PyTorch profiler flags (--dump-pytorch-profiles, "
                          "--profile-cuda-cpu*): one profiling path at a time, as in the reference")

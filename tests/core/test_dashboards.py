@@ -94,6 +94,15 @@ def test_dashboard_beside_a_dimension_flag_is_one_line(run_cli):
         "options as PyTorch's CI job of that name does; --compile-options cannot go with it"]
 
 
+def test_an_eager_experiment_beside_a_dashboard_is_refused_saying_where_the_speedup_comes_from():
+    from experiment_runner.cli import parse_config
+    from experiment_runner.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"--dynamo cannot go with it \(its speedup needs no eager experiment: the "
+                                         r"compiled experiment times eager in its own process, --speedup=harness"):
+        parse_config(["--suite-name=torchbench", "--dashboard=cpu_inductor", "--dynamo=None"])
+
+
 @pytest.mark.parametrize(("argv", "verify", "batch_size", "speedup"), [
     ((), True, 4, "harness"),  # as PyTorch's CI job runs it: accuracy checked at batch 4, the harness's speedup
     (("--no-verify", "--batch-size=16", "--speedup=isolated"), False, 16, "isolated"),
