@@ -297,8 +297,8 @@ def benchmark_records(items: Sequence[Exported]) -> list[dict[str, Any]]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = ReportParser(prog="experiment_runner export", description=__doc__.split("\n\n", 1)[0],
-                     epilog="Exit status: 0 written; 1 written but for a file that would have had no row (each named, with why); "
-                          "2 bad flags; 3 a file cannot be read or written.")
+                     epilog="Exit status: 0 written; 1 written but for a file that would have had no row (each "
+                            "named, with why); 2 bad flags; 3 a file cannot be read or written.")
     p.add_argument("files", nargs="+", type=Path, help="results files, or folders searched for *.jsonl")
     p.add_argument("--format", required=True, choices=("pytorch-benchmark", "dynamo-csv"))
     p.add_argument("-o", "--output", type=Path, required=True,
