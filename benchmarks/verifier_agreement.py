@@ -26,6 +26,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 import random
 import re
 import sys
@@ -38,7 +39,7 @@ from typing import Any, Callable
 import torch
 from torch._dynamo.utils import same
 
-from verifier.closeness import COSINE_MIN_ELEMENTS, compare
+from verifier.closeness import COSINE_MIN_ELEMENTS, COSINE_THRESHOLD, compare
 
 DOC = Path(__file__).parents[1] / "docs" / "benchmarks" / "verifier_agreement.md"
 MARKERS = ("<!-- verifier-agreement:begin -->", "<!-- verifier-agreement:end -->")
@@ -56,11 +57,16 @@ CAUSES = {
                          "same passes any value of the same direction (a scalar loss of the same sign); compare "
                          "uses the RMSE rule, or allclose without a reference.",
     "fp64_nonfinite": "the float64 reference is NaN or inf where eager is finite: same's RMSEs become NaN or inf "
-                      "and it passes whatever the result is; compare judges those positions as with no reference "
-                      "(allclose there, else the leaf's cosine similarity).",
-    "scalar_rule": "a one-element leaf (a loss) that allclose passes: same stops there; compare's scalar rule also "
-                   "fails it when it is more than the multiplier times as far from float64 as eager, plus a floor "
-                   "of a quarter of the allclose bound.",
+                      "and it passes whatever the result is; compare judges those positions against eager alone "
+                      "(allclose at the tolerance).",
+    "no_reference": "the float64 run failed: PyTorch's harness then sets cosine similarity, which passes a result "
+                    "10% off eager element by element (cosine 0.996); compare judges against eager alone "
+                    "(allclose at the tolerance).",
+    "cosine_scale": "cosine similarity decides (the model's rule chooses it) and the result is eager scaled: same "
+                    "passes any scale; compare also requires the result's scale along eager within 1 ± 0.1.",
+    "scalar_rule": "a one-element leaf (a loss) with a finite float64 reference: same passes it when allclose does "
+                   "(a band of tol × (1 + |value|)) or by its RMSE rule; compare's scalar rule allows tol × |fp64| "
+                   "(and, where eager itself is further off, the multiplier times eager's excess over that).",
     "shared_nan_rmse": "eager and result have NaN in the same places and allclose fails elsewhere: same's RMSEs "
                        "are NaN and equal_nan passes; compare computes the RMSE over the finite positions.",
     "shared_nan_cosine": "eager and result have NaN in the same places and cosine decides: same's cosine "
@@ -100,6 +106,11 @@ class Case:
     fp64: Any
     tol: float
     cosine: bool
+    truth: Any = None  # what the outputs should be, where the float64 reference given is not it
+
+    @property
+    def known_truth(self) -> Any:
+        return self.fp64 if self.truth is None else self.truth
 
 
 Pair = namedtuple("Pair", "logits hidden")
@@ -134,7 +145,7 @@ def _triple(rng: random.Random, shape: tuple[int, ...], dtype: torch.dtype) -> t
 def tensor_case(rng: random.Random) -> Case:
     eager, result, truth = _triple(rng, rng.choice(SHAPES), rng.choice(DTYPES))
     fp64 = None if rng.random() < 0.1 else truth
-    return Case("float tensor", eager, result, fp64, rng.choice(TOLERANCES), rng.random() < 0.15)
+    return Case("float tensor", eager, result, fp64, rng.choice(TOLERANCES), rng.random() < 0.15, truth)
 
 
 def _poke(t: torch.Tensor | None, places: list[int], value: float) -> torch.Tensor | None:
@@ -170,7 +181,7 @@ def fp64_nonfinite_case(rng: random.Random) -> Case:
     eager, result, truth = _triple(rng, rng.choice(SHAPES), torch.float32)
     fp64 = torch.full_like(truth, float("nan")) if rng.random() < 0.5 else _poke(
         truth, [rng.randrange(truth.numel()) for _ in range(3)], float("inf"))
-    return Case("non-finite float64 reference", eager, result, fp64, rng.choice(TOLERANCES), False)
+    return Case("non-finite float64 reference", eager, result, fp64, rng.choice(TOLERANCES), False, truth)
 
 
 def _integers(rng: random.Random, high: int, family: str, cosine: bool) -> Case:
@@ -203,6 +214,7 @@ def structure_case(rng: random.Random) -> Case:
     ref = {"logits": leaves[0].ref, "hidden": [leaves[1].ref, leaves[2].ref.float()]}
     res = {"logits": leaves[0].res.to(leaves[0].ref.dtype), "hidden": [leaves[1].res, leaves[2].res.float()]}
     fp64 = {"logits": leaves[0].fp64, "hidden": [leaves[1].fp64, leaves[2].fp64]}
+    truth = {"logits": leaves[0].truth, "hidden": [leaves[1].truth, leaves[2].truth]}
     if any(v is None for v in (fp64["logits"], *fp64["hidden"])):
         fp64 = None
     fault = rng.choice(("none", "none", "key", "length", "dtype", "shape", "broadcast"))
@@ -216,7 +228,7 @@ def structure_case(rng: random.Random) -> Case:
         res["hidden"][1] = res["hidden"][1].reshape(-1)[:-1] if res["hidden"][1].numel() > 1 else torch.zeros(2)
     elif fault == "broadcast":
         res["hidden"][1] = res["hidden"][1].reshape(-1)[:1].clone()
-    return Case(f"structure/{fault}", ref, res, fp64, tol, False)
+    return Case(f"structure/{fault}", ref, res, fp64, tol, False, truth)
 
 
 def container_case(rng: random.Random) -> Case:
@@ -267,14 +279,14 @@ def tiny_case(rng: random.Random) -> Case:
     if rng.random() < 0.3 and result.numel():
         result = result * rng.choice((3.0, -1.0))
     return Case("0-d/empty/small", eager, result, None if rng.random() < 0.3 else truth,
-                rng.choice(TOLERANCES), rng.random() < 0.3)
+                rng.choice(TOLERANCES), rng.random() < 0.3, truth)
 
 
 def reference_dtype_case(rng: random.Random) -> Case:
     """The float64 run's leaf came back float32 or bfloat16 (a cast inside the model)."""
     eager, result, truth = _triple(rng, rng.choice(SHAPES), torch.float32)
     return Case("float64 leaf not float64", eager, result, truth.to(rng.choice((torch.float32, torch.bfloat16))),
-                rng.choice(TOLERANCES), False)
+                rng.choice(TOLERANCES), False, truth)
 
 
 def kind_case(rng: random.Random) -> Case:
@@ -290,7 +302,7 @@ def kind_case(rng: random.Random) -> Case:
     convert = {"sparse_coo": torch.Tensor.to_sparse, "sparse_csr": torch.Tensor.to_sparse_csr,
                "float8": lambda t: t.to(torch.float8_e4m3fn)}[kind]
     return Case(kind, convert(eager), convert(result), truth if kind == "float8" else convert(truth),
-                rng.choice(TOLERANCES), False)
+                rng.choice(TOLERANCES), False, truth)
 
 
 GENERATORS: list[tuple[float, Callable[[random.Random], Case]]] = [
@@ -308,6 +320,107 @@ def draw(rng: random.Random) -> Case:
             return generator(rng)
         pick -= weight
     return GENERATORS[-1][1](rng)
+
+
+# A clear case's answer, from the truth the generator knows (never from either verifier's rules).
+# Wrong: the result is off the truth by at least WRONG_FACTOR times eager's own error (as an RMSE
+# and in allclose's units |x - truth| / (1 + |truth|)) and times the tolerance (or the leaf
+# dtype's precision, where that is coarser; where the model's rule chooses cosine similarity, also
+# twice the error it accepts); NaN or inf where eager and the truth are finite;
+# unequal integers; another structure. Right: as close to the truth as eager (or within a tenth
+# of the tolerance) and within the tolerance of eager, as the evidence shows it; a one-element
+# leaf (a loss): as close to the truth as eager or within the tolerance of it (relative), and
+# within the tolerance of eager unless a finite float64 reference is given to show it. Anything
+# between is not clear: a careful engineer would not call it either way.
+WRONG_FACTOR = 10.0
+
+
+def answer(case: Case) -> tuple[bool | None, str]:
+    """What a careful engineer who knows the truth would say of the case (None: not clear), and why."""
+    ref, res = _fields(case.ref), _fields(case.res)
+    leaves, given = _leaves(ref, res, _fields(case.known_truth)), _leaves(ref, res, _fields(case.fp64))
+    if leaves is None or given is None:
+        return False, "the result's structure differs from eager's"
+    verdicts = [_leaf_answer(ref, res, truth, fp64, case.tol, case.cosine)
+                for (ref, res, truth), (_, _, fp64) in zip(leaves, given)]
+    wrong = [why for ok, why in verdicts if ok is False]
+    if wrong:
+        return False, wrong[0]
+    if all(ok for ok, _ in verdicts):
+        return True, "every leaf is as close to the truth as eager's and within the tolerance of eager"
+    return None, next(why for ok, why in verdicts if ok is None)
+
+
+def _fields(value: Any) -> Any:
+    """A dataclass's or ModelOutput's fields as a dict, so that _leaves can align them."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {k: _fields(v) for k, v in value.items()}
+    return value
+
+
+def _dense(value: Any) -> Any:
+    if isinstance(value, float):
+        return torch.tensor(value, dtype=torch.float64)
+    if isinstance(value, torch.Tensor):
+        if value.is_nested:
+            return torch.cat([c.flatten() for c in value.unbind()])
+        if value.layout != torch.strided:
+            return value.to_dense()
+        if value.dtype.is_floating_point and value.dtype.itemsize == 1:
+            return value.float()
+    return value
+
+
+def _units(x: torch.Tensor, truth: torch.Tensor, where: torch.Tensor) -> float:
+    error = (x - truth).abs() / (1 + truth.abs())
+    return float(error[where].square().mean().sqrt())
+
+
+def _rmse_of(x: torch.Tensor, truth: torch.Tensor, where: torch.Tensor) -> float:
+    return float((x - truth)[where].square().mean().sqrt())
+
+
+def _leaf_answer(ref: Any, res: Any, truth: Any, fp64: Any, tol: float, cosine: bool) -> tuple[bool | None, str]:
+    ref, res, truth, fp64 = _dense(ref), _dense(res), _dense(truth), _dense(fp64)
+    if not isinstance(ref, torch.Tensor) or not ref.is_floating_point():
+        same_value = type(ref) is type(res) and (ref.equal(res) if isinstance(ref, torch.Tensor) and isinstance(
+            res, torch.Tensor) and ref.shape == res.shape and ref.dtype == res.dtype else ref == res)
+        return bool(same_value), "exact values" if same_value else "integer or other exact values differ"
+    if not isinstance(res, torch.Tensor) or res.shape != ref.shape or res.dtype != ref.dtype:
+        return False, "a leaf's type, shape or dtype differs from eager's"
+    if ref.is_meta or not isinstance(truth, torch.Tensor) or truth.numel() != ref.numel():
+        return None, "no values or no truth to judge by"
+    a, b, t = ref.double(), res.double(), truth.double().reshape(ref.shape)
+    placed = a.isfinite() & t.isfinite()
+    if (placed & ~b.isfinite()).any():
+        return False, "NaN or inf in the result where eager and the truth are finite"
+    if ((~a.isfinite() | ~b.isfinite()) & ~((a == b) | (a.isnan() & b.isnan()))).any():
+        return None, "eager is NaN or inf where the result differs from it"
+    where = placed & b.isfinite()
+    if not where.any():
+        return None, "no position where eager and the truth are both finite"
+    eager_units, result_units = _units(a, t, where), _units(b, t, where)
+    far = (result_units >= WRONG_FACTOR * max(tol, torch.finfo(ref.dtype).eps, eager_units)
+           and _rmse_of(b, t, where) >= WRONG_FACTOR * _rmse_of(a, t, where))
+    if far and cosine and a.numel() >= COSINE_MIN_ELEMENTS:
+        # A leaf the model's rule judges by cosine similarity is that noisy: the rule accepts an error
+        # of sin(arccos 0.99) = 14% of the tensor's norm, so clearly wrong is also twice that.
+        norm = float(t[where].norm()) or 1.0
+        result_rel = float((b - t)[where].norm()) / norm
+        far = result_rel >= 2 * math.sqrt(1 - COSINE_THRESHOLD**2)
+    if far:
+        return False, (f"the result is {result_units / tol:.3g} tolerances off the truth, over {WRONG_FACTOR:g} "
+                       "times the tolerance and eager's own error")
+    near_eager = torch.allclose(a[where], b[where], atol=tol, rtol=tol)
+    if a.numel() == 1:
+        shown = near_eager or (isinstance(fp64, torch.Tensor) and fp64.numel() == 1 and bool(fp64.isfinite().all())
+                               and torch.finfo(fp64.dtype).eps <= torch.finfo(ref.dtype).eps)
+        right = shown and float((b - t).abs().max()) <= max(float((a - t).abs().max()), tol * float(t.abs().max()))
+    else:
+        right = result_units <= max(eager_units, tol / 10) and near_eager
+    return (True, "as close as eager") if right else (None, "between clearly right and clearly wrong")
 
 
 def verdict_same(ref: Any, res: Any, fp64: Any, tol: float, cosine: bool) -> tuple[bool, bool]:
@@ -366,7 +479,7 @@ def explain(case: Case) -> str:
 
 
 def explain_leaf(ref: Any, res: Any, fp64: Any, case: Case) -> str:
-    if _scalar_rule_decides(ref, res, fp64, case.tol):
+    if _scalar_rule_decides(ref, res, fp64):
         return "scalar_rule"
     if isinstance(ref, float):
         return "python_float"
@@ -388,6 +501,8 @@ def explain_leaf(ref: Any, res: Any, fp64: Any, case: Case) -> str:
             return "UNEXPLAINED"
     if not ref.is_floating_point():
         return "int_cosine" if case.cosine or fp64 is None else "int_tolerance"
+    if fp64 is None and not case.cosine:
+        return "no_reference"
     cosine = case.cosine or fp64 is None
     a, b = ref.double(), res.double()
     nan_a, nan_b = a.isnan(), b.isnan()
@@ -409,17 +524,19 @@ def explain_leaf(ref: Any, res: Any, fp64: Any, case: Case) -> str:
         score = torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0, eps=1e-6)
         if abs(float(score) - 0.99) < 1e-4:
             return "cosine_rounding"
+        if float(score) >= 0.99:
+            return "cosine_scale"
     return "UNEXPLAINED"
 
 
-def _scalar_rule_decides(ref: Any, res: Any, fp64: Any, tol: float) -> bool:
-    """A one-element float leaf with a finite float64 reference that allclose passes."""
+def _scalar_rule_decides(ref: Any, res: Any, fp64: Any) -> bool:
+    """A one-element float leaf with a finite float64 reference (and a finite eager value)."""
     if fp64 is None or not isinstance(ref, (float, torch.Tensor)) or not torch.as_tensor(ref).is_floating_point():
         return False
     a, b, g = (torch.as_tensor(v).double() for v in (ref, res, fp64))
     if a.numel() != 1 or a.shape != b.shape or g.numel() != 1:
         return False
-    return bool(g.isfinite().all() and a.isfinite().all()) and torch.allclose(a, b, atol=tol, rtol=tol)
+    return bool(g.isfinite().all() and a.isfinite().all())
 
 
 def run(cases: int, seed: int) -> dict[str, Any]:
@@ -427,11 +544,19 @@ def run(cases: int, seed: int) -> dict[str, Any]:
     per_family: Counter[str] = Counter()
     agreed: Counter[str] = Counter()
     directions: Counter[tuple[str, str]] = Counter()
+    clear: Counter[str] = Counter()
+    errors: Counter[tuple[str, str, str]] = Counter()
     passes = 0
     for _ in range(cases):
         case = draw(rng)
         ours = verdict_compare(case.ref, case.res, case.fp64, case.tol, case.cosine)
         theirs, _ = verdict_same(case.ref, case.res, case.fp64, case.tol, case.cosine)
+        expected, _ = answer(case)
+        if expected is not None:
+            clear["right" if expected else "wrong"] += 1
+            for who, verdict in (("compare", ours), ("same", theirs)):
+                if verdict != expected:
+                    errors[(who, "wrong PASS" if verdict else "wrong FAIL", case.family)] += 1
         per_family[case.family] += 1
         passes += ours
         if ours == theirs:
@@ -446,6 +571,11 @@ def run(cases: int, seed: int) -> dict[str, Any]:
         "disagreements": [{"cause": cause, "direction": direction, "cases": n}
                           for (cause, direction), n in directions.most_common()],
         "unexplained": sum(n for (cause, _), n in directions.items() if cause == "UNEXPLAINED"),
+        "clear_cases": {"right": clear["right"], "wrong": clear["wrong"]},
+        "clear_case_errors": {who: {kind: sum(n for (w, k, _), n in errors.items() if (w, k) == (who, kind))
+                                    for kind in ("wrong PASS", "wrong FAIL")} for who in ("compare", "same")},
+        "clear_case_errors_by_family": [{"verifier": w, "error": k, "family": f, "cases": n}
+                                        for (w, k, f), n in sorted(errors.items())],
     }
 
 
@@ -453,7 +583,16 @@ def markdown(figures: dict[str, Any]) -> str:
     lines = [f"Agreement with `torch._dynamo.utils.same` on {figures['cases']} generated cases (seed "
              f"{figures['seed']}): **{figures['agreement']:.1%}**; `compare` passes "
              f"{figures['compare_pass_rate']:.1%} of them.", "",
-             "| family | cases | agreement |", "|---|---:|---:|"]
+             f"Clear cases (the answer known from the truth the generator drew): {figures['clear_cases']['right']} "
+             f"right, {figures['clear_cases']['wrong']} wrong; the rest lie between.", "",
+             "| verifier | wrong PASS | wrong FAIL |", "|---|---:|---:|"]
+    lines += [f"| `{who}` | {row['wrong PASS']} | {row['wrong FAIL']} |"
+              for who, row in figures["clear_case_errors"].items()]
+    if figures["clear_case_errors_by_family"]:
+        lines += ["", "| verifier | error | family | cases |", "|---|---|---|---:|"]
+        lines += [f"| `{e['verifier']}` | {e['error']} | {e['family']} | {e['cases']} |"
+                  for e in figures["clear_case_errors_by_family"]]
+    lines += ["", "| family | cases | agreement |", "|---|---:|---:|"]
     lines += [f"| {f} | {row['cases']} | {row['agreement']:.1%} |" for f, row in figures["per_family"].items()]
     lines += ["", "| disagreement class | verdicts | cases | why ours differs |", "|---|---|---:|---|"]
     lines += [f"| `{d['cause']}` | {d['direction']} | {d['cases']} | {CAUSES.get(d['cause'], 'no known cause')} |"

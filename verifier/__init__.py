@@ -6,11 +6,11 @@ anything that satisfies `Subject` (the child's ExperimentHarness does): the veri
 imports the child.
 """
 
-from verifier.closeness import (DEFERRED, Comparison, Leaf, ReferenceMismatch, ReferenceNeeded, UnsupportedOutput,
+from verifier.closeness import (DEFERRED, Comparison, Leaf, ReferenceNeeded, UnsupportedOutput,
                                 compare, identical)
 from verifier.run import Verification, verify_experiment
 from verifier.subject import Device, Subject
 from verifier.tolerances import Context, Policy, policy_for
 
-__all__ = ["DEFERRED", "Comparison", "Context", "Device", "Leaf", "Policy", "ReferenceMismatch", "ReferenceNeeded",
+__all__ = ["DEFERRED", "Comparison", "Context", "Device", "Leaf", "Policy", "ReferenceNeeded",
            "Subject", "UnsupportedOutput", "Verification", "compare", "identical", "policy_for", "verify_experiment"]

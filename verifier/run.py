@@ -11,8 +11,8 @@ float64 and the experiment see identical weights and inputs:
    with; run first, then dropped), otherwise a fresh copy compiled anew;
 3. compare experiment against eager → PASS or FAIL, first without the float64 reference
    (closeness.DEFERRED); only where a leaf's verdict needs it (the scalar and RMSE rules),
-4. eager in float64, the ground truth those rules need (if it fails or does not fit, cosine
-   similarity decides), and the comparison again with it.
+4. eager in float64, the ground truth those rules need (if it fails or does not fit, every
+   leaf is judged against eager alone), and the comparison again with it.
 
 The record's details say which: `reference_not_needed`, or `reference_needed_at` (the first
 leaf that needed it and its rule) with `reference` (float64, or null and why). A float64 run
@@ -218,7 +218,7 @@ def float64_reference(reference: Subject, fits: memory.MemoryPlan, base: dict[st
         try:
             fp64 = run_once(reference, "fp64", compiled=False)
             base["reference"] = "float64"
-        except Exception as exc:  # noqa: BLE001 - without it cosine similarity decides
+        except Exception as exc:  # noqa: BLE001 - without it eager alone judges
             fp64 = None
             base.update(reference=None, reference_error=_error(exc))
         gc.collect()

@@ -19,6 +19,9 @@ def test_docs_table_is_the_scripts_output_and_every_disagreement_is_explained():
     figures = verifier_agreement.run(4000, 0)
     assert figures["unexplained"] == 0, figures["disagreements"]
     assert {d["cause"] for d in figures["disagreements"]} <= set(verifier_agreement.CAUSES)
+    assert figures["clear_case_errors"]["compare"] == {"wrong PASS": 0, "wrong FAIL": 0}, (
+        figures["clear_case_errors_by_family"])
+    assert figures["clear_cases"]["wrong"] > 500 and figures["clear_case_errors"]["same"]["wrong PASS"] > 0
     doc = (ROOT / "docs" / "benchmarks" / "verifier_agreement.md").read_text()
     block = re.search(r"<!-- verifier-agreement:begin -->\n(.*?)\n<!-- verifier-agreement:end -->", doc, re.S)
     assert block is not None
