@@ -337,14 +337,18 @@ def iter_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | None
     return (row for row, _ in _indexed_rows(paths, bad_lines))
 
 
-def _indexed_rows(paths: Sequence[Path],
-                  bad_lines: dict[Path, list[BadLine]] | None = None) -> Iterator[tuple[Row, int]]:
-    """iter_rows with each record's process index, for `final_rows`."""
+def _indexed_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | None = None,
+                  runs_in: dict[Path, set[str]] | None = None) -> Iterator[tuple[Row, int]]:
+    """iter_rows with each record's process index, for `final_rows`; `runs_in` collects each
+    file's run ids, so a command reading a folder can say which file its run came from."""
     for path in paths:
         path = Path(path)
         sink = None if bad_lines is None else bad_lines.setdefault(path, [])
+        seen = set() if runs_in is None else runs_in.setdefault(path, set())
         for record in iter_records(path, bad_lines=sink):
-            yield flatten(record, path.name, path.parent), process_index(record)
+            row = flatten(record, path.name, path.parent)
+            seen.add(row.run_id)
+            yield row, process_index(record)
 
 
 def speedup_method(paired: int, counted: int) -> str | None:
@@ -414,10 +418,11 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def load_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | None = None) -> list[Row]:
-    """The final row of every experiment of every run in `paths`."""
+def load_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | None = None,
+              runs_in: dict[Path, set[str]] | None = None) -> list[Row]:
+    """The final row of every experiment of every run in `paths` (each file's run ids into `runs_in`)."""
     with _gc_paused():
-        return final_rows(_indexed_rows(paths, bad_lines))
+        return final_rows(_indexed_rows(paths, bad_lines, runs_in))
 
 
 def load_dataframe(paths: Sequence[str | Path] | str | Path, run_id: str | None = None,

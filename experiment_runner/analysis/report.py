@@ -302,17 +302,34 @@ def select_run(runs: Sequence[RunInfo], run_id: str | None) -> RunInfo:
     raise ReportError(f"no run {run_id!r} in the given file(s); latest runs: {known}")
 
 
-def read_rows(paths: Sequence[Path]) -> list[Row]:
+def read_rows(paths: Sequence[Path], runs_in: dict[Path, set[str]] | None = None) -> list[Row]:
     """Final rows of every file; torn or corrupt lines are summarized, one warning per file."""
     bad: dict[Path, list[BadLine]] = {}
     try:
-        rows = load_rows(paths, bad)
+        rows = load_rows(paths, bad, runs_in)
     except ResultsFileError as exc:
         raise ReportError(str(exc), EXIT_RESULTS_IO) from None
     for path, lines in bad.items():
         if lines:
             print(f"warning: {path}: {corrupt_summary(lines)}", file=sys.stderr)
     return rows
+
+
+def describe_source(run: RunInfo, runs: Sequence[RunInfo], runs_in: dict[Path, set[str]]) -> str:
+    """Which files of a folder the reported run came from and what else is there: a folder
+    holds many runs, and the report alone names only the one it chose."""
+    def listed(paths: Sequence[Path], shown: int = 3) -> str:
+        names = ", ".join(map(str, paths[:shown]))
+        return names + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
+
+    own = [path for path, ids in runs_in.items() if run.run_id in ids]
+    others = [path for path, ids in runs_in.items() if run.run_id not in ids]
+    line = f"report: read run {run.run_id} from {listed(own)}"
+    if others:
+        line += f"; {len(others)} other results file(s) there: {listed(others)}"
+    if len(runs) > 1:
+        line += f"; {len(runs) - 1} other run(s) in the files read: choose one with --run-id"
+    return line
 
 
 def corrupt_summary(lines: Sequence[BadLine], shown: int = 3) -> str:
@@ -633,9 +650,12 @@ def report(args: argparse.Namespace) -> str:
     inputs = results_files(args.files)
     if args.plot is not None:
         check_output(args.plot, inputs, "--plot", folder=True)
-    rows = read_rows(inputs)
+    runs_in: dict[Path, set[str]] = {}
+    rows = read_rows(inputs, runs_in)
     runs = runs_of(rows)
     run = select_run(runs, args.run_id)
+    if any(path.is_dir() for path in args.files):
+        print(describe_source(run, runs, runs_in), file=sys.stderr)
     selected = [r for r in rows if r.run_id == run.run_id]
     check_baseline(fixed, selected, run.run_id)
     if tables == "timings":

@@ -334,6 +334,27 @@ def test_a_folder_is_read_as_its_results_files_and_failures_name_their_logs(
     assert "nightly/2025-01-02/runs/r/llama/child.log" in failures
 
 
+def test_a_folder_says_which_file_and_run_it_reported_and_what_else_is_there(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder holds many results files and runs; the report's header names only the run it chose."""
+    lines = RESULTS.read_text().splitlines(keepends=True)
+    old = [line for line in lines if OLD_RUN in line]
+    folder = tmp_path / "output"
+    folder.mkdir()
+    (folder / "results.jsonl").write_text("".join(line for line in lines if NEW_RUN in line))
+    (folder / "before.jsonl").write_text("".join(old))
+    code, _, err = run(capsys, folder)
+    assert code == 0
+    assert err.splitlines() == [f"report: read run {NEW_RUN} from {folder / 'results.jsonl'}; 1 other results "
+                                f"file(s) there: {folder / 'before.jsonl'}; 1 other run(s) in the files read: "
+                                "choose one with --run-id"]
+    (folder / "before.jsonl").unlink()
+    code, _, err = run(capsys, folder)
+    assert err.splitlines() == [f"report: read run {NEW_RUN} from {folder / 'results.jsonl'}"]
+    code, _, err = run(capsys, folder / "results.jsonl")
+    assert (code, err) == (0, "")
+
+
 def test_a_speedup_from_noisy_samples_is_shown_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A noisy-host sample on either side of a ratio flags the model's speedup and counts in its
     geomean's mark, in text, JSON and the export."""
