@@ -156,11 +156,22 @@ def check_ranges(config: RunConfig) -> None:
             raise UsageError(f"{option.long} must be {option.flag.wanted}, got {value}")
 
 
+def check_output_folder(folder: Path) -> None:
+    """--output-dirname names a folder, made if missing; an existing file there (or above it) would
+    pass --dry-run and fail later with a bare "File exists", after the plan was shown."""
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        where = "" if existing == folder else f": {existing}"
+        raise UsageError(f"--output-dirname={folder}{where} is a file, not a folder; give a folder (it is created "
+                         "if missing)")
+
+
 def check_combinations(config: RunConfig) -> None:
     """Flags that are valid alone but not together."""
     m, s, o = config.matrix, config.session, config.options
     if not m.partition_id < m.total_partitions:
         raise UsageError("--partition-id must be in [0, --total-partitions)")
+    check_output_folder(Path(s.output_dirname))
     registry = Path(os.path.realpath(Path(s.output_dirname) / "runs"))
     results = Path(os.path.realpath(s.results_path))
     if results == registry or registry in results.parents:

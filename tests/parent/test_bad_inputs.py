@@ -69,6 +69,20 @@ def test_flags_that_would_stall_flood_or_break_later_runs_are_refused(tmp_path: 
     assert not out.exists(), "nothing was written"
 
 
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_file_as_the_output_folder_is_one_line_before_anything_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], dry_run: bool) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("# notes\n")
+    for given, message in ((readme, f"--output-dirname={readme} is a file, not a folder"),
+                           (readme / "out", f"--output-dirname={readme / 'out'}: {readme} is a file, not a folder")):
+        code = cli_main([*COMMON, f"--output-dirname={given}", *(["--dry-run"] if dry_run else [])])
+        (line,) = capsys.readouterr().err.splitlines()
+        assert code == 2
+        assert line == (f"experiment_runner: error: {message}; give a folder (it is created if missing)")
+    assert readme.read_text() == "# notes\n"
+
+
 @pytest.mark.e2e
 def test_a_device_as_the_results_file_is_refused_before_any_experiment(tmp_path: Path, cli_cache: Path) -> None:
     out = tmp_path / "out"
