@@ -58,9 +58,31 @@ class ReportError(Exception):
         self.code = code
 
 
+# Other spellings of a value, by what they mean: spelling alone would take fp64 for fp16, the
+# precision furthest from it. Each maps to the choice it means, or the nearest one and why.
+MEANT: dict[str, tuple[str, str]] = {
+    "fp64": ("fp32", " (the widest precision measured; float64 is only --verify's reference)"),
+    "float64": ("fp32", " (the widest precision measured; float64 is only --verify's reference)"),
+    "double": ("fp32", " (the widest precision measured; float64 is only --verify's reference)"),
+    "float32": ("fp32", ""),
+    "float": ("fp32", ""),
+    "float16": ("fp16", ""),
+    "half": ("fp16", ""),
+    "bfloat16": ("bf16", ""),
+    "autocast": ("amp", ""),
+}
+
+
 def did_you_mean(word: str, choices: Sequence[str]) -> str:
-    """The suffix "; did you mean 'X'?" naming the choice closest to a misspelt word, or nothing."""
-    close = difflib.get_close_matches(word, list(choices), n=1)
+    """The suffix "; did you mean 'X'?" naming the choice a word means (MEANT) or the closest to a
+    misspelt word, or nothing. A choice whose digits are not the word's is another value, not a
+    misspelling of it (fp16 for fp64), and is never suggested."""
+    meant, why = MEANT.get(word.lower(), ("", ""))
+    if meant in choices:
+        return f"; did you mean {meant!r}?{why}"
+    digits = sorted(filter(str.isdigit, word))
+    close = [c for c in difflib.get_close_matches(word, list(choices), n=3)
+             if not digits or sorted(filter(str.isdigit, c)) in (digits, [])]
     return f"; did you mean {close[0]!r}?" if close else ""
 
 

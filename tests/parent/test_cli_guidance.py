@@ -45,6 +45,21 @@ def test_a_misspelt_value_suggests_the_right_one(capsys: pytest.CaptureFixture[s
     assert "invalid choice: 'htm'" in (err := capsys.readouterr().err) and "did you mean 'html'?" in err
 
 
+def test_a_precision_of_another_width_is_not_taken_for_a_misspelling() -> None:
+    """fp64 is one edit from fp16, the precision furthest from it in meaning."""
+    with pytest.raises(UsageError) as wide:
+        parse_config(["--suite-name=dummy", "--precision=fp64"])
+    assert str(wide.value).endswith("; did you mean 'fp32'? (the widest precision measured; float64 is only "
+                                    "--verify's reference) (see --help)")
+    with pytest.raises(UsageError) as narrow:
+        parse_config(["--suite-name=dummy", "--precision=fp8"])
+    assert "did you mean" not in str(narrow.value)
+    assert "(choose from 'fp32', 'bf16', 'fp16', 'amp')" in str(narrow.value)
+    for spelt, meant in (("bfloat16", "bf16"), ("half", "fp16"), ("fp23", "fp32")):
+        with pytest.raises(UsageError, match=f"did you mean '{meant}'\\?"):
+            parse_config(["--suite-name=dummy", f"--precision={spelt}"])
+
+
 def test_an_unknown_backend_suggests_one_and_lists_each_usable_backend_once() -> None:
     caps = HostCapabilities(dynamo_backends=frozenset({"inductor", "eager", "openxla", "openxla_eval",
                                                        "relu_compile_error_TESTING_ONLY"}))
