@@ -30,7 +30,7 @@ from experiment_runner.core.results import (
     process_index,
 )
 from experiment_runner.analysis.files import check_output
-from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError, ReportParser
+from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, ReportError, ReportParser, analysis_command
 
 
 @dataclass
@@ -50,7 +50,7 @@ def read_source(path: Path) -> Source:
         why = f"line {bad[0].lineno}: {bad[0].reason}" if bad else "it holds no record"
         raise ResultsFileError(f"{path} is not a results file ({why})")
     if bad:
-        print(f"experiment_runner: merge: warning: skipped {len(bad)} corrupt or torn line(s) of {path} "
+        print(f"experiment_runner merge: warning: skipped {len(bad)} corrupt or torn line(s) of {path} "
               f"(line {', '.join(str(b.lineno) for b in bad[:5])})", file=sys.stderr)
     run_id = records[-1].get("run_id")
     latest = {}
@@ -119,26 +119,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@analysis_command("merge")
 def main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(argv)
+    check_output(args.output, args.inputs, "-o")
+    sources = [read_source(path) for path in args.inputs]  # an unreadable input: analysis_command's exit 3
+    records, conflicts = merge(sources, args.run_id)
     try:
-        args = build_parser().parse_args(argv)
-        check_output(args.output, args.inputs, "-o")
-        sources = [read_source(path) for path in args.inputs]
-        records, conflicts = merge(sources, args.run_id)
-        try:
-            write_atomically(args.output, records)
-        except OSError as exc:
-            raise ReportError(f"cannot write {args.output}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
-    except ReportError as exc:
-        print(f"experiment_runner: error: merge: {exc}", file=sys.stderr)
-        return exc.code
-    except ResultsFileError as exc:  # an input, read or failing to read (an I/O error is one too)
-        print(f"experiment_runner: error: merge: {exc}", file=sys.stderr)
-        return EXIT_RESULTS_IO
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
+        write_atomically(args.output, records)
+    except OSError as exc:
+        raise ReportError(f"cannot write {args.output}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
     for line in conflicts:
-        print(f"experiment_runner: merge: conflict: {line}", file=sys.stderr)
+        print(f"experiment_runner merge: conflict: {line}", file=sys.stderr)
     older = sum(s.older for s in sources)
     unfinished = sum(1 for r in records if r.get("status") not in FINAL_STATUSES)
     experiments = len({r.get("experiment_id") for r in records})

@@ -20,7 +20,7 @@ RESULTS = Path(__file__).parents[1] / "golden" / "results.jsonl"
     (["history", FAILING], "experiment_runner history: error: "),
     (["export", FAILING, "--format=dynamo-csv", "-o", "{tmp}/csv"], "experiment_runner export: error: "),
     (["check-expected", FAILING, "--expected", "{tmp}/expected.csv"], "experiment_runner check-expected: error: "),
-    (["merge", str(RESULTS), FAILING, "-o", "{tmp}/all.jsonl"], "experiment_runner: error: merge: "),
+    (["merge", str(RESULTS), FAILING, "-o", "{tmp}/all.jsonl"], "experiment_runner merge: error: "),
 ])
 def test_an_input_that_fails_to_read_is_exit_3_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                          argv: list[str], prefix: str) -> None:

@@ -77,6 +77,7 @@ def test_unreadable_input_is_exit_3_and_writes_nothing(tmp_path: Path, capsys) -
     out_path = tmp_path / "all.jsonl"
     code, _, err = merge(capsys, str(a), str(tmp_path / "missing.jsonl"), "-o", str(out_path))
     assert code == 3 and err.count("\n") == 1 and "missing.jsonl" in err
+    assert err.startswith("experiment_runner merge: error: "), "the prefix every other command's errors have"
     garbage = tmp_path / "garbage.jsonl"
     garbage.write_text("<html>\n")
     code, _, err = merge(capsys, str(a), str(garbage), "-o", str(out_path))
@@ -110,5 +111,5 @@ def test_the_output_is_written_through_a_symlink_and_never_replaces_a_device(tmp
         {"model_name": "a"}]
     code, _, err = merge(capsys, str(shard), "-o", "/dev/null")
     assert code == 2 and err.strip().splitlines() == [
-        "experiment_runner: error: merge: -o /dev/null is a device, not a regular file; give a file path"]
+        "experiment_runner merge: error: -o /dev/null is a device, not a regular file; give a file path"]
     assert Path("/dev/null").is_char_device()
