@@ -324,7 +324,8 @@ class Analysis:
         h = self.history
         return [f"run {h.run_ids[i]} ({_when(h.run_times[i])}): {int(h.noisy[:, i].sum())} of "
                 f"{int((h.row[:, i] >= 0).sum())} records say noisy_host (other processes used the CPUs while they "
-                "were timed): a time step there may be the host's, not the build's (compare does not judge it)"
+                "were timed): a time step there may be the host's, not the build's; rerun that run's experiments "
+                "while nothing else runs on the host before trusting one (compare leaves such times unjudged)"
                 for i in np.flatnonzero(h.noisy.any(axis=0)).tolist()]
 
     def as_json(self) -> dict[str, Any]:
@@ -568,6 +569,11 @@ def dashboard(history: History) -> list[dict[str, Any]]:
 
 # ---- rendering --------------------------------------------------------------------------
 
+def _count(n: int, noun: str) -> str:
+    """`1 run`, `2 runs`: a history of one night is read by people checking their first setup."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _when(stamp: float) -> str:
     return "unknown time" if math.isnan(stamp) else time.strftime("%Y-%m-%d %H:%M", time.gmtime(stamp))
 
@@ -595,8 +601,8 @@ def describe(change: Change, history: History) -> str:
 
 def render_text(analysis: Analysis) -> str:
     h = analysis.history
-    out = [f"history: {len(h.run_ids)} runs ({_when(h.run_times[0])} .. {_when(h.run_times[-1])}), "
-           f"{len(h.experiment_ids)} experiments, {len(analysis.changes)} changes, newest first"]
+    out = [f"history: {_count(len(h.run_ids), 'run')} ({_when(h.run_times[0])} .. {_when(h.run_times[-1])}), "
+           f"{_count(len(h.experiment_ids), 'experiment')}, {_count(len(analysis.changes), 'change')}, newest first"]
     found = [e for e in analysis.events() if len(e.members) > 1 or e.environment]
     if found:
         out.append(f"{len(found)} event(s): changes of one run that share what changed in the environment")
@@ -659,7 +665,8 @@ def page_data(analysis: Analysis, records: dict[tuple[int, int], dict], out: Pat
                         "repro": item["repro"], "evidence": item["evidence"]})
     data = {
         "kind": "history",
-        "title": f"experiment_runner history: {len(h.run_ids)} runs, {len(h.experiment_ids)} experiments",
+        "title": f"experiment_runner history: {_count(len(h.run_ids), 'run')}, "
+                 f"{_count(len(h.experiment_ids), 'experiment')}",
         "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "window": analysis.window,
         "regressions_in_window": len(analysis.regressions_in_window()),

@@ -50,7 +50,8 @@ def test_history_of_two_noisy_nights_says_why_it_cannot_judge(tmp_path: Path,
     (noisy,) = [line for line in out.splitlines() if line.startswith("noisy host: ")]
     assert noisy.startswith("noisy host: run run-1 (") and noisy.endswith(
         "2 of 2 records say noisy_host (other processes used the CPUs while they were timed): a time step there "
-        "may be the host's, not the build's (compare does not judge it)")
+        "may be the host's, not the build's; rerun that run's experiments while nothing else runs on the host "
+        "before trusting one (compare leaves such times unjudged)")
     _, out, _ = run(capsys, "history", nightly, "--window", 1, "--format", "json")
     document = json.loads(out)
     assert [line.removeprefix("not judged: ") for line in judged] == document["not_judged"]
@@ -59,6 +60,14 @@ def test_history_of_two_noisy_nights_says_why_it_cannot_judge(tmp_path: Path,
     files = sorted(nightly.rglob("*.jsonl"))
     code, out, _ = run(capsys, "compare", *files)
     assert "noisy host (not judged)" in out
+
+
+def test_history_of_one_run_counts_in_the_singular(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nightly = two_nights(tmp_path, slowdown=1.0, noisy=False, models=(("llama",), ()))
+    code, out, _ = run(capsys, "history", nightly)
+    assert code == EXIT_OK
+    assert out.splitlines()[0].startswith("history: 1 run (")
+    assert out.splitlines()[0].endswith("), 1 experiment, 0 changes, newest first")
 
 
 def test_history_with_no_experiment_in_two_runs_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
