@@ -73,6 +73,9 @@ Exit status: 0 done, 2 bad flags or no such run, 3 a file cannot be read."""
 
 BASELINE_KEYS: tuple[str, ...] = ("accelerator", "test", "precision") + CONFIG_FIELDS
 DEFAULT_BASELINE = "xla=None,dynamo=None"
+# The plots' notes for flagged speedups, in the text report's words (ModelResult.flags, !N).
+FLAGGED_BARS = "hatched, (noisy host) or (unstable):\nrerun on a quiet host before trusting it"
+FLAGGED_GEOMEAN = "!N: N of the geomean's speedups come from noisy-host or unstable samples"
 MODELS_PER_PLOT = 40  # more models per bar chart are unreadable: they go to further pages
 
 # What each line of `--table timings` holds: the record's phases (core/record.py TIMING_PHASES),
@@ -561,7 +564,7 @@ def write_plots(directory: Path, rows: Sequence[Row], run: RunInfo, runs: Sequen
             fig = _speedup_bars(plt, page, shown, f"{' / '.join(group)} - run {run.run_id}")
             written.append(_save(fig, plt, directory / f"speedup_{_slug(group)}{suffix}.png"))
 
-    series: dict[GroupKey, dict[str, list[tuple[float, float]]]] = {}
+    series: dict[GroupKey, dict[str, list[tuple[float, float, int]]]] = {}
     for info in runs:
         if info.timestamp is None:
             continue
@@ -569,15 +572,22 @@ def write_plots(directory: Path, rows: Sequence[Row], run: RunInfo, runs: Sequen
             value = geomean(s.speedups)
             if value is not None and not s.is_baseline:
                 key = (s.suite, s.accelerator, s.test, s.precision)
-                series.setdefault(key, {}).setdefault(s.configuration, []).append((info.timestamp, value))
+                series.setdefault(key, {}).setdefault(s.configuration, []).append(
+                    (info.timestamp, value, s.speedups_flagged))
     for group, lines in sorted(series.items()):
         from datetime import datetime, timezone
 
         fig, ax = plt.subplots(figsize=(8, 4.5))
         for config, points in sorted(lines.items()):
-            ax.plot([datetime.fromtimestamp(t, timezone.utc) for t, _ in points], [v for _, v in points],
-                    marker="o", label=config)
+            times = [datetime.fromtimestamp(t, timezone.utc) for t, _, _ in points]
+            ax.plot(times, [v for _, v, _ in points], marker="o", label=config)
+            for when, (_, value, flagged) in zip(times, points):
+                if flagged:
+                    ax.annotate(f"!{flagged}", (when, value), xytext=(0, 4), textcoords="offset points",
+                                ha="center", fontsize="small")
         ax.axhline(1.0, color="black", linewidth=0.8)
+        if any(flagged for points in lines.values() for _, _, flagged in points):
+            ax.set_xlabel(FLAGGED_GEOMEAN)
         ax.set_ylabel("geomean speedup over baseline")
         ax.set_title(f"{' / '.join(group)} over time")
         ax.legend(fontsize="small")
@@ -587,18 +597,36 @@ def write_plots(directory: Path, rows: Sequence[Row], run: RunInfo, runs: Sequen
 
 
 def _speedup_bars(plt: Any, models: Sequence[str], members: Sequence[ModelResult], title: str) -> Any:
+    """Per-model speedup bars; a speedup the text report flags (noisy host, unstable) is hatched and
+    labelled as it is there, so a chart read alone does not show a neighbour's noise as a figure."""
+    from matplotlib.patches import Patch
+
     configs = sorted({m.row.configuration for m in members})
     width = 0.8 / len(configs)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(models) * len(configs) + 2), 4.5))
+    # the legend goes to the right of the bars, where no bar or label can hide it
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(models) * len(configs) + 2) + 3.0, 4.5))
+    handles, tallest, flagged = [], 0.0, False
     for i, config in enumerate(configs):
-        values = {m.row.model: m.speedup for m in members if m.row.configuration == config}
-        xs = [j + i * width for j, model in enumerate(models) if model in values]
-        ax.bar(xs, [values[model] for model in models if model in values], width, label=config)
+        results = {m.row.model: m for m in members if m.row.configuration == config}
+        shown = [(j, results[model]) for j, model in enumerate(models) if model in results]
+        bars = ax.bar([j + i * width for j, _ in shown], [m.speedup for _, m in shown], width)
+        handles.append(Patch(facecolor=bars.patches[0].get_facecolor(), label=config))
+        for bar, (_, m) in zip(bars, shown):
+            tallest = max(tallest, bar.get_height())
+            if m.flags():
+                flagged = True
+                bar.set_hatch("//")
+                ax.annotate(" ".join(f"({flag})" for flag in m.flags()),
+                            (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 2),
+                            textcoords="offset points", ha="center", va="bottom", rotation=90, fontsize="x-small")
+    if flagged:
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label=FLAGGED_BARS))
+        ax.set_ylim(0, tallest * 1.3)  # room for the labels above the bars
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(models))], models, rotation=60, ha="right")
     ax.set_ylabel("speedup over baseline")
     ax.set_title(title)
-    ax.legend(fontsize="small")
+    ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
 

@@ -378,6 +378,35 @@ def test_a_speedup_from_noisy_samples_is_shown_as_such(tmp_path: Path, capsys: p
     assert flagged[("eval", "bf16", "xla=None dynamo=inductor")] == 0
 
 
+def test_plots_mark_noisy_speedups_as_the_text_report_does(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    records = [json.loads(line) for line in RESULTS.read_text().splitlines()]
+    for record in records:
+        if (record["run_id"], record["model"]["model_name"], record["experiment"]["dynamo"],
+                record["experiment"]["precision"], record["experiment"]["test"]) == (NEW_RUN, "llama", None, "fp32",
+                                                                                     "eval"):
+            record["measurements"]["noisy_host"] = True
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    figures: dict[str, object] = {}
+    saved = report._save
+    monkeypatch.setattr(report, "_save", lambda fig, plt, where: figures.setdefault(where.name, fig.axes[0]) and
+                        saved(fig, plt, where))
+    assert cli_main(["report", str(path), "--plot", str(tmp_path / "plots")]) == 0
+    text = capsys.readouterr().out
+    table = text.split("speedup per model: torchbench / cpu / eval / fp32\n", 1)[1].split("\n\n", 1)[0]
+    marked = table.count("(noisy host)")
+    assert marked == 2  # llama's inductor and openxla speedups, over its noisy eager baseline
+    bars = figures["speedup_torchbench_cpu_eval_fp32.png"]
+    assert [text.get_text() for text in bars.texts] == ["(noisy host)"] * marked
+    assert len([patch for patch in bars.patches if patch.get_hatch()]) == marked
+    assert report.FLAGGED_BARS in [text.get_text() for text in bars.get_legend().get_texts()]
+    over_time = figures["geomean_over_time_torchbench_cpu_eval_fp32.png"]
+    assert [text.get_text() for text in over_time.texts] == ["!1"] * marked  # each geomean holds one
+    assert over_time.get_xlabel() == report.FLAGGED_GEOMEAN
+    assert not figures["speedup_torchbench_cpu_train_fp32.png"].texts, "nothing noisy there, nothing marked"
+
+
 def test_the_html_report_holds_its_figures_without_javascript(capsys: pytest.CaptureFixture[str]) -> None:
     """A reader that runs no script (a mail client, lynx, grep) gets the dashboard and per-model tables."""
     import re
