@@ -51,20 +51,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 _TIER_SECONDS: dict[str, float] = {}
+# Skip reasons that say what to install (the browser tests': "...; install it: sudo apt-get ..."), with
+# how many tests gave each: pytest shows a skip's reason only under -rs, and a skip nobody reads
+# leaves a test unrun for good.
+INSTALL_HINT = "install it: "
+_INSTALL_SKIPS: dict[str, int] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Add each phase's time (set-up holds module fixtures) to its test's tier."""
+    """Add each phase's time (set-up holds module fixtures) to its test's tier; keep the skips that
+    name an install line."""
     tier = next((name for name in TIERS if name in report.keywords), None)
     if tier is not None:
         _TIER_SECONDS[tier] = _TIER_SECONDS.get(tier, 0.0) + report.duration
+    if report.skipped and isinstance(report.longrepr, tuple) and INSTALL_HINT in report.longrepr[2]:
+        reason = report.longrepr[2].removeprefix("Skipped: ")
+        _INSTALL_SKIPS[reason] = _INSTALL_SKIPS.get(reason, 0) + 1
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The time each tier took, for docs/developer-guide.md's table."""
+    """The time each tier took, for docs/developer-guide.md's table; and each install line a skip
+    gave, in a plain run too (-rs lists them itself)."""
     if _TIER_SECONDS:
         spent = ", ".join(f"{tier} {seconds:.0f} s" for tier, seconds in sorted(_TIER_SECONDS.items()))
         terminalreporter.write_line(f"time per tier: {spent}")
+    if not terminalreporter.hasopt("skipped"):
+        for reason, count in _INSTALL_SKIPS.items():
+            terminalreporter.write_line(f"{count} skipped: {reason}")
 
 
 def _no_process(*args: Any, **kwargs: Any) -> None:

@@ -1,4 +1,5 @@
-"""Without /usr/bin/chromium the browser tests skip with the install line, except under CI."""
+"""Without /usr/bin/chromium the browser tests skip with the install line, shown in a plain run,
+except under CI."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import pytest
 
 import test_history_page
 from test_history_page import INSTALL_CHROMIUM, require_chromium
+
+pytest_plugins = ("pytester",)
+CONFTEST = Path(__file__).parents[1] / "conftest.py"
 
 
 @pytest.fixture
@@ -32,3 +36,28 @@ def test_a_present_browser_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     (tmp_path / "chromium").touch()
     monkeypatch.setattr(test_history_page, "CHROMIUM", tmp_path / "chromium")
     assert require_chromium({"CI": "true"}) is None
+
+
+@pytest.mark.parametrize("flags", [[], ["-rs"]])
+def test_a_plain_run_prints_the_install_line_once(pytester: pytest.Pytester, flags: list[str]) -> None:
+    """The README promises the install line in a plain `python -m pytest`, which shows skip reasons
+    only under -rs: the suite's conftest prints it in the summary (once with -rs too)."""
+    pytester.makeconftest(CONFTEST.read_text())
+    pytester.makepyfile(test_page=f"""
+        from pathlib import Path
+
+        import test_history_page
+
+        def test_one(monkeypatch):
+            monkeypatch.setattr(test_history_page, "CHROMIUM", Path({str(pytester.path / "chromium")!r}))
+            test_history_page.require_chromium({{}})
+
+        test_two = test_one
+    """)
+    pytester.syspathinsert(Path(test_history_page.__file__).parent)
+    result = pytester.runpytest_inprocess(*flags)
+    result.assert_outcomes(skipped=2)
+    (shown,) = [out for out in result.outlines if INSTALL_CHROMIUM in out]
+    assert shown.endswith(f"the browser tests need Debian's chromium at {pytester.path / 'chromium'}; install it: "
+                          f"{INSTALL_CHROMIUM}")
+    assert shown.startswith("SKIPPED [2] " if flags else "2 skipped: ")
