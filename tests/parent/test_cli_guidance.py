@@ -123,3 +123,27 @@ def test_the_readme_says_which_torch_index_a_cpu_host_takes() -> None:
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     fresh = readme.split("## Fresh machine", 1)[1].split("### Run the tests", 1)[0]
     assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in fresh
+
+
+def test_the_readme_says_what_its_main_command_runs_and_what_takes_its_time() -> None:
+    """The main command's figures are a quiet host's, and half its experiments train: a newcomer
+    on a busy host, or timing eval alone, must not read 81 s as a promise."""
+    from experiment_runner.core.matrix import HostCapabilities
+    from experiment_runner.parent.session import build_plan
+    from experiment_runner.parent.suites import suite_catalog
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    fresh = readme.split("## Fresh machine", 1)[1].split("### Run the tests", 1)[0]
+    command = fresh.split("```bash\n", 1)[1].split("\n", 1)[0].rsplit("&& experiment_runner ", 1)[1]
+    config = parse_config(command.split())
+    suite = suite_catalog(config.matrix.suite_name)
+    plan = build_plan(config.matrix, suite, suite.model_names, HostCapabilities())
+    runs = {(p.experiment.config.test, p.experiment.config.precision, p.experiment.config.dynamo)
+            for p in plan.planned}
+    assert runs == {(test, precision, dynamo) for test, precision in (("eval", "bf16"), ("train", "fp32"))
+                    for dynamo in (None, "inductor")}
+    prose = " ".join(fresh.split())
+    assert ("It runs four experiments of the built-in llama, eval (bf16) and train (fp32), each in eager and "
+            "under inductor") in prose
+    assert "the two training experiments take most of its time; `--test=eval` leaves them out" in prose
+    assert "The times below are a quiet host's" in prose and "busy with other work" in prose
