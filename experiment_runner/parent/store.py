@@ -23,6 +23,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import re
 import secrets
 import socket
 import stat
@@ -33,6 +34,7 @@ from typing import Callable
 
 from experiment_runner.core.results import (
     FINAL_STATUSES,
+    LOCK_SUFFIX,
     BadLine,
     ResultsFileError,
     encode,
@@ -157,7 +159,7 @@ def lock_results(results_path: Path, wait_s: float = 0.0) -> int:
         raise ResultsFileError(f"cannot write results file {results_path}: {real} is a device, not a regular file "
                                "(its records would fail or be lost); give a file")
     real.parent.mkdir(parents=True, exist_ok=True)
-    path = real.with_name(real.name + ".lock")
+    path = real.with_name(real.name + LOCK_SUFFIX)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + wait_s
     while True:
@@ -177,12 +179,28 @@ def lock_results(results_path: Path, wait_s: float = 0.0) -> int:
             os.close(fd)
             raise
     try:
+        _refuse_what_is_not_a_lock(fd, path, results_path)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode(), 0)
     except OSError as exc:
         os.close(fd)
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
     return fd
+
+
+# What a runner writes into the lock file it holds; anything else there is not ours to truncate.
+_LOCK_LINE = re.compile(rb"pid \d+ on host [^\n]*\n?")
+
+
+def _refuse_what_is_not_a_lock(fd: int, path: Path, results_path: Path) -> None:
+    """The lock file is truncated for its holder's line: refuse one holding anything else
+    (records written under that name by a runner that did not refuse it), keeping it as it is."""
+    size = os.fstat(fd).st_size
+    if size and (size > 4096 or not _LOCK_LINE.fullmatch(os.pread(fd, size, 0))):
+        os.close(fd)
+        raise UsageError(f"{path}, the lock of {results_path}, holds {size} bytes that are not a runner's lock "
+                         "(a results file written under that name?); it was left as it is: move it aside, or "
+                         "write to another file (--output-basename)")
 
 
 def _holder(fd: int) -> str:
