@@ -185,9 +185,13 @@ def check_combinations(config: RunConfig) -> None:
 
 
 def check_results_name(s: SessionConfig) -> None:
-    """The results file is never a file the runner derives from another results file's name:
-    the lock beside it (`NAME.lock`, truncated by every run into NAME) or a folder's run
-    registry (`runs`). Checked on the real path, so a symlink does not hide it."""
+    """The results file is inside --output-dirname unless given as an absolute path, and never a
+    file the runner derives from another results file's name: the lock beside it (`NAME.lock`,
+    truncated by every run into NAME) or a folder's run registry (`runs`). Checked on the real
+    path, so a symlink does not hide it."""
+    if not Path(s.output_basename).is_absolute() and ".." in Path(s.output_basename).parts:
+        raise UsageError(f"--output-basename={s.output_basename} leads out of --output-dirname ({s.output_dirname}); "
+                         "give a name inside it, or an absolute path")
     registry = Path(os.path.realpath(Path(s.output_dirname) / "runs"))
     results = Path(os.path.realpath(s.results_path))
     if results == registry or registry in results.parents:

@@ -56,6 +56,8 @@ def test_analysis_commands_refuse_a_device(command: str, tmp_path: Path, capsys:
     ("--output-basename=results.jsonl.lock", "--output-basename=results.jsonl.lock names the results file "
                                             "{out}/results.jsonl.lock, the lock of the results file results.jsonl "
                                             "beside it, which every run into that file truncates; name it otherwise"),
+    ("--output-basename=../../x.jsonl", "--output-basename=../../x.jsonl leads out of --output-dirname ({given}); "
+                                       "give a name inside it, or an absolute path"),
     ("--output-basename=night/runs", "--output-basename=night/runs names the results file {out}/night/runs, the run "
                                      "registry of any run into {out}/night; name it otherwise"),
     ("--min-pairs=400", "--min-pairs=400 is above --max-pairs=100"),
@@ -70,7 +72,7 @@ def test_flags_that_would_stall_flood_or_break_later_runs_are_refused(tmp_path: 
     out = tmp_path / "out"
     with pytest.raises(UsageError) as refused:
         parse_config([*COMMON, "--dry-run", f"--output-dirname={out}", flag])
-    assert message.format(out=os.path.realpath(out)) in str(refused.value)
+    assert message.format(out=os.path.realpath(out), given=out) in str(refused.value)
     assert not out.exists(), "nothing was written"
 
 
