@@ -45,7 +45,7 @@ HARNESS_STATUSES = frozenset({
     *PASSING, "fail_accuracy", "fail_to_run", "eager_fail_to_run", "eager_two_runs_differ", "eager_variation",
     "eager_1st_run_fail", "eager_2nd_run_fail", "eager_1st_run_OOM", "eager_2nd_run_OOM", "model_fail_to_load",
     "timeout", "OOM", "infra_error",
-    *MAPPING["verification"].values(), *MAPPING["status"].values(), MAPPING["verification_default"],
+    *MAPPING["verification"].values(), *MAPPING["status"].values(), MAPPING["verification_unknown"],
     MAPPING["unverified"], MAPPING["status_default"], MAPPING["baseline_failed"]})
 
 

@@ -65,14 +65,16 @@ def harness_mode(test: str | None) -> str:
 def accuracy_status(result: ModelResult, verified: bool) -> str:
     """The harness's accuracy status for one compiled experiment (data/dynamo_export.json);
     `verified`: the verifier ran on it (its record has a verification block), which tells a
-    VERIFIER_SKIPPED of the verifier's (a model too large to judge) from a run without --verify."""
+    VERIFIER_SKIPPED of the verifier's (a model too large to judge) from a run without --verify.
+    A code this mapping does not know (a newer runner's, a hand-edited record) is no verdict, so
+    no pass either."""
     row, base = result.row, result.baseline
     if base is not None and base.status != "ok":
         return MAPPING["baseline_failed"]
     if row.status == "ok":
-        if row.verification_code == "VERIFIER_SKIPPED" and not verified:
+        if row.verification_code is None or (row.verification_code == "VERIFIER_SKIPPED" and not verified):
             return MAPPING["unverified"]
-        return MAPPING["verification"].get(str(row.verification_code), MAPPING["verification_default"])
+        return MAPPING["verification"].get(str(row.verification_code), MAPPING["verification_unknown"])
     return MAPPING["status"].get(row.status, MAPPING["status_default"])
 
 

@@ -169,3 +169,20 @@ def test_every_shipped_file_is_written_back_as_it_is() -> None:
     assert files
     for path in files:
         assert updated(path.read_text(), {}) == path.read_text(), path.name
+
+
+def test_a_verification_code_export_does_not_know_is_no_pass(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 53: a record's unknown code (weird_status) was exported as the harness's `pass`."""
+    records = [json.loads(line) for line in RESULTS.read_text().splitlines()]
+    for record in records:
+        if record["model"]["model_name"] == "llama" and record["run_id"] == "20250102T000000Z-bbbbbb" and (
+                record["experiment"]["dynamo"], record["experiment"]["test"], record["experiment"]["accelerator"]) == (
+                "inductor", "eval", "cpu"):
+            record.update(verification_code="weird_status")
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "e.csv").write_text(GOOD)
+    code = cli_main(["check-expected", str(results), "--expected", str(tmp_path / "e.csv"), *GROUP])
+    out, _ = capsys.readouterr()
+    assert code == 1 and "llama: accuracy pass -> fail_to_run (regression)" in out.splitlines(), out
