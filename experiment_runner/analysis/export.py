@@ -287,16 +287,27 @@ def write(args: argparse.Namespace) -> list[Path]:
             args.output.parent.mkdir(parents=True, exist_ok=True)
             args.output.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in benchmark_records(items)))
             return [args.output]
-        args.output.mkdir(parents=True, exist_ok=True)
         files = {args.output / name: text for name, text in dynamo_csv(items).items()}
         for path in files:
             check_output(path, inputs, "-o")
+            _check_target(path, args.output)
+        args.output.mkdir(parents=True, exist_ok=True)
         for path, text in files.items():
             path.parent.mkdir(exist_ok=True)
             path.write_text(text)
         return list(files)
     except OSError as exc:
         raise ReportError(f"cannot write {exc.filename or args.output}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
+
+
+def _check_target(path: Path, folder: Path) -> None:
+    """Refuse, before any file is written, a CSV whose folder is a file (check_output refuses a
+    CSV that is a folder): finding it half way would leave an export half written."""
+    blocked = next((parent for parent in path.relative_to(folder).parents
+                    if parent != Path(".") and (folder / parent).exists() and not (folder / parent).is_dir()), None)
+    if blocked is not None:
+        raise ReportError(f"cannot write {path}: {folder / blocked} is a file, not a folder; nothing was written",
+                          EXIT_RESULTS_IO)
 
 
 @analysis_command("export")
