@@ -152,6 +152,17 @@ def _aot_package_then_hang(request: LoadRequest) -> BenchmarkModel:
     _sleep_forever(None)
 
 
+def _uncopyable(request: LoadRequest) -> BenchmarkModel:
+    """A module whose __deepcopy__ raises (one holding a handle that cannot be copied)."""
+    model = _tiny(request)
+
+    def refuse(memo: dict) -> Any:
+        raise TypeError("cannot deepcopy this module's handle")
+
+    model.module.__deepcopy__ = refuse
+    return model
+
+
 def _hang(_: Any) -> Any:
     subprocess.Popen([sys.executable, "-c", _STUBBORN])
     while True:
@@ -167,9 +178,10 @@ class FaultySuite(Suite):
     # outside, no OOM; verify_*: die in the float64 verification run, after timing;
     # retry_*: the first attempt fails one way (raises; hangs verifying), every retry segfaults;
     # linger: a non-daemon thread outlives the work; exit_hang: never exits after its result;
-    # aot_hang: hangs with an AOT Inductor package written (its first attempt only).
+    # aot_hang: hangs with an AOT Inductor package written (its first attempt only); uncopyable: its
+    # module's __deepcopy__ raises.
     MORE_FAULTS = ("kill_server", "retry_raise", "retry_hang_verify", "escape_hang", "sigkill",
-                   "verify_segfault", "verify_hang", "linger", "exit_hang", "aot_hang")
+                   "verify_segfault", "verify_hang", "linger", "exit_hang", "aot_hang", "uncopyable")
     QUICK = tuple(f"quick_{i:02d}" for i in range(20))
     # paced_*: each forward sleeps FAULTY_PACE_<NAME> seconds (default PACE_S): a model slowed on purpose;
     # drift: each forward sleeps FAULTY_DRIFT_PACE (default PACE_S) x (1 + FAULTY_DRIFT_RATE x seconds since
@@ -213,6 +225,8 @@ class FaultySuite(Suite):
             return _hang_at_exit(request)
         if name == "aot_hang":
             return _aot_package_then_hang(request)
+        if name == "uncopyable":
+            return _uncopyable(request)
         if name == "grandchild":
             subprocess.Popen([sys.executable, "-c", _STUBBORN])
             return _tiny(request)
