@@ -41,20 +41,24 @@ class MemoryCgroup:
         """Where the kernel counts this cgroup's OOM kills (the `oom_kill` line)."""
         return self.folder / _EVENTS[self.version]
 
+    def limit(self) -> int | None:
+        """The limit in bytes; None without one ("max") or where it cannot be read."""
+        text = _read(self.limit_file)
+        return int(text) if text is not None and text.isdigit() else None
+
     def headroom(self) -> int | None:
         """What the limit still leaves: limit minus usage, the reclaimable page cache counted
         as free (as the kernel reclaims it before an OOM kill); None without a limit ("max")
         or where the files cannot be read."""
-        limit_name, usage_name, cache_key = _FILES[self.version]
-        limit, usage = _read(self.folder / limit_name), _read(self.folder / usage_name)
-        if limit is None or not limit.isdigit() or usage is None or not usage.isdigit():
+        limit, usage = self.limit(), _read(self.folder / _FILES[self.version][1])
+        if limit is None or usage is None or not usage.isdigit():
             return None
         cache = 0
         for line in (_read(self.folder / "memory.stat") or "").splitlines():
             key, _, value = line.partition(" ")
-            if key == cache_key and value.strip().isdigit():
+            if key == _FILES[self.version][2] and value.strip().isdigit():
                 cache = int(value)
-        return int(limit) - max(0, int(usage) - cache)
+        return limit - max(0, int(usage) - cache)
 
 
 def _read(path: Path) -> str | None:
@@ -86,3 +90,10 @@ def memory_cgroups(root: Path = ROOT) -> list[MemoryCgroup]:
                 if cgroup.folder.is_dir() and cgroup not in found:
                     found.append(cgroup)
     return found
+
+
+def memory_limit(root: Path = ROOT) -> tuple[int, Path] | None:
+    """The smallest memory limit of this process's cgroups and the file that sets it; None
+    where no cgroup limits it."""
+    limits = [(limit, cgroup.limit_file) for cgroup in memory_cgroups(root) if (limit := cgroup.limit()) is not None]
+    return min(limits, default=None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,18 @@ def test_a_process_started_under_a_lowered_rlimit_as_plans_within_it(tmp_path):
     figure, source, seen_limit = proc.stdout.strip().split("|")
     assert (source, int(seen_limit)) == ("RLIMIT_AS (ulimit -v)", limit)
     assert 0 < int(figure) < limit
+
+
+def test_a_model_too_large_for_a_nested_v1_limit_is_sized_against_that_limit(tmp_path, monkeypatch):
+    """The same v1 limit sizes the weights check (DeviceRuntime.memory_capacity), which read only
+    the cgroup mounts' roots: on a v1 host its own cgroup's 2.5 GB went unseen."""
+    from experiment_runner.child.devices import cpu
+    from experiment_runner.core import cgroups
+
+    host = v1_host(tmp_path)
+    assert cgroups.memory_limit(host) == (
+        2_500_000_000, host / "sys/fs/cgroup/memory/process_api/job/memory.limit_in_bytes")
+    monkeypatch.setattr(cpu, "memory_limit", lambda: cgroups.memory_limit(host))
+    monkeypatch.setattr(os, "sysconf", {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 4 * 2**30 // 4096}.__getitem__)  # 4 GiB
+    config = harness(tmp_path).config
+    assert cpu.DeviceRuntime(config).memory_capacity() == (2_500_000_000, "this container's memory limit")
