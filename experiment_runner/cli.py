@@ -23,8 +23,8 @@ from typing import Any, NoReturn, Sequence
 from experiment_runner import __version__
 from experiment_runner.core import dashboards, matrix
 from experiment_runner.core.flags import Declared, declared
-from experiment_runner.core.results import RecordWarning, ResultsFileError
-from experiment_runner.core.run_config import CONFIGS, GROUPS, MatrixConfig, RunConfig
+from experiment_runner.core.results import LOCK_SUFFIX, RecordWarning, ResultsFileError
+from experiment_runner.core.run_config import CONFIGS, GROUPS, MatrixConfig, RunConfig, SessionConfig
 from experiment_runner.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERNAL,
@@ -172,11 +172,7 @@ def check_combinations(config: RunConfig) -> None:
     if not m.partition_id < m.total_partitions:
         raise UsageError("--partition-id must be in [0, --total-partitions)")
     check_output_folder(Path(s.output_dirname))
-    registry = Path(os.path.realpath(Path(s.output_dirname) / "runs"))
-    results = Path(os.path.realpath(s.results_path))
-    if results == registry or registry in results.parents:
-        raise UsageError(f"--output-basename={s.output_basename} puts the results file in the run registry "
-                         f"({registry}, where each run is registered); name it otherwise")
+    check_results_name(s)
     if o.min_pairs > o.max_pairs:
         raise UsageError(f"--min-pairs={o.min_pairs} is above --max-pairs={o.max_pairs}")
     if s.retry_failed and not s.resume:
@@ -214,6 +210,28 @@ def check_combinations(config: RunConfig) -> None:
     if o.profile_xla and (o.dump_pytorch_profiles or o.profile_cuda_cpu or o.profile_cuda_cpu_individual_ops):
         raise UsageError("--profile-xla cannot go with the PyTorch profiler flags (--dump-pytorch-profiles, "
                          "--profile-cuda-cpu*): one profiling path at a time, as in the reference")
+
+
+def check_results_name(s: SessionConfig) -> None:
+    """The results file is inside --output-dirname unless given as an absolute path, and never a
+    file the runner derives from another results file's name: the lock beside it (`NAME.lock`,
+    truncated by every run into NAME) or a folder's run registry (`runs`). Checked on the real
+    path, so a symlink does not hide it."""
+    if not Path(s.output_basename).is_absolute() and ".." in Path(s.output_basename).parts:
+        raise UsageError(f"--output-basename={s.output_basename} leads out of --output-dirname ({s.output_dirname}); "
+                         "give a name inside it, or an absolute path")
+    registry = Path(os.path.realpath(Path(s.output_dirname) / "runs"))
+    results = Path(os.path.realpath(s.results_path))
+    if results == registry or registry in results.parents:
+        raise UsageError(f"--output-basename={s.output_basename} puts the results file in the run registry "
+                         f"({registry}, where each run is registered); name it otherwise")
+    if results.name == "runs":
+        raise UsageError(f"--output-basename={s.output_basename} names the results file {results}, the run "
+                         f"registry of any run into {results.parent}; name it otherwise")
+    if results.name.endswith(LOCK_SUFFIX):
+        raise UsageError(f"--output-basename={s.output_basename} names the results file {results}, the lock of "
+                         f"the results file {results.name[:-len(LOCK_SUFFIX)]} beside it, which every run into "
+                         "that file truncates; name it otherwise")
 
 
 # The keys an --experiment-config may hold: the reference's experiment configuration.

@@ -6,7 +6,8 @@ twice the bytes of float32 (four times bfloat16's). For a large-vocabulary langu
 dashboard batch that is many gigabytes, and an OOM kill loses the verdict and tells nothing. So
 the verifier measures the eager run's own growth of the process's resident memory, estimates
 the float64 run, the compiled run and the comparison from it and from the eager output's size,
-and compares the estimate with the memory the host has available: the float64 reference is left
+and compares the estimate with the memory this process can still take (the smallest of the host's
+MemAvailable, its cgroups' limits, v1 or v2, nested, and RLIMIT_AS): the float64 reference is left
 out when only it does not fit (its reason recorded), and the whole verification is
 VERIFIER_SKIPPED, with the estimate, when even the rest does not.
 """
@@ -14,9 +15,12 @@ VERIFIER_SKIPPED, with the estimate, when even the rest does not.
 from __future__ import annotations
 
 import re
+import resource
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from experiment_runner.core.cgroups import memory_cgroups
 
 GIB = 1 << 30
 # Bytes per element of the experiment's floating-point data; amp keeps float32 weights.
@@ -51,23 +55,59 @@ def resident_bytes() -> int | None:
     return int(match.group(1)) * 1024 if match else None
 
 
-def available_bytes() -> int | None:
-    """What the host (or this container's memory limit) can still give: MemAvailable, or the
-    cgroup's limit minus its usage when that is lower; None where neither can be read."""
-    found: list[int] = []
+@dataclass(frozen=True)
+class Available:
+    """Bytes this process can still take before something stops it, and what would: the host
+    (MemAvailable), a cgroup's limit (its limit file) or the address-space rlimit (RLIMIT_AS)."""
+
+    bytes: int
+    source: str
+
+
+def address_space_limit() -> int | None:
+    """This process's soft RLIMIT_AS (`ulimit -v`), None where unlimited."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def _status_bytes(root: Path, field: str) -> int | None:
     try:
-        match = re.search(r"^MemAvailable:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.MULTILINE)
+        match = re.search(rf"^{field}:\s+(\d+) kB", (root / "proc/self/status").read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(match.group(1)) * 1024 if match else None
+
+
+def memory_limits(root: Path = Path("/"), rlimit_as: int | None = None) -> list[Available]:
+    """Every limit on what this process can still take, read under `root` (a fake /proc and
+    /sys tree in tests): MemAvailable, each of its memory cgroups' limit minus usage (v1 and
+    v2, its own and every ancestor's), and `rlimit_as` minus the address space it maps."""
+    found: list[Available] = []
+    try:
+        match = re.search(r"^MemAvailable:\s+(\d+) kB", (root / "proc/meminfo").read_text(), re.MULTILINE)
         if match:
-            found.append(int(match.group(1)) * 1024)
+            found.append(Available(int(match.group(1)) * 1024, "MemAvailable (/proc/meminfo)"))
     except OSError:
         pass
-    try:
-        limit, used = (Path("/sys/fs/cgroup", name).read_text().strip() for name in ("memory.max", "memory.current"))
-        if limit.isdigit() and used.isdigit():
-            found.append(int(limit) - int(used))
-    except OSError:
-        pass
-    return min(found) if found else None
+    for cgroup in memory_cgroups(root):
+        headroom = cgroup.headroom()
+        if headroom is not None:
+            found.append(Available(headroom, f"cgroup v{cgroup.version} limit "
+                                             f"(/{cgroup.limit_file.relative_to(root)})"))
+    mapped = _status_bytes(root, "VmSize")
+    if rlimit_as is not None and mapped is not None:
+        found.append(Available(rlimit_as - mapped, "RLIMIT_AS (ulimit -v)"))
+    return found
+
+
+def available(root: Path = Path("/"), rlimit_as: int | None = None) -> Available | None:
+    """The smallest of memory_limits: the one this process meets first; None where none can be read."""
+    return min(memory_limits(root, rlimit_as), key=lambda limit: limit.bytes, default=None)
+
+
+def available_bytes() -> Available | None:
+    """What this process can still take, on this host."""
+    return available(Path("/"), address_space_limit())
 
 
 @dataclass(frozen=True)
@@ -78,6 +118,7 @@ class MemoryPlan:
     with_reference: int
     without_reference: int
     available: int | None
+    available_from: str | None = None  # which limit `available` is (Available.source)
 
     def fits(self, need: int) -> bool:
         return self.available is None or need <= HEADROOM * self.available
@@ -86,6 +127,7 @@ class MemoryPlan:
         return {"estimated_gib_with_float64_reference": round(self.with_reference / GIB, 2),
                 "estimated_gib_without_float64_reference": round(self.without_reference / GIB, 2),
                 "available_gib": None if self.available is None else round(self.available / GIB, 2),
+                "available_from": self.available_from,
                 "headroom": HEADROOM}
 
 
@@ -100,4 +142,6 @@ def plan(eager_output: Any, eager_run_bytes: int, precision: str) -> MemoryPlan:
     compiled_run = eager_run_bytes  # its model copy and activations, as eager's
     with_reference = max(fp64_run, out64 + compiled_run, out64 + own + COMPARE_TEMPORARIES * out64)
     without_reference = max(compiled_run, own + COMPARE_TEMPORARIES * out64)
-    return MemoryPlan(with_reference, without_reference, available_bytes())
+    limit = available_bytes()
+    return MemoryPlan(with_reference, without_reference, None if limit is None else limit.bytes,
+                      None if limit is None else limit.source)

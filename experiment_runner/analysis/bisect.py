@@ -44,7 +44,9 @@ from typing import Sequence
 from experiment_runner.analysis.compare import welch_log_ps
 from experiment_runner.analysis.files import read_small
 from experiment_runner.analysis.loader import Row, load_rows
+from experiment_runner.core.flags import declared
 from experiment_runner.core.process_groups import kill_experiment
+from experiment_runner.core.run_config import CONFIGS
 from experiment_runner.errors import (
     EXIT_OK,
     EXIT_RESULTS_IO,
@@ -66,6 +68,37 @@ STOP_GRACE_S = 10.0
 MAX_ENVS_BYTES = 2**20
 # Names a step's folder can take: no path separator, no `.` or `..` (`g` and `./g` are one folder).
 NAME = re.compile(r"(?!\.\.?$)[A-Za-z0-9._+-]+")
+
+
+# Run flags bisect sets for each step itself, or that would make a step measure nothing: refused
+# after `--` (the runner would take bisect's --output-dirname over the user's, or plan and exit).
+OWNED_FLAGS = {
+    "output_dirname": "each step writes into --output/NAME",
+    "output_basename": "bisect reads each step's results.jsonl",
+    "processes": "give bisect's own --processes",
+    "dry_run": "a step must run the experiment; to see what the flags plan, run experiment_runner FLAGS --dry-run",
+    "list_models": "a step must run the experiment; to see the models, run experiment_runner FLAGS --list-models",
+}
+
+
+def owned_flag(flags: Sequence[str]) -> str | None:
+    """Why bisect cannot pass on one of these run flags, as the runner's parser reads them (an
+    unambiguous prefix, `--flag=value`, a toggle's `--no-` form); None when it can."""
+    spellings: dict[str, str] = {}
+    for option in declared(*CONFIGS):
+        for name in option.names:
+            spellings[name] = option.name
+            if option.flag.kind == "toggle" and name.startswith("--"):
+                spellings["--no-" + name[2:]] = option.name
+    for token in flags:
+        if not token.startswith("--") or token == "--":
+            continue
+        given = token.split("=", 1)[0]
+        fields = {spellings[given]} if given in spellings else {
+            field for name, field in spellings.items() if name.startswith(given)}
+        if len(fields) == 1 and (field := fields.pop()) in OWNED_FLAGS:
+            return f"{token} is bisect's to set, not a run flag it passes on: {OWNED_FLAGS[field]}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -373,6 +406,9 @@ def main(argv: Sequence[str]) -> int:
     flags = args.run_flags[1:] if args.run_flags[:1] == ["--"] else args.run_flags
     if not flags:
         raise ReportError("give the experiment's run flags after `--` (the line `history` prints for a change)")
+    owned = owned_flag(flags)
+    if owned is not None:
+        raise ReportError(owned)
     if args.processes < 2:
         raise ReportError("--processes must be at least 2: a step is judged on per-process medians")
     if not (0.0 < args.alpha < 1.0 and math.isfinite(args.min_change) and args.min_change >= 0):

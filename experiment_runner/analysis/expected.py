@@ -17,13 +17,14 @@ import argparse
 import csv
 import io
 import json
+import os
 import re
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from experiment_runner.analysis.columns import results_files
-from experiment_runner.analysis.export import Exported, exported
+from experiment_runner.analysis.export import MAPPING, Exported, exported
 from experiment_runner.analysis.files import check_output, read_small
 from experiment_runner.core import dashboards
 from experiment_runner.errors import (
@@ -41,6 +42,15 @@ PASSING = ("pass", "pass_due_to_skip")
 # How many absent models a line names before it says how many more there are: a one-model run
 # against PyTorch's file lacks some 75, one line of names nobody reads.
 ABSENT_SHOWN = 5
+# Every accuracy status the harness writes (benchmarks/dynamo/common.py: check_accuracy, the
+# eager runs' failures, write_csv_when_exception) and export's mapping to them: an expected
+# file saying anything else is misread by any check, so it is refused, never taken as a pass.
+HARNESS_STATUSES = frozenset({
+    *PASSING, "fail_accuracy", "fail_to_run", "eager_fail_to_run", "eager_two_runs_differ", "eager_variation",
+    "eager_1st_run_fail", "eager_2nd_run_fail", "eager_1st_run_OOM", "eager_2nd_run_OOM", "model_fail_to_load",
+    "timeout", "OOM", "infra_error",
+    *MAPPING["verification"].values(), *MAPPING["status"].values(), MAPPING["unchecked"], MAPPING["status_default"],
+    MAPPING["baseline_failed"]})
 
 
 # An expected-results file lists a few hundred models; one far larger is not one (and is not read whole).
@@ -71,10 +81,19 @@ def read_expected(path: Path) -> dict[str, dict[str, str]]:
         rows: dict[str, dict[str, str]] = {}
         for row in reader:
             where = f"{path}:{reader.line_num}"
+            if None in row:
+                raise ReportError(f"{where}: {len(row) - 1 + len(row[None])} fields, the header has "
+                                  f"{len(reader.fieldnames or [])}; a field holding a comma needs quotes")
             name, accuracy, breaks = (str(row.get(c) or "").strip() for c in COLUMNS)
             if not name or not accuracy:
                 raise ReportError(f"{where}: a row needs a name and an accuracy status, got {row[COLUMNS[0]]!r}, "
                                   f"{row[COLUMNS[1]]!r}")
+            if not name.isprintable():
+                raise ReportError(f"{where}: the model name {name!r} holds a line break or another control "
+                                  "character; no model is named so")
+            if accuracy not in HARNESS_STATUSES:
+                raise ReportError(f"{where}: {name}'s accuracy {accuracy!r} is not a status PyTorch's harness "
+                                  f"writes ({', '.join(sorted(HARNESS_STATUSES))})")
             if not breaks.isdigit() or not breaks.isascii():
                 raise ReportError(f"{where}: {name}'s graph_breaks must be a whole number >= 0, got {breaks!r}")
             if name in rows:
@@ -83,6 +102,31 @@ def read_expected(path: Path) -> dict[str, dict[str, str]]:
     except csv.Error as exc:
         raise ReportError(f"{path}:{reader.line_num}: not CSV: {exc}") from None
     return rows
+
+
+def updated(text: str | None, actual: dict[str, dict[str, str]]) -> str:
+    """The expected file's text with this run's statuses and counts, written as PyTorch writes
+    its files: its header (and the columns it has beyond ours, e.g. recompiles, kept per model),
+    the blank lines it puts before each row, its rows in its order, then the models new to it,
+    sorted. `text` None: a new file."""
+    header, gap, rows = list(COLUMNS), 0, {}
+    if text is not None:
+        lines = text.splitlines()
+        header = next(csv.reader(lines[:1]), list(COLUMNS))
+        gap = next((i for i, line in enumerate(lines[1:]) if line.strip()), 0)
+        for fields in csv.reader(line for line in lines[1:] if line.strip()):
+            rows[fields[header.index("name")].strip()] = fields
+    for name, row in sorted(actual.items()):
+        fields = rows.setdefault(name, [""] * len(header))
+        for column in COLUMNS:
+            fields[header.index(column)] = row[column]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    for fields in rows.values():
+        out.write("\n" * gap)
+        writer.writerow(fields)
+    return out.getvalue()
 
 
 def absent(actual: dict[str, dict[str, str]], expected: dict[str, dict[str, str]]) -> list[str]:
@@ -247,6 +291,9 @@ def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     if args.pytorch and args.update:
         raise ReportError("--update rewrites the file given with --expected, never PyTorch's shipped ones")
+    if args.update and SHIPPED.resolve() in Path(os.path.realpath(args.expected)).parents:
+        raise ReportError(f"--update would rewrite {args.expected}, PyTorch's expected file shipped with this tool "
+                          f"({os.path.realpath(args.expected)}); copy it and update the copy")
     inputs = results_files(args.files)
     if args.update:
         check_output(args.expected, inputs, "--expected")
@@ -268,14 +315,12 @@ def main(argv: Sequence[str]) -> int:
         members = [item for item in items if item.output == group]
     actual, unchecked = accuracy_rows(members), not_checked(members)
     if args.update:
-        kept = read_expected(args.expected) if args.expected.exists() else {}
-        kept.update(actual)
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n", extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(kept[name] for name in sorted(kept))
+        text = None
+        if args.expected.exists():
+            read_expected(args.expected)  # refuses a bad file before anything is written
+            text = _expected_text(args.expected)
         try:
-            args.expected.write_text(out.getvalue())
+            args.expected.write_text(updated(text, actual))
         except OSError as exc:
             raise ReportError(f"cannot write {args.expected}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
         print(f"updated {args.expected}: {len(actual)} model(s) of {group}", file=sys.stderr)

@@ -79,7 +79,10 @@ def unchecked(row: Row, verified: bool) -> bool:
 
 def accuracy_status(result: ModelResult, verified: bool) -> str:
     """The harness's accuracy status for one compiled experiment (data/dynamo_export.json);
-    `verified`: the verifier ran on it (its record has a verification block)."""
+    `verified`: the verifier ran on it (its record has a verification block), which tells a
+    VERIFIER_SKIPPED of the verifier's (a model too large to judge) from a run without --verify.
+    A code this mapping does not know (a newer runner's, a hand-edited record) is no verdict, so
+    no pass either."""
     row, base = result.row, result.baseline
     if base is not None and base.status != "ok":
         return MAPPING["baseline_failed"]
@@ -323,17 +326,28 @@ def write(args: argparse.Namespace) -> tuple[list[Path], dict[Path, str]]:
         if not csvs:
             args.output.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in benchmark_records(items)))
             return [args.output], {}
-        args.output.mkdir(exist_ok=True)
         contents, left_out = dynamo_csv(items)
         files = {args.output / name: text for name, text in contents.items()}
         for path in files:
             check_output(path, inputs, "-o")
+            _check_target(path, args.output)
+        args.output.mkdir(parents=True, exist_ok=True)
         for path, text in files.items():
             path.parent.mkdir(exist_ok=True)
             path.write_text(text)
         return list(files), {args.output / name: why for name, why in left_out.items()}
     except OSError as exc:
         raise ReportError(f"cannot write {exc.filename or args.output}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
+
+
+def _check_target(path: Path, folder: Path) -> None:
+    """Refuse, before any file is written, a CSV whose folder is a file (check_output refuses a
+    CSV that is a folder): finding it half way would leave an export half written."""
+    blocked = next((parent for parent in path.relative_to(folder).parents
+                    if parent != Path(".") and (folder / parent).exists() and not (folder / parent).is_dir()), None)
+    if blocked is not None:
+        raise ReportError(f"cannot write {path}: {folder / blocked} is a file, not a folder; nothing was written",
+                          EXIT_RESULTS_IO)
 
 
 @analysis_command("export")

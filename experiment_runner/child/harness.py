@@ -24,6 +24,7 @@ from experiment_runner.core.matrix import (
     uses_cuda_graphs,
 )
 from experiment_runner.core.options import RunOptions
+from experiment_runner.core.protocol import AOT_PACKAGE
 from benchmark_models import BenchmarkModel, LoadRequest, get_suite, map_tensors
 from benchmark_models.training import TrainingState
 
@@ -152,7 +153,7 @@ class ExperimentHarness:
         module = model.module
         if aot:
             target: Any = AotInductorModule(module, self.config.compile_options in FREEZING_OPTIONS,
-                                            self.artifacts_dir / "aot_inductor.pt2", precision,
+                                            self.artifacts_dir / AOT_PACKAGE, precision,
                                             reuse=self.aot_package,
                                             keep=self._keep_aot_package if self.options.verify else None)
         else:

@@ -178,6 +178,8 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
     except BaseException as exc:  # noqa: BLE001 - every failure must become data
         oom = device.is_oom(exc) if device is not None else isinstance(exc, MemoryError)
         result.update(status="oom" if oom else "error", error=error_block(exc))
+        if isinstance(exc, paired.BaselineCopyFailed):
+            result["error"]["phase"] = paired.BASELINE_COPY_PHASE
     with phase(timings, "finish_s"):
         if harness is not None:
             harness.discard_aot_package()

@@ -87,6 +87,15 @@ def first_warmup_iterations(options: RunOptions) -> int:
     return HARNESS_EAGER_WARMUP if options.speedup == "harness" else max(1, options.warmup_iterations)
 
 
+# error.phase of a record whose module could not be copied for the paired eager baseline.
+BASELINE_COPY_PHASE = "paired baseline copy"
+
+
+class BaselineCopyFailed(RuntimeError):
+    """copy.deepcopy of the module failed for the paired eager baseline: the model's failure under
+    this --speedup, not a failure of the compiler or of the eager run itself."""
+
+
 def warm_eager_first(harness: ExperimentHarness, model: BenchmarkModel, device: DeviceRuntime,
                      options: RunOptions) -> None:
     """The baseline's first warm-up, before anything compiles: eager iterations on a deep copy of
@@ -94,7 +103,12 @@ def warm_eager_first(harness: ExperimentHarness, model: BenchmarkModel, device: 
     untouched), then the copy is dropped, as PyTorch's harness does (run_performance_test's
     warmup(..., copy.deepcopy(model), ...) under set_stance("force_eager")). Why: the allocator's
     state the pairs' eager samples start from (the module docstring)."""
-    twin = replace(model, module=copy.deepcopy(model.module), training_state=None)
+    try:
+        module = copy.deepcopy(model.module)
+    except Exception as exc:
+        raise BaselineCopyFailed(f"--speedup={options.speedup}: the paired eager baseline's copy of the module failed "
+                                 f"(copy.deepcopy, as PyTorch's harness copies it): {type(exc).__name__}: {exc}") from exc
+    twin = replace(model, module=module, training_state=None)
     step = harness.make_step(twin, compiled=False)
     for _ in range(first_warmup_iterations(options)):
         device.reset_rng(options.seed)

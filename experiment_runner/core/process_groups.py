@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Iterable
 
+from experiment_runner.core.cgroups import memory_cgroups
+
 RUN_TOKEN_ENV = "EXPERIMENT_RUNNER_RUN_TOKEN"
 ATTEMPT_TOKEN_ENV = "EXPERIMENT_RUNNER_ATTEMPT"
 
@@ -123,25 +125,9 @@ def _alive(pid: int) -> bool:
 
 
 def _own_cgroup_files() -> list[tuple[Path, str]]:
-    """Where this process's cgroup counts OOM kills: v2 memory.events, v1 memory.oom_control
-    (both under the cgroup this process is in, or the mount's root inside a container)."""
-    candidates: list[tuple[Path, str]] = []
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return candidates
-    for line in lines:
-        hierarchy, controllers, path = line.split(":", 2)
-        if hierarchy == "0" and controllers == "":
-            base = Path("/sys/fs/cgroup")
-            candidates += [(base / path.lstrip("/") / "memory.events", "oom_kill"),
-                           (base / "memory.events", "oom_kill")]
-        elif "memory" in controllers.split(","):
-            base = Path("/sys/fs/cgroup/memory")
-            candidates += [(base / path.lstrip("/") / "memory.oom_control", "oom_kill"),
-                           (base / "memory.oom_control", "oom_kill")]
-    candidates.append((Path("/proc/vmstat"), "oom_kill"))  # the whole host's count
-    return candidates
+    """Where this process's cgroups count OOM kills (v2 memory.events, v1 memory.oom_control;
+    innermost first, core.cgroups), then the whole host's count."""
+    return [(cgroup.events_file, "oom_kill") for cgroup in memory_cgroups()] + [(Path("/proc/vmstat"), "oom_kill")]
 
 
 def oom_kill_count() -> tuple[int, str] | tuple[None, None]:

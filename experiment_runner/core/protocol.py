@@ -32,6 +32,9 @@ from experiment_runner.core.options import RunOptions
 PHASES: tuple[str, ...] = ("loading", "warm-up", "timing", "timing pairs", "instrumenting", "verifying",
                           "counting graph breaks as the harness")
 PHASE_FILE = "phase"
+# The AOT Inductor package an attempt's child compiles into its folder (child.harness): as large
+# as the model's weights and no evidence, so the parent removes it once the attempt is over.
+AOT_PACKAGE = "aot_inductor.pt2"
 
 
 @dataclass(frozen=True)

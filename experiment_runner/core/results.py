@@ -25,6 +25,8 @@ STATUSES = ("ok", "error", "oom", "timeout", "crashed", "skipped", "interrupted"
 # A record with one of these statuses ends its experiment for `--resume`; an interrupted
 # experiment is run again.
 FINAL_STATUSES = frozenset(STATUSES) - {"interrupted"}
+# The lock a runner holds on a results file is this file beside it (`results.jsonl.lock`).
+LOCK_SUFFIX = ".lock"
 
 VERIFICATION_CODES = (
     "PASS", "FAIL", "EAGER_FAILED", "EXCEPTION_RAISED",

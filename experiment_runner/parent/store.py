@@ -23,6 +23,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import re
 import secrets
 import socket
 import stat
@@ -33,6 +34,7 @@ from typing import Any, Callable
 
 from experiment_runner.core.results import (
     FINAL_STATUSES,
+    LOCK_SUFFIX,
     BadLine,
     ResultsFileError,
     encode,
@@ -157,7 +159,7 @@ def lock_results(results_path: Path, wait_s: float = 0.0) -> int:
         raise ResultsFileError(f"cannot write results file {results_path}: {real} is a device, not a regular file "
                                "(its records would fail or be lost); give a file")
     real.parent.mkdir(parents=True, exist_ok=True)
-    path = real.with_name(real.name + ".lock")
+    path = real.with_name(real.name + LOCK_SUFFIX)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + wait_s
     while True:
@@ -177,12 +179,28 @@ def lock_results(results_path: Path, wait_s: float = 0.0) -> int:
             os.close(fd)
             raise
     try:
+        _refuse_what_is_not_a_lock(fd, path, results_path)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode(), 0)
     except OSError as exc:
         os.close(fd)
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
     return fd
+
+
+# What a runner writes into the lock file it holds; anything else there is not ours to truncate.
+_LOCK_LINE = re.compile(rb"pid \d+ on host [^\n]*\n?")
+
+
+def _refuse_what_is_not_a_lock(fd: int, path: Path, results_path: Path) -> None:
+    """The lock file is truncated for its holder's line: refuse one holding anything else
+    (records written under that name by a runner that did not refuse it), keeping it as it is."""
+    size = os.fstat(fd).st_size
+    if size and (size > 4096 or not _LOCK_LINE.fullmatch(os.pread(fd, size, 0))):
+        os.close(fd)
+        raise UsageError(f"{path}, the lock of {results_path}, holds {size} bytes that are not a runner's lock "
+                         "(a results file written under that name?); it was left as it is: move it aside, or "
+                         "write to another file (--output-basename)")
 
 
 def _holder(fd: int) -> str:
@@ -238,7 +256,7 @@ def registered_runs(output_dir: Path, results_path: Path) -> tuple[dict[str, Run
 class _RunSeen:
     timestamp: float | None
     latest: dict[tuple[str, int], str]  # (experiment_id, process index) -> status of its last record
-    fingerprint: str | None = None  # its records' (RunConfig.fingerprint); None in older records
+    fingerprint: str | None = None  # its records' (RunConfig.fingerprint); None where none carries a valid one
 
     def finished(self, retry_failed: bool) -> tuple[set[tuple[str, int]], set[str]]:
         """The (experiment_id, process index) pairs with a final record, and the experiments
@@ -268,7 +286,7 @@ def _runs_in(path: Path, bad: list[BadLine]) -> dict[str, _RunSeen]:
         seen = runs.setdefault(run_id, _RunSeen(stamp if isinstance(stamp, (int, float)) else None, {}))
         runs[run_id] = runs.pop(run_id)  # keep the order of each run's latest record: the last is the latest
         seen.latest[(record.get("experiment_id"), process_index(record))] = record.get("status")
-        if isinstance(record.get("fingerprint"), str):
+        if isinstance(record.get("fingerprint"), str) and record["fingerprint"]:
             seen.fingerprint = record["fingerprint"]
     return runs
 
@@ -280,7 +298,7 @@ class ResumeState:
     failed: set[str]  # experiments with a failed process: their later processes are not run
     bad_lines: list[BadLine]
     timestamp: float | None = None
-    other_runs: int = 0  # runs of the file left alone because another command made them
+    other_runs: int = 0  # runs of the file left alone: another command's, or no command's known
     failed_final: int = 0  # experiments of the run whose final record is a failure
 
 
@@ -289,9 +307,11 @@ def resume_state(results_path: Path, retry_failed: bool, timestamp: float | None
     """The run a resumed invocation continues and its finished experiments.
 
     Candidates are the file's runs and the runs registered for it (`registered`: a run killed
-    before its first record is one too), minus another command's: those whose records carry
-    another `fingerprint`, or, for records without one (older runners) and runs with no record
-    yet, registered with another (runs of older runners, unregistered, count as this command's).
+    before its first record is one too) that are this command's: their records carry its
+    `fingerprint`, or, where none carries a valid one (a non-empty string), their registry entry
+    does. A run that says neither (records without a valid fingerprint, its entry deleted or
+    lost) is continued by no command: nothing can tell whose it is, and continuing another
+    command's run mixes two plans in one run. `fingerprint` None (no command) takes any run.
     Of those, the one stamped `timestamp` when given (a nightly job passes one per night, so a
     rerun after a crash continues that night and a new night starts a new run), else the
     latest: unregistered runs in the order of their last record, then registered ones in the
@@ -315,7 +335,7 @@ def resume_state(results_path: Path, retry_failed: bool, timestamp: float | None
         entry = registered.get(run_id)
         return runs[run_id].fingerprint or (entry.fingerprint if entry is not None else None)
 
-    mine = [run_id for run_id in ordered if fingerprint is None or owner(run_id) in (None, fingerprint)]
+    mine = [run_id for run_id in ordered if fingerprint is None or owner(run_id) == fingerprint]
     candidates = [run_id for run_id in mine if timestamp is None or runs[run_id].timestamp == timestamp]
     if not candidates:
         return ResumeState(None, set(), set(), bad, other_runs=len(runs) - len(mine))

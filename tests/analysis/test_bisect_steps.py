@@ -60,6 +60,24 @@ def test_an_environment_name_must_be_a_folder_name(name: str, capsys: pytest.Cap
     assert code == 2 and len(err) == 1 and f"environment name {name!r} is not a folder name" in err[0], err
 
 
+@pytest.mark.parametrize("flag, why", [
+    ("--dry-run", "a step must run the experiment"), ("--dry", "a step must run the experiment"),
+    ("--list-models", "a step must run the experiment"),
+    ("--output-dirname=elsewhere", "each step writes into --output/NAME"),
+    ("--output-basename=r.jsonl", "bisect reads each step's results.jsonl"),
+    ("--processes=9", "give bisect's own --processes")])
+def test_run_flags_bisect_sets_itself_are_refused_before_any_step(flag: str, why: str, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 53: `-- ... --dry-run --output-dirname=X` ran every step for real, into bisect's own
+    folders: the runner took bisect's --output-dirname over the user's and bisect's steps ran."""
+    code = cli_main(["bisect", "--env", "a=python", "--env", "b=python", "--output", str(tmp_path / "b"), "--",
+                     *ONE, flag])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(
+        f"experiment_runner bisect: error: {flag} is bisect's to set, not a run flag it passes on: {why}"), err
+    assert not (tmp_path / "b").exists(), "no step ran"
+
+
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/null"])
 def test_envs_from_a_device_is_refused_not_read(device: str, capsys: pytest.CaptureFixture[str]) -> None:
     code = cli_main(["bisect", "--envs", device, "--", *ONE])

@@ -51,6 +51,12 @@ def test_a_bom_as_spreadsheets_write_it_is_read_correctly(tmp_path: Path, capsys
     (GOOD + ",pass,0\n", "e.csv:6: a row needs a name and an accuracy status"),
     (GOOD.encode().replace(b"nanogpt", b"nan\xe9gpt"), "e.csv:4: not UTF-8 text (byte 0xe9); save it as UTF-8 CSV"),
     ("model,status\nx,pass\n", "is not an expected-results file: no name, accuracy, graph_breaks column"),
+    (GOOD.replace("llama,pass,0", "llama,weird_status,0"), "e.csv:3: llama's accuracy 'weird_status' is not a "
+                                                           "status PyTorch's harness writes (OOM, eager_1st_run_OOM"),
+    (GOOD.replace("llama,pass,0", "llama,pass,0,1,extra"), "e.csv:3: 5 fields, the header has 3; a field holding a "
+                                                           "comma needs quotes"),
+    (GOOD.replace("llama,pass,0", '"ll\nama",pass,0'), "e.csv:4: the model name 'll\\nama' holds a line break or "
+                                                       "another control character"),
 ])
 def test_a_bad_expected_file_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                     content: str | bytes, message: str) -> None:
@@ -161,3 +167,45 @@ def test_a_model_never_checked_is_no_pass_and_fails_the_gate(tmp_path: Path, cap
                  "cpu_inductor_torchbench/inference_torchbench.csv"):
         rows = {line.split(",")[1]: line.split(",")[3] for line in (out_dir / name).read_text().splitlines()[1:]}
         assert rows["llama"] == "infra_error", name
+
+
+def update(capsys: pytest.CaptureFixture[str], expected: Path) -> tuple[int, list[str]]:
+    code = cli_main(["check-expected", str(RESULTS), "--expected", str(expected), *GROUP, "--update"])
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def test_update_never_rewrites_pytorch_s_shipped_files_even_through_a_symlink(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 53: `--pytorch --update` was refused, `--expected <shipped file> --update` rewrote
+    the installed package's data."""
+    from experiment_runner.analysis.expected import SHIPPED
+
+    shipped = SHIPPED / "cpu_inductor_torchbench_inference.csv"
+    before = shipped.read_bytes()
+    (tmp_path / "link.csv").symlink_to(shipped)
+    for given in (shipped, tmp_path / "link.csv"):
+        code, err = update(capsys, given)
+        assert code == 2 and len(err) == 1 and "PyTorch's expected file shipped with this tool" in err[0], err
+    assert shipped.read_bytes() == before
+
+
+def test_update_keeps_pytorch_s_columns_and_blank_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 53: --update wrote name,accuracy,graph_breaks only, without the blank lines PyTorch
+    puts before each row, so the file's diff was the whole file and its recompiles were lost."""
+    path = tmp_path / "e.csv"
+    rows = ["dlrm,timeout,0,1", "llama,fail_accuracy,0,0", "zzz,pass,0,3"]
+    path.write_text("name,accuracy,graph_breaks,recompiles\n" + "".join(f"\n\n\n{row}\n" for row in rows))
+    code, err = update(capsys, path)
+    assert code == 0, err
+    want = ["dlrm,timeout,0,1", "llama,pass,0,0", "zzz,pass,0,3", "nanogpt,pass,0,", "resnet50,fail_accuracy,0,"]
+    assert path.read_text() == "name,accuracy,graph_breaks,recompiles\n" + "".join(f"\n\n\n{row}\n" for row in want)
+
+
+def test_every_shipped_file_is_written_back_as_it_is() -> None:
+    """What --update writes for a run that changes nothing is PyTorch's own file, byte for byte."""
+    from experiment_runner.analysis.expected import SHIPPED, updated
+
+    files = sorted(SHIPPED.glob("*.csv"))
+    assert files
+    for path in files:
+        assert updated(path.read_text(), {}) == path.read_text(), path.name

@@ -244,3 +244,16 @@ def test_check_expected_names_models_run_at_another_batch_than_pytorchs_accuracy
            "compiler's" in out
     assert cli_main(["check-expected", str(RESULTS), "--pytorch"]) == 1
     assert not any("another batch size" in line for line in capsys.readouterr().out.splitlines())
+
+
+def test_dynamo_csv_checks_every_target_before_writing_any(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 53: a CI job's folder that was a file stopped the export half way (exit 3) after
+    other CSVs were written. Now every target is checked first: one line, nothing written."""
+    out = tmp_path / "csv"
+    out.mkdir()
+    (out / "inductor_torchbench").write_text("not a folder\n")
+    assert cli_main(["export", str(RESULTS), "--format", "dynamo-csv", "-o", str(out)]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"experiment_runner export: error: cannot write {out}/inductor_torchbench/inference_torchbench.csv: "
+                   f"{out}/inductor_torchbench is a file, not a folder; nothing was written"], err
+    assert [p.name for p in out.iterdir()] == ["inductor_torchbench"]

@@ -184,3 +184,18 @@ def test_by_default_the_compiled_samples_are_its_samples_in_the_pairs(run_cli, t
         assert figures["steady_iter_time_s"] == statistics.median(paired["compiled_per_iter_time"])
         assert eager["measurements"]["samples_from"] == "isolated" and len(eager["metrics"]["per_iter_time"]) == 5
     assert compiled["iterations_per_run"] == 1 and not compiled["iterations_per_run_calibrated"]  # harness
+
+
+@pytest.mark.e2e
+def test_a_module_that_cannot_be_copied_says_the_paired_baseline_copy_failed(run_cli, tmp_path) -> None:
+    """Issue 53: a module whose __deepcopy__ raises got an error record with no phase and the
+    model's own message, as if the experiment had failed; the record now says where."""
+    run = run_cli("--suite-name=faulty", "--filter=^uncopyable$", "--accelerator=cpu", "--dynamo=eager",
+                  "--test=eval", "--precision=fp32", "--speedup=paired", "--repeat=2", output_dir=tmp_path / "out")
+    assert run.returncode == 0, run.stderr
+    [record] = run.records()
+    error = record["error"]
+    assert (record["status"], error["type"], error["phase"]) == ("error", "BaselineCopyFailed", "paired baseline copy")
+    assert error["message"] == ("--speedup=paired: the paired eager baseline's copy of the module failed "
+                                "(copy.deepcopy, as PyTorch's harness copies it): TypeError: cannot deepcopy this "
+                                "module's handle")

@@ -176,3 +176,22 @@ def test_a_damaged_registry_entry_is_named_not_trusted(tmp_path):
     found, damaged = registered_runs(tmp_path, results)
     assert list(found) == ["good"] and dataclasses.asdict(found["good"])["fingerprint"] == "f"
     assert damaged == [(tmp_path / "runs" / "odd" / "run.json", "TypeError"), (torn, "JSONDecodeError")]
+
+
+@pytest.mark.parametrize("fingerprint", ["missing", None, "", 7, ["eval"]])
+def test_a_run_whose_records_carry_no_valid_fingerprint_is_continued_by_no_command(tmp_path, fingerprint):
+    """Issue 53: with the field removed from run A's records (or null, a number, a list) and
+    runs/ deleted, command B appended to A's run. Nothing says whose such a run is, so no
+    command continues it; its registry entry, where one is left, still speaks."""
+    from experiment_runner.parent.store import RunEntry
+
+    path = tmp_path / "results.jsonl"
+    extra = {} if fingerprint == "missing" else {"fingerprint": fingerprint}
+    for r in [record("a-run", "a", **extra), record("a-run", "b", **extra)]:
+        append_record(path, r)
+    for command in ("train", "eval"):
+        state = resume_state(path, False, fingerprint=command, registered={})
+        assert (state.run_id, state.done, state.other_runs) == (None, set(), 1), command
+    registered = {"a-run": RunEntry("a-run", "eval", 0.0, str(path), [], 0.0)}
+    assert resume_state(path, False, fingerprint="eval", registered=registered).run_id == "a-run"
+    assert resume_state(path, False, fingerprint="train", registered=registered).run_id is None

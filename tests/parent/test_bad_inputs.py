@@ -53,6 +53,13 @@ def test_analysis_commands_refuse_a_device(command: str, tmp_path: Path, capsys:
     ("--output-basename=runs", "--output-basename=runs puts the results file in the run registry ({out}/runs, "
                                "where each run is registered); name it otherwise"),
     ("--output-basename=runs/r.jsonl", "--output-basename=runs/r.jsonl puts the results file in the run registry"),
+    ("--output-basename=results.jsonl.lock", "--output-basename=results.jsonl.lock names the results file "
+                                            "{out}/results.jsonl.lock, the lock of the results file results.jsonl "
+                                            "beside it, which every run into that file truncates; name it otherwise"),
+    ("--output-basename=../../x.jsonl", "--output-basename=../../x.jsonl leads out of --output-dirname ({given}); "
+                                       "give a name inside it, or an absolute path"),
+    ("--output-basename=night/runs", "--output-basename=night/runs names the results file {out}/night/runs, the run "
+                                     "registry of any run into {out}/night; name it otherwise"),
     ("--min-pairs=400", "--min-pairs=400 is above --max-pairs=100"),
     ("--min-pairs=5", "--min-pairs must be at least 6 (fewer pairs have no 95% interval), got 5"),
     ("--pairs-half-width=0", "--pairs-half-width must be in (0, 1], got 0.0"),
@@ -65,7 +72,7 @@ def test_flags_that_would_stall_flood_or_break_later_runs_are_refused(tmp_path: 
     out = tmp_path / "out"
     with pytest.raises(UsageError) as refused:
         parse_config([*COMMON, "--dry-run", f"--output-dirname={out}", flag])
-    assert message.format(out=os.path.realpath(out)) in str(refused.value)
+    assert message.format(out=os.path.realpath(out), given=out) in str(refused.value)
     assert not out.exists(), "nothing was written"
 
 
@@ -81,6 +88,36 @@ def test_a_file_as_the_output_folder_is_one_line_before_anything_runs(
         assert code == 2
         assert line == (f"experiment_runner: error: {message}; give a folder (it is created if missing)")
     assert readme.read_text() == "# notes\n"
+
+
+def test_a_results_file_is_never_named_as_another_ones_lock_even_through_a_symlink(tmp_path: Path) -> None:
+    """Issue 53: records written to results.jsonl.lock were truncated by the next default run,
+    which locks results.jsonl there."""
+    from experiment_runner.cli import parse_config
+    from experiment_runner.errors import UsageError
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.jsonl").symlink_to(out / "shared.jsonl.lock")
+    with pytest.raises(UsageError, match="the lock of the results file shared.jsonl beside it"):
+        parse_config([*COMMON, f"--output-dirname={out}", "--output-basename=mine.jsonl"])
+
+
+def test_a_lock_file_holding_records_is_left_as_it_is(tmp_path: Path) -> None:
+    """Records already written under a lock's name (by a runner before issue 53) are not
+    truncated by the run that locks their neighbour: refused, byte for byte intact."""
+    from experiment_runner.errors import UsageError
+    from experiment_runner.parent.store import lock_results
+
+    records = b'{"run_id": "a", "experiment_id": "x", "status": "ok"}\n' * 40
+    (tmp_path / "results.jsonl.lock").write_bytes(records)
+    with pytest.raises(UsageError, match=r"results.jsonl.lock, the lock of .*results.jsonl, holds 2160 bytes"):
+        lock_results(tmp_path / "results.jsonl")
+    assert (tmp_path / "results.jsonl.lock").read_bytes() == records
+    os.close(lock_results(tmp_path / "other.jsonl"))
+    (tmp_path / "other.jsonl.lock").write_bytes(b"pid 1 on host h\n")  # a finished runner's line: a lock
+    os.close(lock_results(tmp_path / "other.jsonl"))
+    assert (tmp_path / "other.jsonl.lock").read_bytes().startswith(f"pid {os.getpid()} ".encode())
 
 
 @pytest.mark.e2e

@@ -242,7 +242,7 @@ def test_resume_skips_corrupt_lines_with_a_warning(run_cli, tmp_path: Path) -> N
     assert "skipped 1 corrupt or torn line(s)" in run.stderr and "line 4" in run.stderr
     after = run.results_path.read_bytes()
     assert after.startswith(before)
-    assert after[len(before):].count(b"\n") == 1  # the new record, in the earlier run
+    assert after[len(before):].count(b"\n") == 1  # the new record, in a run of its own (the seeds say no command)
 
 
 def test_resume_refuses_a_file_that_is_not_results(run_cli, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_no_process_left, invoke_cli, marked_processes, read_records, start_cli, wait_for
+from experiment_runner.core.protocol import AOT_PACKAGE
 
 pytestmark = pytest.mark.e2e
 
@@ -310,3 +311,62 @@ def test_a_foreign_lock_on_the_results_file_is_said_and_sigterm_ends_the_wait(tm
                                 f"{os.getpid()}") and "the record of quick_00" in errors[0]
     assert results.read_bytes() == b""
     assert_no_process_left(marker)
+
+
+# ---- what a dead attempt leaves ---------------------------------------------------------
+
+def leftovers(out: Path) -> list[str]:
+    """Files of the run that are not evidence: AOT Inductor packages and scratch folders."""
+    return sorted(str(path.relative_to(out)) for pattern in (f"runs/**/{AOT_PACKAGE}", "runs/**/scratch")
+                  for path in out.glob(pattern))
+
+
+def package_written(out: Path) -> Path | None:
+    return next(out.glob(f"runs/*/aot_hang-*/{AOT_PACKAGE}"), None)
+
+
+def test_a_child_killed_with_its_aot_package_built_leaves_no_package(tmp_path: Path, run_cli,
+                                                                     cli_cache: Path) -> None:
+    """Issue 53: an AOT Inductor child SIGKILLed once its package existed was recorded as
+    crashed, but the package (the weights' size) stayed, and --retry-failed wrote attempt_2/
+    beside it."""
+    args = [*COMMON, "--filter=^aot_hang$", "--subprocess-timeout=600"]
+    env = {"FAULTY_STATE_DIR": str(tmp_path)}
+    out = tmp_path / "out"
+    proc, marker = start_cli(args, out, cli_cache, env)
+    wait_for(lambda: package_written(out) is not None, what="the AOT Inductor package")
+    os.kill(int(package_written(out).read_text()), signal.SIGKILL)  # the experiment's child, started by this test
+    proc.communicate(timeout=300)
+    assert proc.returncode == 0
+    [record] = read_records(out / "results.jsonl")
+    assert (record["status"], record["error"]["signal"]) == ("crashed", "SIGKILL")
+    assert leftovers(out) == []
+    assert (out / record["artifacts"]["log"]).is_file(), "the log is evidence: it stays"
+    retried = run_cli(*args, "--retry-failed", output_dir=out, env=env)
+    assert retried.returncode == 0, retried.stderr
+    assert [r["status"] for r in retried.records()] == ["crashed", "ok"]
+    assert leftovers(out) == []
+    assert_no_process_left(marker)
+
+
+def test_the_resume_removes_what_an_attempt_dead_with_its_runner_left(tmp_path: Path, run_cli,
+                                                                      cli_cache: Path) -> None:
+    """Issue 53: the runner SIGKILLed while an AOT Inductor child held its package: after the
+    resume, the package and scratch/tmp/aotinductor_* stayed. The resume removes them; the
+    dead attempt's log stays."""
+    args = [*COMMON, "--filter=^aot_hang$", "--subprocess-timeout=600"]
+    env = {"FAULTY_STATE_DIR": str(tmp_path)}
+    out = tmp_path / "out"
+    proc, marker = start_cli(args, out, cli_cache, env)
+    wait_for(lambda: package_written(out) is not None, what="the AOT Inductor package")
+    dead = package_written(out).parent
+    proc.kill()
+    proc.communicate()
+    assert_no_process_left(marker)
+    assert [path.name for path in (dead / "scratch" / "tmp").glob("aotinductor_*")] == ["aotinductor_unpacked"]
+    resumed = run_cli(*args, output_dir=out, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    [record] = resumed.records()
+    assert record["status"] == "ok" and record["artifacts"]["dir"].endswith("/attempt_2")
+    assert leftovers(out) == []
+    assert (dead / "child.log").is_file(), "the dead attempt's log is evidence: it stays"

@@ -115,3 +115,23 @@ def test_a_lost_or_damaged_registry_never_hands_a_run_to_another_command(run_cli
     again = run_cli(*COMMON, "--filter=^quick_00$", output_dir=out)
     assert again.returncode == 0 and f"in run {eval_run} of" in again.stdout, again.stdout
     assert "nothing to run" in again.stdout and len(read_records(out / "results.jsonl")) == 2
+
+
+def test_records_without_a_fingerprint_and_no_registry_are_continued_by_no_command(run_cli, tmp_path: Path) -> None:
+    """Issue 53: A's records stripped of their fingerprint and runs/ deleted: command B
+    appended to A's run. Now B starts its own run and A's records stay as they are."""
+    import shutil
+
+    out = tmp_path / "out"
+    first = run_cli(*COMMON, "--filter=^quick_00$", output_dir=out)
+    assert first.returncode == 0, first.stderr
+    results = out / "results.jsonl"
+    stripped = [{k: v for k, v in record.items() if k != "fingerprint"} for record in read_records(results)]
+    results.write_text("".join(json.dumps(record) + "\n" for record in stripped))
+    shutil.rmtree(out / "runs")
+    second = run_cli(*COMMON, "--filter=^quick_01$", output_dir=out)
+    assert second.returncode == 0, second.stderr
+    records = read_records(results)
+    assert records[:len(stripped)] == stripped
+    (a_run,) = {r["run_id"] for r in stripped}
+    assert [r["run_id"] != a_run for r in records[len(stripped):]] == [True]

@@ -16,10 +16,12 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from benchmark_models.base import LoadRequest, ModelNotFound, Suite
 from benchmark_models.model import BenchmarkModel
+from experiment_runner.core.protocol import AOT_PACKAGE
 
 TRACE_DIR_ENV = "FAULTY_TRACE_DIR"
 PACE_S = 0.004
@@ -152,6 +154,34 @@ def _hang_at_exit(request: LoadRequest) -> BenchmarkModel:
     return _tiny(request)
 
 
+def _aot_package_then_hang(request: LoadRequest) -> BenchmarkModel:
+    """As an AOT Inductor experiment's child once its package exists: the package in its
+    attempt's folder (where child.harness puts it; it holds this process's pid, for the test
+    that kills it) and AOT Inductor's unpacked copy in TMPDIR, then a hang. Later attempts
+    (counted in FAULTY_STATE_DIR) run normally."""
+    if _attempt("aot_hang") > 1:
+        return _tiny(request)
+    tmp = Path(os.environ["TMPDIR"])
+    (tmp / "aotinductor_unpacked").mkdir(parents=True, exist_ok=True)
+    (tmp / "aotinductor_unpacked" / "model.so").write_bytes(b"\0" * 4096)
+    package = tmp.parent.parent / AOT_PACKAGE
+    partial = package.with_name(package.name + ".partial")
+    partial.write_text(str(os.getpid()))
+    os.replace(partial, package)
+    _sleep_forever(None)
+
+
+def _uncopyable(request: LoadRequest) -> BenchmarkModel:
+    """A module whose __deepcopy__ raises (one holding a handle that cannot be copied)."""
+    model = _tiny(request)
+
+    def refuse(memo: dict) -> Any:
+        raise TypeError("cannot deepcopy this module's handle")
+
+    model.module.__deepcopy__ = refuse
+    return model
+
+
 def _hang(_: Any) -> Any:
     subprocess.Popen([sys.executable, "-c", _STUBBORN])
     while True:
@@ -166,9 +196,11 @@ class FaultySuite(Suite):
     # escape_hang: a hang whose descendant left the process group; sigkill: killed from
     # outside, no OOM; verify_*: die in the float64 verification run, after timing;
     # retry_*: the first attempt fails one way (raises; hangs verifying), every retry segfaults;
-    # linger: a non-daemon thread outlives the work; exit_hang: never exits after its result.
+    # linger: a non-daemon thread outlives the work; exit_hang: never exits after its result;
+    # aot_hang: hangs with an AOT Inductor package written (its first attempt only); uncopyable: its
+    # module's __deepcopy__ raises.
     MORE_FAULTS = ("kill_server", "retry_raise", "retry_hang_verify", "escape_hang", "sigkill",
-                   "verify_segfault", "verify_hang", "linger", "exit_hang")
+                   "verify_segfault", "verify_hang", "linger", "exit_hang", "aot_hang", "uncopyable")
     QUICK = tuple(f"quick_{i:02d}" for i in range(20))
     # paced_*: each forward takes FAULTY_PACE_<NAME> seconds (default PACE_S) on the clock the runner's samples
     # are read on, exactly (_paced_clock): a model slowed on purpose, and nothing else;
@@ -210,6 +242,10 @@ class FaultySuite(Suite):
             return _linger(request)
         if name == "exit_hang":
             return _hang_at_exit(request)
+        if name == "aot_hang":
+            return _aot_package_then_hang(request)
+        if name == "uncopyable":
+            return _uncopyable(request)
         if name == "grandchild":
             subprocess.Popen([sys.executable, "-c", _STUBBORN])
             return _tiny(request)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,122 @@ def test_the_eager_run_is_its_growth_of_the_resident_high_water_mark(tmp_path, m
                         real_plan(output, run_bytes, precision))
     assert verify_experiment(h)["code"] == "PASS"
     assert seen == [measured]
+
+
+# --- what this process can still take: a fake /proc and /sys tree, as the kernel lays them out ---
+
+UNLIMITED_V1 = "9223372036854771712"  # v1's "no limit", a page-rounded LLONG_MAX
+GB = 10**9
+
+
+def fake_host(root: Path, cgroup: str, files: dict[str, str], mem_available_kb: int = 100 * 2**20,
+              vm_size_kb: int = 2**20) -> Path:
+    """A root holding proc/self/cgroup (`cgroup`), proc/meminfo, proc/self/status and `files`
+    (paths under sys/fs/cgroup, the folders the kernel makes for every cgroup included)."""
+    (root / "proc/self").mkdir(parents=True)
+    (root / "proc/self/cgroup").write_text(cgroup)
+    (root / "proc/meminfo").write_text(f"MemTotal:       {2 * mem_available_kb} kB\n"
+                                       f"MemFree:        {mem_available_kb // 2} kB\n"
+                                       f"MemAvailable:   {mem_available_kb} kB\n")
+    (root / "proc/self/status").write_text(f"Name:\tpython\nVmPeak:\t{vm_size_kb} kB\nVmSize:\t{vm_size_kb} kB\n"
+                                           "VmRSS:\t1024 kB\n")
+    for name, text in files.items():
+        path = root / "sys/fs/cgroup" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+    return root
+
+
+V1_CGROUP = ("12:pids:/\n9:name=systemd:/\n4:memory:/process_api/job\n3:cpuset:/\n1:cpu,cpuacct:/\n0::/\n")
+
+
+def v1_host(root: Path) -> Path:
+    """A cgroup v1 host (hybrid: an empty v2 `unified` mount too) whose job is limited to 2.5 GB,
+    1 GB of it used; its parent and the root have no limit."""
+    return fake_host(root, V1_CGROUP, {
+        "memory/memory.limit_in_bytes": UNLIMITED_V1, "memory/memory.usage_in_bytes": str(30 * GB),
+        "memory/process_api/memory.limit_in_bytes": UNLIMITED_V1,
+        "memory/process_api/memory.usage_in_bytes": str(GB),
+        "memory/process_api/job/memory.limit_in_bytes": str(2_500_000_000),
+        "memory/process_api/job/memory.usage_in_bytes": str(GB),
+        "memory/process_api/job/memory.stat": "cache 0\nrss 1000000000\ntotal_inactive_file 0",
+        "unified/cgroup.controllers": ""})
+
+
+def test_a_cgroup_v1_limit_of_the_process_own_nested_cgroup_is_the_one_it_meets(tmp_path):
+    """Issue 53: only v2's /sys/fs/cgroup/memory.max was read; under a v1 limit of 2.5 GB a
+    64M-element output went to the float64 run and the child was OOM-killed (VERIFIER_DIDNT_RUN)."""
+    limit = memory.available(v1_host(tmp_path), None)
+    assert limit == memory.Available(1_500_000_000, "cgroup v1 limit "
+                                                    "(/sys/fs/cgroup/memory/process_api/job/memory.limit_in_bytes)")
+
+
+def test_the_plan_under_a_v1_limit_leaves_out_what_would_be_oom_killed(tmp_path, monkeypatch):
+    host = v1_host(tmp_path)
+    monkeypatch.setattr(memory, "available_bytes", lambda: memory.available(host, None))
+    output = torch.empty(64 * 2**20, device="meta")  # 64M float32 elements, no memory taken
+    plan = memory.plan(output, 256 * 2**20, "fp32")
+    assert not plan.fits(plan.with_reference), plan  # the float64 output alone is 512 MiB, x5 with the comparison
+    assert plan.describe()["available_from"].startswith("cgroup v1 limit (/sys/fs/cgroup/memory/process_api/job/")
+
+
+def test_a_v2_limit_is_read_through_the_nesting_and_its_page_cache_counts_as_free(tmp_path):
+    """v2: the job's own memory.max is "max"; its parent's 3 GB applies, of which 2 GB are used,
+    0.5 GB of that reclaimable page cache."""
+    host = fake_host(tmp_path, "0::/user.slice/job.scope\n", {
+        "cgroup.controllers": "cpu memory pids",
+        "user.slice/memory.max": str(3 * GB), "user.slice/memory.current": str(2 * GB),
+        "user.slice/memory.stat": f"anon 1500000000\nfile 500000000\ninactive_file {GB // 2}\nactive_file 0",
+        "user.slice/job.scope/memory.max": "max", "user.slice/job.scope/memory.current": str(GB)})
+    assert memory.available(host, None) == memory.Available(
+        int(1.5 * GB), "cgroup v2 limit (/sys/fs/cgroup/user.slice/memory.max)")
+
+
+def test_a_container_whose_cgroup_path_is_not_mounted_reads_the_mount_root(tmp_path):
+    """A container without a cgroup namespace: /proc/self/cgroup names /docker/ID, whose folder
+    is not there; the mount's root is the container's own cgroup, and its limit applies."""
+    host = fake_host(tmp_path, "5:memory:/docker/0123abcd\n", {
+        "memory/memory.limit_in_bytes": str(2 * GB), "memory/memory.usage_in_bytes": str(GB // 4)})
+    assert memory.available(host, None).bytes == 2 * GB - GB // 4
+
+
+def test_without_any_limit_the_host_says_and_rlimit_as_counts_the_mapped_address_space(tmp_path):
+    host = fake_host(tmp_path, "0::/\n", {"cgroup.controllers": "memory"}, mem_available_kb=8 * 2**20,
+                     vm_size_kb=3 * 2**20)
+    assert memory.available(host, None) == memory.Available(8 * 2**30, "MemAvailable (/proc/meminfo)")
+    assert memory.available(host, 4 * 2**30) == memory.Available(2**30, "RLIMIT_AS (ulimit -v)")
+    assert memory.available(tmp_path / "nothing", None) is None
+
+
+@pytest.mark.e2e
+def test_a_process_started_under_a_lowered_rlimit_as_plans_within_it(tmp_path):
+    """A real child whose address space is limited to 512 MiB (`ulimit -v`): the verifier's
+    figure is that limit less what the child maps, not the host's gigabytes."""
+    import resource
+    import subprocess
+    import sys
+
+    limit = 512 * 2**20
+    probe = ("from verifier import memory; a = memory.available_bytes(); "
+             "print(a.bytes, a.source, memory.address_space_limit(), sep='|')")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    assert proc.returncode == 0, proc.stderr
+    figure, source, seen_limit = proc.stdout.strip().split("|")
+    assert (source, int(seen_limit)) == ("RLIMIT_AS (ulimit -v)", limit)
+    assert 0 < int(figure) < limit
+
+
+def test_a_model_too_large_for_a_nested_v1_limit_is_sized_against_that_limit(tmp_path, monkeypatch):
+    """The same v1 limit sizes the weights check (DeviceRuntime.memory_capacity), which read only
+    the cgroup mounts' roots: on a v1 host its own cgroup's 2.5 GB went unseen."""
+    from experiment_runner.child.devices import cpu
+    from experiment_runner.core import cgroups
+
+    host = v1_host(tmp_path)
+    assert cgroups.memory_limit(host) == (
+        2_500_000_000, host / "sys/fs/cgroup/memory/process_api/job/memory.limit_in_bytes")
+    monkeypatch.setattr(cpu, "memory_limit", lambda: cgroups.memory_limit(host))
+    monkeypatch.setattr(os, "sysconf", {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 4 * 2**30 // 4096}.__getitem__)  # 4 GiB
+    config = harness(tmp_path).config
+    assert cpu.DeviceRuntime(config).memory_capacity() == (2_500_000_000, "this container's memory limit")

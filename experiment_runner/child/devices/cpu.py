@@ -13,6 +13,7 @@ import resource
 from pathlib import Path
 from typing import Any, Callable
 
+from experiment_runner.core.cgroups import memory_limit
 from experiment_runner.core.matrix import ExperimentConfig
 from experiment_runner.core.options import RunOptions
 
@@ -99,18 +100,15 @@ class DeviceRuntime:
 
     def memory_capacity(self) -> tuple[int, str] | None:
         """How much memory a model on this device can use at most, and what it is: the host's
-        RAM, or its cgroup's limit when that is lower (a container). XLA runtimes keep this:
-        their models are built on the host first."""
+        RAM, or the smallest limit of its cgroups when that is lower (a container; v1 or v2,
+        its own cgroup or an ancestor's: core.cgroups). XLA runtimes keep this: their models
+        are built on the host first."""
         import os
 
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-            try:
-                limit = Path(limit_file).read_text().strip()
-            except OSError:
-                continue
-            if limit.isdigit() and int(limit) < total:
-                return int(limit), "this container's memory limit"
+        limit = memory_limit()
+        if limit is not None and limit[0] < total:
+            return limit[0], "this container's memory limit"
         return total, "this host's RAM"
 
     def lifetime_peak_memory(self) -> dict[str, int]:

@@ -9,7 +9,7 @@ from typing import Any, Iterator, Protocol, Sequence
 
 from experiment_runner.core.matrix import Planned
 from experiment_runner.core.record import ChildOutcome, RecordContext, build_record
-from experiment_runner.parent.launch.env import scratch_cleanup
+from experiment_runner.parent.launch.env import remove_leftovers
 
 
 @dataclass(frozen=True)
@@ -34,11 +34,14 @@ class Job:
 
     def new_attempt_dir(self, planned: Planned) -> Path:
         """A folder for a new attempt, created: the experiment's own folder the first time, then
-        `attempt_2/`, `attempt_3/`, ... so that every record's log and files are its own attempt's."""
+        `attempt_2/`, `attempt_3/`, ... so that every record's log and files are its own attempt's.
+        The attempt before is over (one runner per results file, the reaper ended a dead one's
+        processes): what it left that is not evidence goes."""
         latest = self.artifacts_dir(planned)
         if not (latest / "child.log").exists() and not (latest / "task.json").exists():
             latest.mkdir(parents=True, exist_ok=True)
             return latest
+        remove_leftovers(latest)  # an attempt that died with its runner left them; its log stays
         base = self.experiment_dir(planned)
         number = int(latest.name[len("attempt_"):]) + 1 if latest != base else 2
         folder = base / f"attempt_{number}"
@@ -60,7 +63,7 @@ class Job:
                                 timeout_s=self.timeout_s, source=self.source, placement=placement,
                                 process_index=planned.process_index)
         finally:
-            scratch_cleanup(artifacts_dir)
+            remove_leftovers(artifacts_dir)
 
 
 class Executor(Protocol):

@@ -35,7 +35,7 @@ from experiment_runner.core.record import ChildOutcome
 from experiment_runner.core.requirements import install_command
 from experiment_runner.errors import UsageError
 from experiment_runner.parent.executors.interface import Job, forwarded_environment
-from experiment_runner.parent.launch.env import scratch_cleanup
+from experiment_runner.parent.launch.env import remove_leftovers
 from experiment_runner.parent.launch.forkserver_launcher import ForkServerLauncher
 from experiment_runner.parent.launch.subprocess_launcher import SubprocessLauncher
 
@@ -154,7 +154,7 @@ def run_on_node(task: dict[str, Any], extra_env: dict[str, str], timeout_s: floa
             env["CUDA_VISIBLE_DEVICES"] = where["cuda_visible_devices"]
         log = Path(folder) / "child.log"
         outcome = node_launcher(launcher, timeout_s, extra_env, preload_dynamo).launch(local, log, env)
-        scratch_cleanup(Path(folder))
+        remove_leftovers(Path(folder))
         files, left = collect_files(Path(folder))
         yield {"outcome": dataclasses.asdict(outcome), "files": files, "left_on_node": left}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from experiment_runner.core.compiler_caches import share_precompiled_headers
 from experiment_runner.core.environment import PJRT_DEVICE
 from experiment_runner.core.process_groups import ATTEMPT_TOKEN_ENV, RUN_TOKEN_ENV
-from experiment_runner.core.protocol import Task
+from experiment_runner.core.protocol import AOT_PACKAGE, Task
 from experiment_runner.core.xla_dumps import artifact_environment
 from experiment_runner.parent.launch.reaper import RUN_TOKEN
 
@@ -65,7 +65,10 @@ def make_scratch(artifacts_dir: str | Path) -> None:
     share_precompiled_headers(tmp, tempfile.gettempdir())
 
 
-def scratch_cleanup(artifacts_dir: Path) -> None:
-    """Compiler caches are large and per experiment: drop them once the record is written
-    (the link to the shared headers goes, the headers stay)."""
+def remove_leftovers(artifacts_dir: Path) -> None:
+    """Drop what an attempt wrote that is not evidence, once it is over (recorded, or dead with
+    its runner): its scratch folder (compiler caches; TMPDIR, where AOT Inductor unpacks its
+    packages; the link to the shared headers goes, the headers stay) and its AOT Inductor
+    package (as large as the weights). Its log, results and dumps stay."""
     shutil.rmtree(scratch_folder(artifacts_dir), ignore_errors=True)
+    (Path(artifacts_dir) / AOT_PACKAGE).unlink(missing_ok=True)
