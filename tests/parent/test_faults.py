@@ -263,12 +263,15 @@ def test_unreadable_results_file_exits_3(run_cli, tmp_path: Path, resume: list[s
     assert "Is a directory" in run.stderr and run.stderr.count("\n") == 1
 
 
-def test_output_folder_that_cannot_be_created_exits_3(run_cli, tmp_path: Path) -> None:
+def test_an_output_folder_under_a_file_is_refused_before_anything_runs(run_cli, tmp_path: Path) -> None:
+    """A folder that cannot be created because a file sits in its path is bad input (exit 2),
+    found before the plan runs (issue 54), not a write that fails half way (exit 3)."""
     (tmp_path / "a-file").write_text("")
     run = run_cli(*COMMON, "--filter=^quick_00$", output_dir=tmp_path / "a-file" / "output")
-    assert run.returncode == 3
+    assert run.returncode == 2
     errors = [line for line in run.stderr.splitlines() if "error" in line or "Traceback" in line]
-    assert len(errors) == 1 and "Not a directory" in errors[0], run.stderr
+    assert len(errors) == 1 and f"{tmp_path / 'a-file'} is a file, not a folder" in errors[0], run.stderr
+    assert (tmp_path / "a-file").read_text() == ""
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
