@@ -233,7 +233,10 @@ def register_run(output_dir: Path, entry: RunEntry) -> None:
     folder = output_dir / "runs" / entry.run_id
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / "run.json.tmp"
-    tmp.write_text(json.dumps(dataclasses.asdict(entry)))
+    try:
+        tmp.write_text(json.dumps(dataclasses.asdict(entry)))
+    except OSError as exc:  # a failed write() names no file: say which one, not the results file
+        raise OSError(exc.errno, exc.strerror, str(tmp)) from None
     os.replace(tmp, folder / "run.json")
 
 

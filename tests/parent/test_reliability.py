@@ -218,7 +218,7 @@ def _file_size_1k() -> None:
     ("subprocess", "runs_is_a_file"), ("forkserver", "file_size_limit_0"),
     # The first record's write fails, after an experiment ran under each launcher.
     ("subprocess", "disk_full"), ("forkserver", "disk_full"),
-    # A 1 KiB file-size limit: the registration fits, the experiment's task.json does not.
+    # A 1 KiB file-size limit: the run's registry entry (its command and options) does not fit.
     ("subprocess", "file_size_limit_1k"), ("forkserver", "file_size_limit_1k"),
 ])
 def test_output_io_failure_is_one_line_and_exit_3(launcher: str, fault: str, tmp_path: Path, cli_cache: Path) -> None:
@@ -233,7 +233,7 @@ def test_output_io_failure_is_one_line_and_exit_3(launcher: str, fault: str, tmp
         expected = (str(out), "File too large")
     elif fault == "file_size_limit_1k":
         popen["preexec_fn"] = _file_size_1k
-        expected = ("task.json", "File too large")
+        expected = ("run.json.tmp", "File too large")
     else:
         (out / "results.jsonl").symlink_to("/dev/full")  # refused before any experiment runs
         expected = (f"{out / 'results.jsonl'}", "/dev/full is a device, not a regular file")
