@@ -60,14 +60,11 @@ class ReportError(Exception):
 
 # Other spellings of a value, by what they mean: spelling alone would take fp64 for fp16, the
 # precision furthest from it. Each maps to the choice it means, or the nearest one and why.
+_WIDEST = ("fp32", " (the widest precision measured; float64 is only --verify's reference)")
 MEANT: dict[str, tuple[str, str]] = {
-    "fp64": ("fp32", " (the widest precision measured; float64 is only --verify's reference)"),
-    "float64": ("fp32", " (the widest precision measured; float64 is only --verify's reference)"),
-    "double": ("fp32", " (the widest precision measured; float64 is only --verify's reference)"),
-    "float32": ("fp32", ""),
-    "float": ("fp32", ""),
-    "float16": ("fp16", ""),
-    "half": ("fp16", ""),
+    **dict.fromkeys(("fp64", "float64", "double"), _WIDEST),
+    **dict.fromkeys(("float32", "float"), ("fp32", "")),
+    **dict.fromkeys(("float16", "half"), ("fp16", "")),
     "bfloat16": ("bf16", ""),
     "autocast": ("amp", ""),
 }
