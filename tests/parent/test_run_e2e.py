@@ -104,31 +104,46 @@ def test_a_rerun_runs_nothing_and_no_resume_starts_a_new_run_keeping_old_records
     assert len(new) == 1 and new[0]["run_id"] != run_id
 
 
-def test_llama_eager_and_inductor_eval_and_train_are_timed_and_verified_in_one_record(env, tmp_path):
-    """The README's first command (issues 2 and 4), at batch size 1 to keep CI short."""
-    proc = cli(env, "--suite-name=torchbench", "--accelerator=cpu", "--filter=llama", "--verify",
-               "--batch-size=1", "--repeat=2", f"--output-dirname={tmp_path}")
+LLAMA = ("--suite-name=torchbench", "--accelerator=cpu", "--filter=llama", "--verify", "--batch-size=1", "--repeat=2")
+
+
+def test_the_readme_command_plans_llama_eager_and_inductor_eval_and_train(env, tmp_path):
+    """The README's first command (issues 2 and 4) plans these four experiments, in this order."""
+    proc = cli(env, *LLAMA, "--dry-run", f"--output-dirname={tmp_path}")
     assert proc.returncode == 0, proc.stderr
-    records = list(iter_records(tmp_path / "results.jsonl"))
-    assert [(r["experiment"]["dynamo"], r["experiment"]["test"]) for r in records] == \
-        [(None, "eval"), (None, "train"), ("inductor", "eval"), ("inductor", "train")]
-    for r in records:
-        assert (r["status"], r["verification_code"]) == ("ok", "PASS"), (r["error"], r["verification"])
-        assert r["model"] == {"suite_name": "torchbench", "model_name": "llama", "source": "builtin"}
-        assert len(r["metrics"]["per_iter_time"]) == r["repeat"] == 2
-        details = r["verification"]["details"]  # the float64 reference only where a leaf needs it: a loss does
-        assert details.get("reference_not_needed") or details["reference"] == "float64", details
-        if r["experiment"]["test"] == "train":
-            assert details["reference_needed_at"]["path"] == "loss" and details["reference"] == "float64"
-        assert r["experiment"]["flush_denormal"] is False
-        if r["experiment"]["test"] == "eval":
-            assert r["experiment"]["loss"] is None and r["experiment"]["optimizer"] is None
-            continue
-        # PyTorch/XLA's recipe for torchbench llama, and a workload that stays put while timed.
-        assert (r["experiment"]["loss"], r["experiment"]["optimizer"]) == ("mean_per_output", "Adam(lr=0.01)")
-        figures = {**r["metrics"], **r.get("measurements", {})}
-        first, last = figures["loss_first_timed_step"], figures["loss_last_timed_step"]
-        assert math.isfinite(first) and math.isfinite(last) and abs(last) <= 10 * abs(first), (first, last)
+    planned = proc.stdout.split("\n\n")[0].splitlines()
+    assert planned == ["4 experiment(s):",
+                       "   1. llama: cpu xla=None dynamo=None eval bf16 bs=1",
+                       "   2. llama: cpu xla=None dynamo=None train fp32 bs=1",
+                       "   3. llama: cpu xla=None dynamo=inductor eval bf16 bs=1",
+                       "   4. llama: cpu xla=None dynamo=inductor train fp32 bs=1"]
+
+
+@pytest.mark.parametrize(("dynamo", "test"), [("None", "eval"), ("None", "train"),
+                                              ("inductor", "eval"), ("inductor", "train")])
+def test_each_llama_experiment_of_the_readme_command_is_timed_and_verified_in_one_record(env, tmp_path,
+                                                                                        dynamo, test):
+    """Each of those experiments alone (at batch size 1 to keep CI short), so that the slowest,
+    inductor training, has pytest's whole timeout to itself on a loaded host."""
+    proc = cli(env, *LLAMA, f"--dynamo={dynamo}", f"--test={test}", f"--output-dirname={tmp_path}")
+    assert proc.returncode == 0, proc.stderr
+    (r,) = iter_records(tmp_path / "results.jsonl")
+    assert (r["experiment"]["dynamo"], r["experiment"]["test"]) == (None if dynamo == "None" else dynamo, test)
+    assert (r["status"], r["verification_code"]) == ("ok", "PASS"), (r["error"], r["verification"])
+    assert r["model"] == {"suite_name": "torchbench", "model_name": "llama", "source": "builtin"}
+    assert len(r["metrics"]["per_iter_time"]) == r["repeat"] == 2
+    details = r["verification"]["details"]  # the float64 reference only where a leaf needs it: a loss does
+    assert details.get("reference_not_needed") or details["reference"] == "float64", details
+    assert r["experiment"]["flush_denormal"] is False
+    if test == "eval":
+        assert r["experiment"]["loss"] is None and r["experiment"]["optimizer"] is None
+        return
+    assert details["reference_needed_at"]["path"] == "loss" and details["reference"] == "float64"
+    # PyTorch/XLA's recipe for torchbench llama, and a workload that stays put while timed.
+    assert (r["experiment"]["loss"], r["experiment"]["optimizer"]) == ("mean_per_output", "Adam(lr=0.01)")
+    figures = {**r["metrics"], **r.get("measurements", {})}
+    first, last = figures["loss_first_timed_step"], figures["loss_last_timed_step"]
+    assert math.isfinite(first) and math.isfinite(last) and abs(last) <= 10 * abs(first), (first, last)
 
 
 def test_output_and_measurement_flags_reach_the_records(env, tmp_path):
