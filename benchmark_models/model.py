@@ -44,6 +44,10 @@ class BenchmarkModel:
         return module(*args, **kwargs)
 
     def compute_loss(self, output: Any) -> "torch.Tensor":
+        loss = self._unscaled_loss(output)
+        return loss if self.recipe.loss_scale == 1.0 else loss * self.recipe.loss_scale
+
+    def _unscaled_loss(self, output: Any) -> "torch.Tensor":
         if self.loss is not None:
             return self.loss(output)
         if self.recipe.loss == "mean_of_first_output":
@@ -52,7 +56,7 @@ class BenchmarkModel:
             return reduce_outputs(output)
         raise ValueError(f"training loss {self.recipe.loss!r} needs the suite's own loss function")
 
-    def optimizer(self, params: Any) -> "torch.optim.Optimizer":
+    def optimizer(self, params: Any) -> "torch.optim.Optimizer | None":
         return self.recipe.make_optimizer(params)
 
 

@@ -1,8 +1,13 @@
 """How a model trains: the loss that reduces its outputs and the optimizer that steps it.
 
-The recipes are the references' (see data/training.json for where each fact comes from),
-so a training step here is the workload PyTorch/XLA's runner and PyTorch's dashboards
-time. Every record names the recipe it ran (`experiment.loss`, `experiment.optimizer`).
+The recipes are the references' (see data/training.json for where each fact comes from).
+Two references train differently, so there are two recipes (`--training-recipe`):
+`pytorch_xla`, PyTorch/XLA's runner's step (an optimizer step on every device), the default;
+and `dynamo_harness`, PyTorch's benchmarks/dynamo harness's step, which its dashboard's training
+runs take: cloned inputs, and an optimizer step only where its init_optimizer takes one (on
+CUDA; on the CPU none, so its CPU training step is forward and backward). The loss is the
+same in both. Every record names what it ran (`experiment.training_recipe`, `.loss`,
+`.optimizer`).
 """
 
 from __future__ import annotations
@@ -25,21 +30,46 @@ LOSSES = {
 }
 
 
+NO_OPTIMIZER = "none"  # what the record says for a step without one
+
+
 @dataclass(frozen=True)
 class TrainingRecipe:
     loss: str
-    optimizer: str  # a torch.optim class name
+    optimizer: str | None  # a torch.optim class name; None: no optimizer step
     lr: float
+    # Keyword arguments of the optimizer beyond lr (the harness's foreach, capturable).
+    optimizer_options: tuple[tuple[str, Any], ...] = ()
+    # The harness runs SGD's step outside dynamo (torch._dynamo.disable) to spare its compile.
+    step_outside_dynamo: bool = False
+    clone_inputs: bool = False  # the harness clones the inputs at every step
+    loss_scale: float = 1.0  # the harness divides a few models' losses (timm's SCALED_COMPUTE_LOSS)
+    # Whether the module trains in train mode when its accuracy is checked (the harness checks
+    # torchbench in eval mode); timed steps always run in train mode.
+    checked_in_train_mode: bool = True
+
+    def loss_spec(self, model_own: bool) -> str:
+        """What the record says, e.g. `mean_of_first_output`, `model_own`, `mean_of_first_output*0.001`."""
+        name = "model_own" if model_own else self.loss
+        return name if self.loss_scale == 1.0 else f"{name}*{self.loss_scale:g}"
 
     @property
     def optimizer_spec(self) -> str:
-        """What the record says, e.g. `Adam(lr=0.01)`."""
-        return f"{self.optimizer}(lr={self.lr:g})"
+        """What the record says, e.g. `Adam(lr=0.01)`, `none`."""
+        if self.optimizer is None:
+            return NO_OPTIMIZER
+        options = "".join(f", {key}={value}" for key, value in self.optimizer_options)
+        return f"{self.optimizer}(lr={self.lr:g}{options})"
 
-    def make_optimizer(self, params: Any) -> "torch.optim.Optimizer":
+    def make_optimizer(self, params: Any) -> "torch.optim.Optimizer | None":
         import torch
 
-        return getattr(torch.optim, self.optimizer)(params, lr=self.lr)
+        if self.optimizer is None:
+            return None
+        optimizer = getattr(torch.optim, self.optimizer)(params, lr=self.lr, **dict(self.optimizer_options))
+        if self.step_outside_dynamo:
+            optimizer.step = torch._dynamo.disable(optimizer.step)
+        return optimizer
 
 
 @lru_cache(maxsize=1)
@@ -48,11 +78,31 @@ def _data() -> dict[str, Any]:
 
 
 def recipe_for(suite_name: str, model_name: str) -> TrainingRecipe:
-    """The references' recipe for a model; suites not listed (plugins) train like torchbench."""
+    """PyTorch/XLA's runner's recipe for a model; suites not listed (plugins) train like torchbench."""
     data = _data()
     suite = data["suites"].get(suite_name, data["suites"]["torchbench"])
     optimizer = "SGD" if model_name in suite["sgd_models"] else "Adam"
     return TrainingRecipe(loss=suite["loss"], optimizer=optimizer, lr=float(data["lr"]))
+
+
+def harness_recipe(recipe: TrainingRecipe, suite_name: str, model_name: str, accelerator: str,
+                   dynamo: str | None) -> TrainingRecipe:
+    """PyTorch's dynamo harness's step for a model whose suite's recipe is `recipe` (same loss):
+    its init_optimizer's choice on `accelerator`, cloned inputs, its loss scale and the mode its
+    accuracy check runs the module in."""
+    harness = _data()["dynamo_harness"]
+    eval_mode = harness["accuracy_eval_mode"]
+    common = dict(loss=recipe.loss, clone_inputs=True, loss_scale=float(harness["loss_scale"].get(model_name, 1.0)),
+                  checked_in_train_mode=not (model_name in eval_mode["models"] or (
+                      suite_name in eval_mode["suites"] and model_name not in eval_mode["except_models"])))
+    if accelerator not in harness["optimizer_devices"] or model_name in harness["skip_optimizer_models"]:
+        return TrainingRecipe(optimizer=None, lr=0.0, **common)
+    sgd = model_name in harness["sgd_models"] or (dynamo == "inductor" and
+                                                  model_name in harness["inductor_accuracy_sgd_models"])
+    chosen = harness["sgd" if sgd else "adam"]
+    return TrainingRecipe(optimizer=chosen["optimizer"], lr=float(chosen["lr"]),
+                          optimizer_options=tuple(sorted(chosen["options"].items())),
+                          step_outside_dynamo=bool(chosen["step_outside_dynamo"]), **common)
 
 
 def reduce_outputs(output: Any) -> "torch.Tensor":
@@ -79,7 +129,7 @@ class TrainingState:
     a compiled step's guards and its optimizer's state keep their identity.
     """
 
-    def __init__(self, module: "torch.nn.Module", optimizer: "torch.optim.Optimizer") -> None:
+    def __init__(self, module: "torch.nn.Module", optimizer: "torch.optim.Optimizer | None") -> None:
         self.module = module
         self.optimizer = optimizer
         self._saved: list[tuple[Any, Any]] | None = None
@@ -88,7 +138,7 @@ class TrainingState:
         """(container, key) of every value to save: tensors of the module, then optimizer state."""
         slots: list[tuple[Any, Any]] = [(self.module, name) for name, _ in self.module.named_parameters()]
         slots += [(self.module, name) for name, _ in self.module.named_buffers()]
-        for state in self.optimizer.state.values():
+        for state in ({} if self.optimizer is None else self.optimizer.state).values():
             slots += [(state, key) for key in state]
         return slots
 

@@ -198,18 +198,33 @@ def check_combinations(config: RunConfig) -> None:
             raise UsageError("--shard-by must be round-robin or duration:PATH (an earlier results file), "
                              f"got {m.shard_by!r}")
     if m.dashboard:
-        set_too = [flag for flag, value in (("--accelerator", m.accelerator), ("--xla", m.xla),
-                                            ("--dynamo", m.dynamo), ("--test", m.test),
-                                            ("--precision", m.precision), ("--compile-options", m.compile_options),
-                                            ("--xla-flags", m.xla_flags)) if value]
-        if set_too:
-            eager = (" (its speedup needs no eager experiment: the compiled experiment times eager in its own "
-                     "process, --speedup=harness, as the job does)" if set_too[0] == "--dynamo" else "")
-            raise UsageError(f"--dashboard sets the accelerator, dynamo backend, test, precision and compile options "
-                             f"as PyTorch's CI job of that name does; {set_too[0]} cannot go with it{eager}")
+        check_dashboard_flags(m)
     if o.profile_xla and (o.dump_pytorch_profiles or o.profile_cuda_cpu or o.profile_cuda_cpu_individual_ops):
         raise UsageError("--profile-xla cannot go with the PyTorch profiler flags (--dump-pytorch-profiles, "
                          "--profile-cuda-cpu*): one profiling path at a time, as in the reference")
+
+
+def check_dashboard_flags(m: MatrixConfig) -> None:
+    """Beside --dashboard only --test (which of a job's runs) and, for training runs,
+    --accelerator (PyTorch's CI trains on CUDA only); the job sets everything else."""
+    set_too = [flag for flag, value in (("--xla", m.xla), ("--dynamo", m.dynamo), ("--precision", m.precision),
+                                        ("--compile-options", m.compile_options), ("--xla-flags", m.xla_flags))
+               if value]
+    if m.training_recipe is not None:
+        set_too.append("--training-recipe")
+    if set_too:
+        eager = (" (its speedup needs no eager experiment: the compiled experiment times eager in its own "
+                 "process, --speedup=harness, as the job does)" if set_too[0] == "--dynamo" else "")
+        raise UsageError(f"--dashboard sets the dynamo backend, precision, compile options and training step as "
+                         f"PyTorch's CI job of that name does; {set_too[0]} cannot go with it{eager}")
+    chosen = dashboards.resolve(tuple(m.dashboard))
+    if m.test and not any(d.run(test) for d in chosen for test in m.test):
+        trains = ", ".join(dashboards.training_jobs())
+        raise UsageError(f"--dashboard={','.join(m.dashboard)} runs no {' or '.join(m.test)} in PyTorch's CI "
+                         f"(the jobs with a training run: {trains})")
+    if m.accelerator and tuple(m.test or ()) != ("train",):
+        raise UsageError("--accelerator beside --dashboard moves a job's training runs to another device and needs "
+                         "--test=train: each device's inference is a job of its own (cpu_inductor, inductor, ...)")
 
 
 def check_results_name(s: SessionConfig) -> None:

@@ -19,11 +19,10 @@ leaf that needed it and its rule) with `reference` (float64, or null and why). A
 that would have failed matters only where it is needed, as it is the costliest run on a
 large model and the least often read.
 
-Training compares, as PyTorch's harness does (torch._dynamo.testing.collect_results), the
-loss, the output, every parameter's gradient and the updated parameters after
---verify-iterations SGD steps (see run_once), under the paths `loss`,
-`output...`, `grads.<parameter>` and `params.<parameter>`. Nothing assumes how the suite
-reduces its output to a loss: the loss is whatever the harness's step returns.
+Training compares what a step leaves, as PyTorch's harness does (collect_results), under the
+paths `loss`, `grads.<parameter>`, `params.<parameter>` and, for the harness's step,
+`buffers.<buffer>`; see run_once for which steps. Nothing assumes how the suite reduces its
+output to a loss: the loss is whatever the step returns.
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from experiment_runner.core import dashboards
 from experiment_runner.core.record import phase
 from verifier import memory
 from verifier.closeness import DEFERRED, Comparison, ReferenceNeeded, compare, identical
@@ -106,27 +106,52 @@ def snapshot(value: Any) -> Any:
     return value
 
 
+def iterations(harness: Subject) -> int:
+    """How many steps a verification run takes: one for inference; for training the harness's
+    run_n_iterations (two) with its step, else --verify-iterations."""
+    config = harness.config
+    if config.test != "train":
+        return 1
+    if config.training_recipe == dashboards.HARNESS_RECIPE:
+        return dashboards.harness_iterations()
+    return max(1, harness.options.verify_iterations)
+
+
 def run_once(harness: Subject, precision: str, compiled: bool) -> Any:
-    """Load a fresh model in `precision`, run it from the seeded RNG state, return what to compare."""
+    """Load a fresh model in `precision`, run it from the seeded RNG state, return what to compare.
+
+    Training with the harness's step (--training-recipe=dynamo_harness, the dashboard's) is
+    checked as the harness checks it: its own optimizer where it takes one (none on the CPU),
+    the module in the mode its accuracy runs use (eval for torchbench), two steps, and what
+    collect_results gathers after them: the loss, every parameter's gradient
+    (zeros where it has none), the parameters and the buffers, not the output. The default step
+    is checked after --verify-iterations SGD steps, whatever the suite times with: Adam's first step
+    moves every weight by about lr * sign(grad), so a near-zero gradient whose sign differs between
+    eager and the compiled model becomes an lr-sized parameter error; SGD keeps parameter errors
+    proportional to gradient errors, which the tolerance rules are made for. It also compares the
+    output, which a wrong forward shows first.
+    """
+    import torch
+
     model = harness.load(precision)
-    # SGD for the verification steps, whatever the suite times with. Adam's first step moves
-    # every weight by about lr * sign(grad), so a near-zero gradient whose sign differs between
-    # eager and the compiled model becomes an lr-sized parameter error; SGD keeps parameter
-    # errors proportional to gradient errors, which the tolerance rules are made for.
-    model.recipe = dataclasses.replace(model.recipe, optimizer="SGD")
-    step = harness.make_step(model, compiled=compiled, precision=precision, full_output=True)
-    train = harness.config.test == "train"
+    harness_step = harness.config.training_recipe == dashboards.HARNESS_RECIPE
+    if not harness_step:
+        model.recipe = dataclasses.replace(model.recipe, optimizer="SGD")
+    step = harness.make_step(model, compiled=compiled, precision=precision, full_output=True, checking=True)
     harness.device.reset_rng(harness.options.seed)
-    for _ in range(max(1, harness.options.verify_iterations) if train else 1):
+    for _ in range(iterations(harness)):
         out = harness.device.run_iteration(step)
     harness.device.synchronize()
-    if not train:
+    if harness.config.test != "train":
         return snapshot(out)
     loss, output = out
     params = dict(model.module.named_parameters())
-    return snapshot({"loss": loss, "output": output,
-                     "grads": {name: p.grad for name, p in params.items()},
-                     "params": params})
+    if not harness_step:
+        return snapshot({"loss": loss, "output": output,
+                         "grads": {name: p.grad for name, p in params.items()}, "params": params})
+    return snapshot({"loss": loss,
+                     "grads": {name: torch.zeros_like(p) if p.grad is None else p.grad for name, p in params.items()},
+                     "params": params, "buffers": dict(model.module.named_buffers())})
 
 
 def run_timed_step(harness: Subject) -> Any:
@@ -150,7 +175,7 @@ def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Ve
         return Verification("VERIFIER_SKIPPED", details={"reason": policy.skip_reason, **policy.describe()})
     reference = reference_harness(harness)
     base = {**policy.describe(),
-            "iterations": harness.options.verify_iterations if harness.config.test == "train" else 1,
+            "iterations": iterations(harness),
             "eager_device": reference.device.torch_device,
             "compiled_run": "timed step" if harness.timed_step is not None else "fresh copy"}
     if harness.timed_step is None and harness.fresh_copy_reason:

@@ -64,8 +64,9 @@ class Subject(Protocol):
         ...
 
     def make_step(self, model: "BenchmarkModel", compiled: bool = True, precision: str | None = None,
-                  full_output: bool | None = None) -> Callable[[], Any]:
-        """One iteration as a closure, compiled with the experiment's backend when `compiled`."""
+                  full_output: bool | None = None, checking: bool = False) -> Callable[[], Any]:
+        """One iteration as a closure, compiled with the experiment's backend when `compiled`;
+        `checking`: a verification run's, in the module mode its recipe checks training in."""
         ...
 
     def with_config(self, config: ExperimentConfig) -> "Subject":

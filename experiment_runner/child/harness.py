@@ -26,7 +26,7 @@ from experiment_runner.core.matrix import (
 from experiment_runner.core.options import RunOptions
 from experiment_runner.core.protocol import AOT_PACKAGE
 from benchmark_models import BenchmarkModel, LoadRequest, get_suite, map_tensors
-from benchmark_models.training import TrainingState
+from benchmark_models.training import TrainingState, harness_recipe
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
 
@@ -93,6 +93,9 @@ class ExperimentHarness:
         precision = precision or self.config.precision
         self.device.reset_rng(self.options.seed)
         model = suite.load(request)
+        if self.config.test == "train" and self.config.training_recipe == dashboards.HARNESS_RECIPE:
+            model.recipe = harness_recipe(model.recipe, self.experiment.suite_name, self.experiment.model_name,
+                                          self.config.accelerator, self.config.dynamo)
         if precision in _DTYPES and precision != "fp32":
             dtype = getattr(torch, _DTYPES[precision])
             model.module = model.module.to(dtype)
@@ -134,13 +137,17 @@ class ExperimentHarness:
         return torch.compile(fn, **kwargs)
 
     def make_step(self, model: BenchmarkModel, compiled: bool = True,
-                  precision: str | None = None, full_output: bool | None = None) -> Callable[[], Any]:
+                  precision: str | None = None, full_output: bool | None = None,
+                  checking: bool = False) -> Callable[[], Any]:
         """One iteration as a closure. eval: forward under no_grad; train: zero_grad, forward,
-        loss, backward and optimizer step. `compiled` applies the experiment's dynamo backend
+        loss, backward and the recipe's optimizer step (where it takes one; on cloned inputs where
+        it clones them, as PyTorch's harness does). `compiled` applies the experiment's dynamo backend
         to the whole step (`--compile-scope=step`, what PyTorch's and PyTorch/XLA's harnesses
         time) or to the module alone (`--compile-scope=model`).
 
         Train returns the loss, or (loss, output) with full_output (`--collect-full-output`).
+        A training step runs the module in train mode, except a verification run's (`checking`)
+        of a recipe whose accuracy is checked in eval mode (the harness's torchbench).
         """
         import torch
 
@@ -169,17 +176,20 @@ class ExperimentHarness:
 
             step = eval_step
         else:
-            module.train()
+            module.train(mode=not checking or model.recipe.checked_in_train_mode)
             optimizer = model.optimizer(module.parameters())
             model.training_state = TrainingState(module, optimizer)
+            zero_grad = module.zero_grad if optimizer is None else optimizer.zero_grad
+            inputs = torch_clone_inputs() if model.recipe.clone_inputs else (lambda value: value)
 
             def train_step() -> Any:
-                optimizer.zero_grad(set_to_none=True)
+                zero_grad(set_to_none=True)
                 with self.autocast(precision):
-                    output = model.run_forward(target, args, kwargs)
+                    output = model.run_forward(target, inputs(args), inputs(kwargs))
                     loss = model.compute_loss(output)
                 loss.backward()
-                optimizer.step()
+                if optimizer is not None:
+                    optimizer.step()
                 return (loss, output) if full_output else loss
 
             step = train_step
@@ -195,6 +205,13 @@ class ExperimentHarness:
         if self.aot_package is not None:
             self.aot_package.path.unlink(missing_ok=True)
             self.aot_package = None
+
+
+def torch_clone_inputs() -> Callable[[Any], Any]:
+    """The harness's own clone_inputs (a copy of every input tensor, requires_grad kept)."""
+    from torch._dynamo.utils import clone_inputs
+
+    return clone_inputs
 
 
 def state_versions(module: Any) -> dict[str, tuple[int, int]]:

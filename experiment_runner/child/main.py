@@ -103,7 +103,7 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
             loaded_state = state_versions(model.module)
             result["environment"].update(model.provenance)
             if config.test == "train":
-                result.update(loss=model.recipe.loss if model.loss is None else "model_own",
+                result.update(loss=model.recipe.loss_spec(model.loss is not None),
                               optimizer=model.recipe.optimizer_spec)
 
         t0 = time.perf_counter()

@@ -1,9 +1,14 @@
 """PyTorch's inductor accuracy dashboards, by the names its CI and expected-results files use.
 
 `--dashboard=cpu_inductor_amp_freezing` plans exactly the experiments PyTorch's CI job of that
-name runs (inductor, eval, the job's precision and compile options on its device), and every
-record of such an experiment names its dashboard configuration, so `check-expected` and `export`
-can pick PyTorch's file for it. The settings are data (dashboards.json) with their source.
+name runs (its dynamo backend and compile options on its device; an inference run, and for most
+CUDA jobs a training run beside it, each in the job's precision), and every record of such an
+experiment names its dashboard configuration, so `check-expected` and `export` can pick PyTorch's
+file for it. The settings are data (dashboards.json) with their source.
+
+PyTorch's CI trains on CUDA only. A training run of a CUDA job may be planned on the CPU
+(`--dashboard=inductor --accelerator=cpu --test=train`): its records name the job, with the
+device in `dashboard_overrides`, so a difference from the job's file can be read as the device's.
 """
 
 from __future__ import annotations
@@ -15,26 +20,41 @@ from importlib.resources import files
 from typing import Any
 
 DATA_FILE = "dashboards.json"
-DYNAMO = "inductor"
-TEST = "eval"
+# The training step an experiment of a training run takes: PyTorch's harness's (see
+# benchmark_models/training.py), not the PyTorch/XLA runner's default.
+HARNESS_RECIPE = "dynamo_harness"
 # How the dashboard's performance job measures a speedup (--speedup): the harness's own way.
 SPEEDUP = "harness"
+# The expected files' word for each test.
+MODES = {"eval": "inference", "train": "training"}
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """One run of a CI job: `--inference` or `--training`, in its precision."""
+
+    test: str
+    precision: str
+    harness_flags: str  # what PyTorch's CI passes its harness for this run
 
 
 @dataclass(frozen=True)
 class Dashboard:
-    """One configuration of PyTorch's inductor inference dashboard."""
+    """One configuration of PyTorch's inductor accuracy dashboard (a CI job)."""
 
     name: str
-    harness_flags: str  # what PyTorch's CI passes its harness for this configuration
     accelerator: str
-    precision: str
+    dynamo: str
     compile_options: str
+    runs: tuple[JobRun, ...]
 
-    def expected_file(self, harness_suite: str) -> str:
-        """PyTorch's expected-results file for this configuration and a suite (its harness's
-        suite name: torchbench, huggingface, timm)."""
-        return f"{self.name}_{harness_suite}_inference.csv"
+    def run(self, test: str) -> JobRun | None:
+        return next((r for r in self.runs if r.test == test), None)
+
+    def expected_file(self, harness_suite: str, test: str) -> str:
+        """PyTorch's expected-results file for this configuration, a suite (its harness's suite
+        name: torchbench, huggingface, timm) and a test."""
+        return f"{self.name}_{harness_suite}_{MODES[test]}.csv"
 
 
 @cache
@@ -47,7 +67,14 @@ def source() -> str:
 
 
 def dashboards() -> dict[str, Dashboard]:
-    return {name: Dashboard(name, **fields) for name, fields in _data()["configurations"].items()}
+    return {name: Dashboard(name, fields["accelerator"], fields["dynamo"], fields["compile_options"],
+                            tuple(JobRun(test, **run) for test, run in fields["runs"].items()))
+            for name, fields in _data()["configurations"].items()}
+
+
+def training_jobs() -> tuple[str, ...]:
+    """The configurations whose CI job has a training run."""
+    return tuple(name for name, d in dashboards().items() if d.run("train") is not None)
 
 
 def groups() -> dict[str, tuple[str, ...]]:
@@ -67,13 +94,18 @@ def resolve(names: tuple[str, ...]) -> list[Dashboard]:
 
 
 def name_of(accelerator: str, xla: str | None, dynamo: str | None, test: str, precision: str,
-            compile_options: str) -> str | None:
-    """The dashboard configuration an experiment is, or None when it is none of them."""
-    if dynamo != DYNAMO or test != TEST or xla is not None:
+            compile_options: str, training_recipe: str | None = None) -> str | None:
+    """The dashboard configuration an experiment is, or None when it is none of them. A training
+    experiment is one only with the harness's training step (`training_recipe`), and may be a
+    CUDA job's run on another device, since no CI job trains anywhere else."""
+    if xla is not None or (test == "train" and training_recipe != HARNESS_RECIPE):
         return None
-    return next((d.name for d in dashboards().values()
-                 if (d.accelerator, d.precision, d.compile_options) == (accelerator, precision, compile_options)),
-                None)
+    matching = [d for d in dashboards().values()
+                if (d.dynamo, d.compile_options) == (dynamo, compile_options)
+                and (run := d.run(test)) is not None and run.precision == precision]
+    same_device = [d for d in matching if d.accelerator == accelerator]
+    chosen = same_device or (matching if test == "train" else [])
+    return chosen[0].name if chosen else None
 
 
 def dynamic_batch_skips() -> frozenset[str]:
@@ -92,11 +124,14 @@ def accuracy_batch_size(suite: str) -> int | None:
     return _data()["accuracy_batch_size"]["sizes"].get(suite)
 
 
-def overrides(suite: str, verify: bool, batch_size: int | None, speedup: str) -> dict[str, Any]:
+def overrides(name: str, suite: str, accelerator: str, verify: bool, batch_size: int | None,
+              speedup: str) -> dict[str, Any]:
     """How an experiment of a dashboard configuration ran unlike its CI job: each setting that
     differs, with the value used ({} when it ran as the job runs it). The record keeps it, so a
     reader can tell a job's figure from one taken otherwise (record.experiment.dashboard_overrides)."""
     found: dict[str, Any] = {}
+    if accelerator != dashboards()[name].accelerator:
+        found["accelerator"] = accelerator
     if not verify:
         found["verify"] = False
     wanted = accuracy_batch_size(suite)

@@ -41,6 +41,12 @@ _INDUCTOR_ONLY_OPTIONS = ("reduce-overhead", "max-autotune", "max-autotune-no-cu
 _CUDA_GRAPH_OPTIONS = ("reduce-overhead",)
 _INFERENCE_ONLY_OPTIONS = FREEZING_OPTIONS + AOT_INDUCTOR_OPTIONS
 
+# Whose training step a train experiment takes (benchmark_models/training.py): PyTorch/XLA's
+# runner's (an optimizer step on every device), or PyTorch's dynamo harness's (cloned inputs, its
+# optimizer where it takes one: on CUDA only), which its dashboard's training runs take.
+TRAINING_RECIPES: tuple[str, ...] = ("pytorch_xla", dashboards.HARNESS_RECIPE)
+DEFAULT_TRAINING_RECIPE = "pytorch_xla"
+
 # Precision when --precision is not given, as the PyTorch/XLA reference runner sets it:
 # inference converted to bf16 on every accelerator, training under AMP where AMP exists (not
 # on CPU, which trains in fp32). PyTorch's CPU dashboard measures fp32: --precision=fp32.
@@ -76,12 +82,14 @@ class ExperimentConfig:
     keep_model_data_on_cuda: bool = False
     enable_functionalization: bool = False
     compile_options: str = DEFAULT_COMPILE_OPTIONS
+    # Training only: whose training step (TRAINING_RECIPES); eval experiments keep the default.
+    training_recipe: str = DEFAULT_TRAINING_RECIPE
 
     @property
     def dashboard(self) -> str | None:
         """The PyTorch dashboard configuration this is (cpu_inductor_amp_freezing, ...), if any."""
         return dashboards.name_of(self.accelerator, self.xla, self.dynamo, self.test, self.precision,
-                                  self.compile_options)
+                                  self.compile_options, self.training_recipe)
 
     def key(self) -> str:
         """Stable text of the configuration; dimensions at their default add nothing, so keys
@@ -91,7 +99,8 @@ class ExperimentConfig:
         extra = "".join((f"-torch_xla2={self.torch_xla2}" if self.torch_xla2 else "",
                          "-keep_model_data_on_cuda" if self.keep_model_data_on_cuda else "",
                          "-functionalization" if self.enable_functionalization else "",
-                         "" if self.compile_options == DEFAULT_COMPILE_OPTIONS else f"-{self.compile_options}"))
+                         "" if self.compile_options == DEFAULT_COMPILE_OPTIONS else f"-{self.compile_options}",
+                         "" if self.training_recipe == DEFAULT_TRAINING_RECIPE else f"-{self.training_recipe}"))
         return (
             f"{self.accelerator}-{self.xla}{flags}-{self.dynamo}-{self.test}"
             f"-{self.precision}-bs{bs}{extra}"
@@ -112,6 +121,8 @@ class ExperimentConfig:
             parts.append("functionalization")
         if self.compile_options != DEFAULT_COMPILE_OPTIONS:
             parts.append(f"compile={self.compile_options}")
+        if self.training_recipe != DEFAULT_TRAINING_RECIPE:
+            parts.append(f"recipe={self.training_recipe}")
         if self.dashboard is not None:
             parts.append(f"[{self.dashboard}]")
         return " ".join(parts)
@@ -200,6 +211,7 @@ class MatrixChoices:
     eval_precisions: Mapping[str, str] = field(default_factory=dict)
     # --dashboard: PyTorch dashboard configurations planned instead of the cartesian product.
     dashboards: Sequence[str] = ()
+    training_recipe: str = DEFAULT_TRAINING_RECIPE
 
 
 @dataclass(frozen=True)
@@ -368,12 +380,17 @@ def select_models(
 
 
 def dashboard_configurations(choices: MatrixChoices) -> list[ExperimentConfig]:
-    """--dashboard: each named PyTorch dashboard configuration once, on its own device (the other
-    dimension flags are refused beside it: see run_config)."""
-    return [ExperimentConfig(accelerator=d.accelerator, xla=None, xla_flags=None, dynamo=dashboards.DYNAMO,
-                             test=dashboards.TEST, precision=d.precision, batch_size=choices.batch_size,
-                             compile_options=d.compile_options)
-            for d in dashboards.resolve(tuple(choices.dashboards))]
+    """--dashboard: each run (inference, training) of each named PyTorch dashboard configuration
+    once, on its own device; --test keeps some runs, --accelerator moves training runs to another
+    device (the CLI refuses the other dimension flags beside it)."""
+    return [ExperimentConfig(accelerator=accelerator, xla=None, xla_flags=None, dynamo=d.dynamo,
+                             test=run.test, precision=run.precision, batch_size=choices.batch_size,
+                             compile_options=d.compile_options,
+                             training_recipe=dashboards.HARNESS_RECIPE if run.test == "train"
+                             else DEFAULT_TRAINING_RECIPE)
+            for d in dashboards.resolve(tuple(choices.dashboards)) for run in d.runs
+            if not choices.tests or run.test in choices.tests
+            for accelerator in (choices.accelerators or (d.accelerator,))]
 
 
 def configurations(choices: MatrixChoices) -> list[ExperimentConfig]:
@@ -402,6 +419,7 @@ def configurations(choices: MatrixChoices) -> list[ExperimentConfig]:
                 keep_model_data_on_cuda=choices.keep_model_data_on_cuda,
                 enable_functionalization=choices.enable_functionalization,
                 compile_options=options if dynamo is not None else DEFAULT_COMPILE_OPTIONS,
+                training_recipe=choices.training_recipe if test == "train" else DEFAULT_TRAINING_RECIPE,
             ))
     return list(dict.fromkeys(configs))
 

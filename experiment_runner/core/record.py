@@ -281,7 +281,8 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
             "test": config.test,
             "batch_size": result.get("batch_size", config.batch_size),
             "precision": result.get("precision", config.precision),
-            # Train only: how the step computes its loss and which optimizer steps it.
+            # Train only: whose step it is, how it computes its loss and which optimizer steps it.
+            "training_recipe": config.training_recipe if config.test == "train" else None,
             "loss": result.get("loss"),
             "optimizer": result.get("optimizer"),
             "flush_denormal": ctx.options.flush_denormal,
@@ -295,7 +296,7 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
             # The PyTorch dashboard configuration (its CI's name) this experiment is, if any.
             "dashboard": config.dashboard,
             "dashboard_overrides": None if config.dashboard is None else dashboards.overrides(
-                exp.suite_name, ctx.options.verify, result.get("batch_size", config.batch_size), ctx.options.speedup),
+                config.dashboard, exp.suite_name, config.accelerator, ctx.options.verify, result.get("batch_size", config.batch_size), ctx.options.speedup),
         },
         "process": {"index": process_index, "count": ctx.processes},
         "repeat": ctx.options.repeat,

@@ -118,15 +118,23 @@ class MatrixConfig:
         "combinations that cannot apply are dropped (see --dry-run)", MATRIX, kind="list",
         choices=matrix.COMPILE_OPTIONS, default_help="default"))
     dashboard: tuple[str, ...] = option((), Flag(
-        "plan PyTorch's inductor inference dashboard configuration NAME, as its CI job of that name runs it "
-        "(repeatable; no --accelerator, --dynamo, --test, --precision or --compile-options beside it): "
-        "cpu_inductor, cpu_inductor_freezing, cpu_inductor_amp_freezing, dynamic_cpu_inductor, "
-        "cpu_aot_inductor_freezing, or cpu for all five; inductor, dynamic_inductor, aot_inductor, or cuda for "
-        "all three. Each record names its configuration, which check-expected --pytorch and export use. As the "
-        "job runs it: --verify, the job's --batch-size for the suite and --speedup=harness, unless given "
-        "otherwise (--no-verify, --batch-size, --speedup); what a run changed is in each record's "
+        "plan PyTorch's inductor dashboard configuration NAME, as its CI job of that name runs it (repeatable; "
+        "no --dynamo, --precision or --compile-options beside it): cpu_inductor, cpu_inductor_freezing, "
+        "cpu_inductor_amp_freezing, dynamic_cpu_inductor, cpu_aot_inductor_freezing (inference), or cpu for all "
+        "five; inductor, dynamic_inductor, aot_eager, dynamic_aot_eager, dynamo_eager (inference and training) "
+        "and aot_inductor (inference), or cuda for all six. --test=train keeps the training runs; "
+        "--accelerator=cpu with it runs a CUDA job's training on the CPU (PyTorch's CI trains on CUDA only). "
+        "Each record names its configuration, which check-expected --pytorch and export use. As the job runs "
+        "it: --verify, the job's --batch-size for the suite, --speedup=harness and the harness's training step, "
+        "unless given otherwise (--no-verify, --batch-size, --speedup); what a run changed is in each record's "
         "experiment.dashboard_overrides",
         MATRIX, kind="list", choices=dashboards.choices(), metavar="NAME"))
+    training_recipe: str | None = option(None, Flag(
+        "whose training step train experiments take: pytorch_xla (PyTorch/XLA's runner: the suite's loss, then an "
+        "Adam or SGD step on every device) or dynamo_harness (PyTorch's benchmarks/dynamo harness: cloned "
+        "inputs, the suite's loss, an optimizer step on CUDA only, as its init_optimizer); --dashboard's "
+        "training runs take dynamo_harness", MATRIX, choices=matrix.TRAINING_RECIPES,
+        default_help=matrix.DEFAULT_TRAINING_RECIPE))
     total_partitions: int = option(1, Flag("shard the model list over N hosts", HOSTS, parse=int, metavar="N", low=1,
                                            wanted="at least 1"))
     partition_id: int = option(0, Flag("which shard this host runs (0-based)", HOSTS, parse=int, metavar="I", low=0,

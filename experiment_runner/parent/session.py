@@ -156,6 +156,7 @@ def build_plan(config: MatrixConfig, suite: SuiteCatalog, models: list[str],
         torch_xla2=config.torch_xla2, keep_model_data_on_cuda=config.keep_model_data_on_cuda,
         enable_functionalization=config.enable_functionalization, default_precision=suite.default_precision,
         compile_options=config.compile_options, eval_precisions=suite.eval_precisions, dashboards=config.dashboard,
+        training_recipe=config.training_recipe or matrix.DEFAULT_TRAINING_RECIPE,
     )
     return matrix.expand(config.suite_name, models, choices, caps, suite.skip_rules, no_skip)
 
