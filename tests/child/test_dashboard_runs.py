@@ -76,3 +76,26 @@ def test_a_cpu_dashboard_configuration_runs_verifies_and_is_recorded_under_its_n
         # no frame broke, so nothing was replayed to say the harness's count is 0 too
         assert (breaks["total"], breaks["harness_count"], breaks["harness_count_method"]) == (
             0, 0, "no break in any frame compiled")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", dashboards.training_jobs())
+def test_a_cuda_jobs_training_run_on_the_cpu_takes_the_harness_step_and_says_where_it_ran(run_cli, name):
+    """Each training configuration end to end on the CPU: the harness's step (no optimizer off
+    CUDA), checked as the harness checks it, recorded under the job's name with the device moved."""
+    wanted = dashboards.dashboards()[name]
+    run = run_cli("--suite-name=torchbench", "--filter=^tiny_mlp$", f"--dashboard={name}", "--accelerator=cpu",
+                  "--test=train", "--repeat=2", timeout=600, env={TORCHBENCH_DIR_ENV: str(FAKE_TORCHBENCH)})
+    assert run.returncode == 0, run.stderr
+    (record,) = run.records()
+    experiment = record["experiment"]
+    assert record["status"] == "ok" and record["verification_code"] == "PASS", (record["error"],
+                                                                                record["verification"])
+    assert (experiment["dashboard"], experiment["test"], experiment["precision"], experiment["dynamo"],
+            experiment["compile_options"]) == (name, "train", "amp", wanted.dynamo, wanted.compile_options)
+    assert (experiment["training_recipe"], experiment["optimizer"], experiment["batch_size"]) == (
+        "dynamo_harness", "none", 4)
+    assert experiment["dashboard_overrides"] == {"accelerator": "cpu"}
+    details = record["verification"]["details"]
+    # Two steps, then the loss, 4 gradients and 4 parameters of its two Linear layers: not the output.
+    assert (details["iterations"], details["leaves"]) == (2, 9)

@@ -15,7 +15,7 @@ from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
 from benchmark_models import get_suite
 from benchmark_models.base import LoadRequest
-from benchmark_models.training import TrainingRecipe, TrainingState, recipe_for
+from benchmark_models.training import TrainingRecipe, TrainingState, harness_recipe, recipe_for
 
 
 @pytest.mark.parametrize("suite, model, loss, optimizer", [
@@ -133,3 +133,106 @@ def test_the_baseline_s_first_warm_up_trains_a_copy_and_leaves_the_timed_model_a
     for key, value in model.module.state_dict().items():
         assert torch.equal(value, saved[key]), key
     assert model.training_state is None
+
+
+def mlp_by_hand(module: torch.nn.Sequential, inputs: torch.Tensor) -> tuple[float, dict[str, torch.Tensor]]:
+    """The dummy MLP's mean-of-output loss and its gradients, in float64, by hand (matrix products
+    only, no autograd): the independent computation a training step is checked against."""
+    w = {name: p.detach().double() for name, p in module.named_parameters()}
+    x = inputs.double()
+    z1 = x @ w["0.weight"].T + w["0.bias"]
+    a1 = z1.clamp(min=0)
+    z2 = a1 @ w["2.weight"].T + w["2.bias"]
+    a2 = z2.clamp(min=0)
+    y = a2 @ w["4.weight"].T + w["4.bias"]
+    dy = torch.full_like(y, 1 / y.numel())
+    dz2 = (dy @ w["4.weight"]) * (z2 > 0)
+    dz1 = (dz2 @ w["2.weight"]) * (z1 > 0)
+    grads = {"4.weight": dy.T @ a2, "4.bias": dy.sum(0), "2.weight": dz2.T @ a1, "2.bias": dz2.sum(0),
+             "0.weight": dz1.T @ x, "0.bias": dz1.sum(0)}
+    return float(y.sum() / y.numel()), grads
+
+
+def harness_step(tmp_path: Path, recipe: str) -> ExperimentHarness:
+    config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=None, test="train",
+                              precision="fp32", training_recipe=recipe)
+    return ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(), DeviceRuntime(config), tmp_path)
+
+
+def one_step(h: ExperimentHarness, model) -> tuple:
+    """Run the step once: its loss, gradients and parameters after, the by-hand loss and gradients
+    at the parameters before, and those parameters."""
+    expected_loss, expected_grads = mlp_by_hand(model.module, model.args[0])
+    before = {name: p.detach().clone() for name, p in model.module.named_parameters()}
+    loss = h.make_step(model)()
+    grads = {name: p.grad for name, p in model.module.named_parameters()}
+    after = {name: p.detach() for name, p in model.module.named_parameters()}
+    return float(loss), grads, after, expected_loss, expected_grads, before
+
+
+def assert_matches_by_hand(loss, grads, expected_loss, expected_grads):
+    assert loss == pytest.approx(expected_loss, rel=1e-5)
+    for name, expected in expected_grads.items():
+        assert grads[name] is not None, f"no gradient for {name}: no backward"
+        assert torch.allclose(grads[name].double(), expected, rtol=1e-4, atol=1e-7), name
+
+
+def test_the_harness_step_on_the_cpu_computes_loss_and_gradients_and_takes_no_optimizer_step(tmp_path):
+    """PyTorch's harness trains on the CPU without an optimizer (init_optimizer): the step's loss
+    and gradients are the by-hand float64 ones, and the parameters are left exactly as they were."""
+    h = harness_step(tmp_path, "dynamo_harness")
+    model = h.load()
+    assert (model.recipe.optimizer_spec, model.recipe.clone_inputs) == ("none", True)
+    loss, grads, after, expected_loss, expected_grads, before = one_step(h, model)
+    assert_matches_by_hand(loss, grads, expected_loss, expected_grads)
+    for name, value in before.items():
+        assert torch.equal(after[name], value), f"{name} moved: a step the harness does not take"
+
+
+def test_the_harness_sgd_step_moves_each_parameter_by_lr_times_its_gradient(tmp_path):
+    """On CUDA the harness steps its SGD models with SGD(lr=0.01, foreach=True): the same step, with
+    the recipe's optimizer, here on the CPU's tensors."""
+    h = harness_step(tmp_path, "dynamo_harness")
+    model = h.load()
+    model.recipe = harness_recipe(model.recipe, "torchbench", "resnet18", "cuda", "inductor")
+    assert model.recipe.optimizer_spec == "SGD(lr=0.01, foreach=True)" and model.recipe.step_outside_dynamo
+    loss, grads, after, expected_loss, expected_grads, before = one_step(h, model)
+    assert_matches_by_hand(loss, grads, expected_loss, expected_grads)
+    for name, grad in expected_grads.items():
+        assert torch.allclose(after[name].double(), before[name].double() - 0.01 * grad, rtol=1e-5, atol=1e-7), name
+
+
+def test_the_default_step_takes_pytorch_xlas_adam_step_on_the_cpu_too(tmp_path):
+    """PyTorch/XLA's step (the default recipe) takes its Adam step on every device: Adam's first
+    step moves each parameter by lr * g / (|g| + eps)."""
+    h = harness_step(tmp_path, "pytorch_xla")
+    model = h.load()
+    assert model.recipe.optimizer_spec == "Adam(lr=0.01)" and not model.recipe.clone_inputs
+    loss, grads, after, expected_loss, expected_grads, before = one_step(h, model)
+    assert_matches_by_hand(loss, grads, expected_loss, expected_grads)
+    for name, grad in expected_grads.items():
+        moved = before[name].double() - 0.01 * grad / (grad.abs() + 1e-8)
+        assert torch.allclose(after[name].double(), moved, rtol=1e-4, atol=1e-6), name
+
+
+@pytest.mark.parametrize("suite, model, accelerator, dynamo, optimizer, train_mode, loss", [
+    ("torchbench", "resnet18", "cpu", "inductor", "none", False, "mean_per_output"),  # no optimizer off CUDA
+    ("torchbench", "resnet18", "cuda", "inductor", "SGD(lr=0.01, foreach=True)", False, "mean_per_output"),
+    ("torchbench", "llama", "cuda", "inductor", "Adam(lr=0.01, capturable=True, foreach=True)", False,
+     "mean_per_output"),
+    ("torchbench", "demucs", "cuda", "aot_eager", "SGD(lr=0.01, foreach=True)", True, "mean_per_output"),
+    ("huggingface", "MobileBertForMaskedLM", "cuda", "inductor", "none", True, "model_own"),  # CI_SKIP_OPTIMIZER
+    ("huggingface", "M2M100ForConditionalGeneration", "cuda", "inductor", "SGD(lr=0.01, foreach=True)", False,
+     "model_own"),
+    ("timm", "mobilevit_s", "cuda", "inductor", "SGD(lr=0.01, foreach=True)", True, "mean_of_first_output*0.001"),
+    ("timm", "vit_base_patch14_dinov2.lvd142m", "cuda", "inductor", "SGD(lr=0.01, foreach=True)", True,
+     "mean_of_first_output"),
+    ("timm", "vit_base_patch14_dinov2.lvd142m", "cuda", "aot_eager",
+     "Adam(lr=0.01, capturable=True, foreach=True)", True, "mean_of_first_output"),
+])
+def test_the_harness_recipe_is_its_init_optimizer_loss_scale_and_accuracy_mode(suite, model, accelerator, dynamo,
+                                                                               optimizer, train_mode, loss):
+    recipe = harness_recipe(recipe_for(suite, model), suite, model, accelerator, dynamo)
+    assert recipe.optimizer_spec == optimizer
+    assert recipe.checked_in_train_mode is train_mode
+    assert recipe.loss_spec(model_own=suite == "huggingface") == loss
