@@ -50,6 +50,8 @@ class FairFigures:
     present: int = 0  # models with a record on both sides
     passed_a: int = 0
     passed_b: int = 0
+    checked_a: int = 0  # of those, how many carry a verdict: a record never checked is no pass
+    checked_b: int = 0
     missing: list[tuple[str, str, str]] = field(default_factory=list)  # model, side lacking it, why
 
     def as_dict(self) -> dict[str, Any]:
@@ -58,8 +60,8 @@ class FairFigures:
                 "speedup_geomean_a": geomean(self.speedups_a), "speedup_geomean_b": geomean(self.speedups_b),
                 "speedup_method_a": self.method_a, "speedup_method_b": self.method_b,
                 "models_on_both_sides": self.present,
-                "pass_rate_a": self.passed_a / self.present if self.present else None,
-                "pass_rate_b": self.passed_b / self.present if self.present else None,
+                "pass_rate_a": self.passed_a / self.present if self.checked_a else None,
+                "pass_rate_b": self.passed_b / self.present if self.checked_b else None,
                 "one_side_only": [{"model": m, "lacking_in": side, "why": why} for m, side, why in self.missing]}
 
     @property
@@ -87,6 +89,8 @@ def fair_figures(rows_a: Sequence[Row], rows_b: Sequence[Row], fixed: dict[str, 
             figures.present += 1
             figures.passed_a += ra.row.passed
             figures.passed_b += rb.row.passed
+            figures.checked_a += ra.row.checked
+            figures.checked_b += rb.row.checked
         if ra is not None and rb is not None and ra.speedup is not None and rb.speedup is not None:
             figures.common += 1
             figures.speedups_a.append(ra.speedup)
@@ -101,6 +105,13 @@ def fair_figures(rows_a: Sequence[Row], rows_b: Sequence[Row], fixed: dict[str, 
     return list(table.values())
 
 
+def side_pass(passed: int, checked: int, present: int) -> str:
+    """One run's pass count: `3/4`, `3/4 (1 not checked)`, or `not checked`."""
+    if not checked:
+        return "not checked"
+    return f"{passed}/{present}" + (f" ({present - checked} not checked)" if checked < present else "")
+
+
 def render_fair(figures: Sequence[FairFigures]) -> list[str]:
     """The text section of `compare`."""
     if not figures:
@@ -109,7 +120,8 @@ def render_fair(figures: Sequence[FairFigures]) -> list[str]:
     for f in figures:
         ga, gb = geomean(f.speedups_a), geomean(f.speedups_b)
         speed = "-" if ga is None or gb is None else f"{ga:.3f}x {f.method_a} -> {gb:.3f}x {f.method_b}"
-        passed = "-" if not f.present else f"{f.passed_a}/{f.present} -> {f.passed_b}/{f.present}"
+        passed = "-" if not f.present else f"{side_pass(f.passed_a, f.checked_a, f.present)} -> " \
+                                           f"{side_pass(f.passed_b, f.checked_b, f.present)}"
         out.append(f"  {' '.join(f.group)} {f.configuration}: {f.common} model(s) with a speedup in both, "
                    f"{speed}; pass {passed}")
         if f.method_a != f.method_b:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -150,12 +150,25 @@ class Records:
         return len(self.source)
 
     def passed(self) -> np.ndarray:
-        """ok and, when verified, PASS (loader.Row.passed)."""
-        status, code = self.strings["status"], self.strings["verification_code"]
-        ok = np.array([label == "ok" for label in status.labels] + [False], dtype=bool)[status.codes]
-        verified = np.array([label in UNVERIFIED_CODES or label == "PASS" for label in code.labels] + [True],
-                            dtype=bool)[code.codes]
-        return ok & verified
+        """ok and checked PASS (loader.Row.passed)."""
+        return self._ok() & self._code_in(lambda label: label == "PASS", unknown=False)
+
+    def checked(self) -> np.ndarray:
+        """Records with an accuracy verdict (loader.Row.checked)."""
+        return self._code_in(lambda label: label not in UNVERIFIED_CODES, unknown=False)
+
+    def usable(self) -> np.ndarray:
+        """ok with no failing verdict (loader.Row.usable)."""
+        return self._ok() & self._code_in(lambda label: label in UNVERIFIED_CODES or label == "PASS", unknown=True)
+
+    def _ok(self) -> np.ndarray:
+        status = self.strings["status"]
+        return np.array([label == "ok" for label in status.labels] + [False], dtype=bool)[status.codes]
+
+    def _code_in(self, test: Callable[[str | None], bool], unknown: bool) -> np.ndarray:
+        """Per record, whether its verification code passes `test`; `unknown` where it has none."""
+        code = self.strings["verification_code"]
+        return np.array([test(label) for label in code.labels] + [unknown], dtype=bool)[code.codes]
 
 
 def results_files(paths: Sequence[Path]) -> list[Path]:

@@ -130,8 +130,19 @@ class History:
         return np.where(self.row >= 0, factor.codes[np.maximum(self.row, 0)], -2), factor.labels
 
     def passed(self) -> np.ndarray:
-        """(experiments x runs) booleans; False where absent."""
-        return np.where(self.row >= 0, self.records.passed()[np.maximum(self.row, 0)], False)
+        """(experiments x runs) booleans, checked PASS; False where absent."""
+        return self._per_record(self.records.passed())
+
+    def checked(self) -> np.ndarray:
+        """(experiments x runs) booleans, an accuracy verdict; False where absent."""
+        return self._per_record(self.records.checked())
+
+    def usable(self) -> np.ndarray:
+        """(experiments x runs) booleans, timings that count; False where absent."""
+        return self._per_record(self.records.usable())
+
+    def _per_record(self, values: np.ndarray) -> np.ndarray:
+        return np.where(self.row >= 0, values[np.maximum(self.row, 0)], False)
 
 
 def load_history(paths: Sequence[Path]) -> History:
@@ -517,7 +528,7 @@ def dashboard(history: History) -> list[dict[str, Any]]:
     mean compile time of passing models, as report.py defines them: a passing experiment with a
     paired speedup (--speedup=paired) counts with it, others with the ratio of the two
     experiments' medians; `speedup_method` says which per run (paired, isolated or mixed)."""
-    passed = history.passed()
+    passed, checked, timed = history.passed(), history.checked(), history.usable()
     time_, compile_, memory = (history.series[m] for m in METRICS)
     status, labels = history.status()
     ok = status == (labels.index("ok") if "ok" in labels else -3)
@@ -537,8 +548,8 @@ def dashboard(history: History) -> list[dict[str, Any]]:
                                        history.info[e]["precision"], history.info[e]["batch_size"]), -1)
                           for e in members])
         has_base = bases >= 0
-        usable = passed[members_a] & np.where(has_base[:, None], ok[np.maximum(bases, 0)], False)
-        paired = np.where(passed[members_a], history.series[PAIRED][members_a], np.nan)
+        usable = timed[members_a] & np.where(has_base[:, None], ok[np.maximum(bases, 0)], False)
+        paired = np.where(timed[members_a], history.series[PAIRED][members_a], np.nan)
         has_paired = np.isfinite(paired)
         with np.errstate(invalid="ignore", divide="ignore"):
             isolated = np.where(usable, time_[np.maximum(bases, 0)] / time_[members_a], np.nan)
@@ -546,7 +557,7 @@ def dashboard(history: History) -> list[dict[str, Any]]:
         counted = np.isfinite(speedup)
         with np.errstate(invalid="ignore", divide="ignore"):
             mem_ratio = np.where(usable, memory[np.maximum(bases, 0)] / memory[members_a], np.nan)
-        compile_pass = np.where(passed[members_a], compile_[members_a], np.nan)
+        compile_pass = np.where(timed[members_a], compile_[members_a], np.nan)
         present = history.row[members_a] >= 0
         count = np.isfinite(compile_pass).sum(axis=0)
         compile_mean = np.where(count > 0, np.nansum(compile_pass, axis=0) / np.maximum(count, 1), np.nan)
@@ -557,6 +568,7 @@ def dashboard(history: History) -> list[dict[str, Any]]:
             "experiments": [history.experiment_ids[e] for e in members],
             "models": [int(v) for v in present.sum(axis=0)],
             "passed": [int(v) for v in passed[members_a].sum(axis=0)],
+            "checked": [int(v) for v in checked[members_a].sum(axis=0)],
             "speedup_geomean": [_num(v) for v in _geomean(speedup)],
             "speedup_method": [speedup_method(int((counted & has_paired)[:, r].sum()), int(counted[:, r].sum()))
                                for r in range(speedup.shape[1])],

@@ -118,10 +118,21 @@ class Row:
         return " ".join(parts)
 
     @property
+    def checked(self) -> bool:
+        """Whether the record carries an accuracy verdict (not a run without --verify, nor a model
+        the verifier could not judge)."""
+        return self.verification_code not in UNVERIFIED_CODES
+
+    @property
     def passed(self) -> bool:
-        """ok and, when verification ran, PASS: the dashboard's notion of a passing model."""
-        return self.status == "ok" and (self.verification_code in UNVERIFIED_CODES
-                                         or self.verification_code == "PASS")
+        """ok and checked PASS: the dashboard's passing model. A record never checked is no pass."""
+        return self.status == "ok" and self.verification_code == "PASS"
+
+    @property
+    def usable(self) -> bool:
+        """ok with no failing verdict: its timings count (a run without --verify's too, as the
+        performance dashboard's), where a wrong answer's do not."""
+        return self.status == "ok" and (not self.checked or self.verification_code == "PASS")
 
 
 def comparison_key(row: Row) -> str:
@@ -133,10 +144,11 @@ def comparison_key(row: Row) -> str:
     return row.experiment_id if source == "builtin" else f"{row.experiment_id} [{source}]"
 
 
-# Columns of `load_dataframe`: every scalar field, the configuration label and `passed`.
+# Columns of `load_dataframe`: every scalar field, the configuration label, `checked`, `passed`
+# and `usable` (Row's properties).
 SAMPLE_FIELDS = ("per_iter_time", "process_medians")
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Row) if f.name not in SAMPLE_FIELDS + ("timings",)) + \
-    ("configuration", "passed")
+    ("configuration", "checked", "passed", "usable")
 
 
 def legacy_experiment_id(suite: Any, model: Any, exp: dict[str, Any]) -> str:

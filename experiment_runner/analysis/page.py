@@ -66,17 +66,25 @@ def _row(cells: Sequence[tuple[str, str]], cls: str) -> str:
     return f'<tr class="{cls}">{tds}</tr>'
 
 
+def pass_text(models: int, passed: int, checked: int) -> str:
+    """The pass cell, as the script writes it: a model never checked is no pass, and is said."""
+    if not checked:
+        return "not checked"
+    unchecked = f", {models - checked} not checked" if checked < models else ""
+    return f"{passed}/{models} ({100 * passed / models:.0f}%{unchecked})"
+
+
 def static_tables(data: dict[str, Any]) -> tuple[str, str]:
     """A one-run page's dashboard rows and per-model speedup tables as HTML, as the script
     draws them (same classes and figures), for readers that run no JavaScript."""
     rows = []
     for row in data["dashboard"]:
-        models, passed = row["models"][-1], row["passed"][-1]
+        models, passed, checked = row["models"][-1], row["passed"][-1], row["checked"][-1]
         method = {"paired": " paired", "mixed": " mixed"}.get(row["speedup_method"][-1], "")
         rows.append(_row([
             ("", row["suite"]), ("", row["accelerator"]), ("", row["test"]), ("", row["precision"]),
             ("", row["configuration"] + (" (baseline)" if row["baseline"] else "")),
-            ("num", f"{passed}/{models}" + (f" ({100 * passed / models:.0f}%)" if models else "")),
+            ("num", pass_text(models, passed, checked)),
             ("num speedup", "1.000x" if row["baseline"] else _num(row["speedup_geomean"][-1], 3, "x") + method),
             ("num", _num(row["compile_time_mean_s"][-1], 3)),
             ("num", "1.000x" if row["baseline"] else _num(row["memory_ratio_geomean"][-1], 3, "x"))], "dash-row"))
@@ -132,7 +140,7 @@ def report_page(run: Any, baseline: str, summaries: Sequence[dict[str, Any]],
         dashboard.append({
             "suite": s["suite"], "accelerator": s["accelerator"], "test": s["test"], "precision": s["precision"],
             "configuration": s["configuration"], "baseline": s["baseline"], "experiments": members,
-            "models": [s["models"]], "passed": [s["passed"]], "speedup_geomean": [s["speedup_geomean"]],
+            "models": [s["models"]], "passed": [s["passed"]], "checked": [s["checked"]], "speedup_geomean": [s["speedup_geomean"]],
             "speedup_method": [speedup_method(s["speedup_paired"], s["speedup_models"])],
             "compile_time_mean_s": [s["compile_time_mean_s"]], "memory_ratio_geomean": [s["memory_ratio_geomean"]],
             "speedups_latest": [models[i]["speedup"] for i in members],

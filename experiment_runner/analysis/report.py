@@ -195,7 +195,7 @@ class ModelResult:
         r = self.row
         if r.status != "ok":
             return r.status
-        if not r.passed:
+        if not r.usable:
             return str(r.verification_code)
         if self.speedup is None:
             return "no baseline" if self.baseline is None or self.baseline.status == "ok" else \
@@ -224,6 +224,7 @@ class Summary:
     is_baseline: bool
     models: int = 0
     ok: int = 0
+    checked: int = 0  # models with an accuracy verdict: only those can pass
     passed: int = 0
     speedups: list[float] = field(default_factory=list)
     speedup_methods: dict[str, int] = field(default_factory=dict)  # how many speedups each method gave
@@ -237,8 +238,8 @@ class Summary:
         return {
             "suite": self.suite, "accelerator": self.accelerator, "test": self.test,
             "precision": self.precision, "configuration": self.configuration, **self.config,
-            "baseline": self.is_baseline, "models": self.models, "ok": self.ok, "passed": self.passed,
-            "pass_rate": self.passed / self.models if self.models else None,
+            "baseline": self.is_baseline, "models": self.models, "ok": self.ok, "checked": self.checked,
+            "passed": self.passed, "pass_rate": self.passed / self.models if self.checked else None,
             "speedup_geomean": geomean(self.speedups), "speedup_models": len(self.speedups),
             "speedup_paired": self.speedup_methods.get("paired", 0), "speedup_flagged": self.speedups_flagged,
             "compile_time_mean_s": compile_mean, "compile_time_estimated": self.compile_estimated,
@@ -252,9 +253,9 @@ def pair_with_baselines(rows: Sequence[Row], fixed: dict[str, str | None]) -> li
     for row in rows:
         base = index.get(_baseline_key(row, fixed))
         speedup = memory = method = None
-        if row.passed and row.paired_speedup is not None and base is not row:
+        if row.usable and row.paired_speedup is not None and base is not row:
             speedup, method = row.paired_speedup, "paired"
-        if base is not None and row.passed and base.status == "ok":
+        if base is not None and row.usable and base.status == "ok":
             mine, theirs = row.median_per_iter_time_s, base.median_per_iter_time_s
             if speedup is None and mine and theirs:
                 speedup, method = theirs / mine, "isolated"
@@ -279,6 +280,7 @@ def summarize_run(results: Iterable[ModelResult], fixed: dict[str, str | None]) 
             summary = table[key] = Summary(*res.group, r.configuration, config, _is_baseline(r, fixed))
         summary.models += 1
         summary.ok += r.status == "ok"
+        summary.checked += r.checked
         summary.passed += r.passed
         if res.speedup is not None:
             summary.speedups.append(res.speedup)
@@ -286,7 +288,7 @@ def summarize_run(results: Iterable[ModelResult], fixed: dict[str, str | None]) 
             summary.speedups_flagged += bool(res.flags())
         if res.memory_ratio is not None:
             summary.memory_ratios.append(res.memory_ratio)
-        if r.passed and r.compile_time_s is not None:
+        if r.usable and r.compile_time_s is not None:
             summary.compile_times.append(r.compile_time_s)
             summary.compile_estimated |= bool(r.compile_time_estimated)
     return sorted(table.values(), key=lambda s: (s.suite, s.accelerator, s.test, s.precision,
@@ -411,7 +413,7 @@ def model_records(results: Sequence[ModelResult]) -> list[dict[str, Any]]:
             "suite": r.suite, "accelerator": r.accelerator, "test": r.test, "precision": r.precision,
             "model": r.model, "batch_size": r.batch_size, "configuration": r.configuration,
             **{name: getattr(r, name) for name in CONFIG_FIELDS},
-            "status": r.status, "verification_code": r.verification_code, "passed": r.passed,
+            "status": r.status, "verification_code": r.verification_code, "checked": r.checked, "passed": r.passed,
             "median_per_iter_time_s": _round(r.median_per_iter_time_s),
             "baseline_median_per_iter_time_s": _round(b.median_per_iter_time_s) if b else None,
             "speedup": _round(res.speedup), "compile_time_s": _round(r.compile_time_s),
@@ -423,6 +425,14 @@ def model_records(results: Sequence[ModelResult]) -> list[dict[str, Any]]:
 
 def summary_records(summaries: Sequence[Summary]) -> list[dict[str, Any]]:
     return [{k: _round(v) for k, v in s.as_dict().items()} for s in summaries]
+
+
+def pass_cell(s: Summary) -> str:
+    """`3/5`; a model never checked counts as no pass, and the cell says how many were not."""
+    if not s.checked:
+        return "not checked"
+    unchecked = s.models - s.checked
+    return f"{s.passed}/{s.models}" + (f" ({unchecked} not checked)" if unchecked else "")
 
 
 def render_text(run: RunInfo, fixed: dict[str, str | None], summaries: Sequence[Summary],
@@ -446,7 +456,7 @@ def render_text(run: RunInfo, fixed: dict[str, str | None], summaries: Sequence[
             compile_mark = "~" if s.compile_estimated else ""
             rows.append([s.suite, s.accelerator, s.test, s.precision,
                          s.configuration + (" (baseline)" if s.is_baseline else ""),
-                         f"{s.passed}/{s.models}", _fmt(d["speedup_geomean"], ".3f", "x") + _method_mark(s)
+                         pass_cell(s), _fmt(d["speedup_geomean"], ".3f", "x") + _method_mark(s)
                          + (f" !{s.speedups_flagged}" if s.speedups_flagged else ""),
                          len(s.speedups), _fmt(d["compile_time_mean_s"], ".3f", compile_mark),
                          _fmt(d["memory_ratio_geomean"], ".3f", "x")])

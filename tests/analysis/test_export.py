@@ -108,9 +108,11 @@ def test_the_csvs_read_back_with_pandas_give_reports_geomean_and_pass_rate(tmp_p
                                                                            [s["precision"]])]
         geomean = math.exp(sum(map(math.log, speedups)) / len(speedups))
         assert geomean == pytest.approx(expected["speedup_geomean"], rel=1e-5)
-        # report's pass counts an ok record run without --verify; export never calls one a pass
+        # neither calls a record run without --verify a pass: report counts it as not checked
         unchecked = int((accuracy["accuracy"] == "infra_error").sum())
-        assert int((accuracy["accuracy"] == "pass").sum()) + unchecked == expected["passed"]
+        assert int((accuracy["accuracy"] == "pass").sum()) == expected["passed"]
+        assert expected["checked"] == len(accuracy) - unchecked
+        assert (expected["pass_rate"] is None) == (unchecked == len(accuracy))
         checked += 1
         unchecked_groups += unchecked > 0
     assert checked == 4 and unchecked_groups == 2  # the golden run's training and CUDA rows had no --verify

@@ -420,7 +420,11 @@ def test_the_html_report_holds_its_figures_without_javascript(capsys: pytest.Cap
     assert len(rows) == len(document["summary"]) > 0
     for summary, cells in zip(document["summary"], rows):
         assert cells[:4] == [summary[k] for k in ("suite", "accelerator", "test", "precision")]
-        assert cells[5].startswith(f"{summary['passed']}/{summary['models']}")
+        # a configuration none of whose models was checked has no pass count, and says so
+        if summary["checked"]:
+            assert cells[5].startswith(f"{summary['passed']}/{summary['models']}")
+        else:
+            assert cells[5] == "not checked"
         if not summary["baseline"] and summary["speedup_geomean"] is not None:
             assert cells[6].startswith(f"{summary['speedup_geomean']:.3f}x")
     speedups = [m for m in document["models"] if m["configuration"] == "xla=None dynamo=inductor"
@@ -468,3 +472,25 @@ def test_the_time_breakdown_sums_each_phase_over_the_run(tmp_path: Path, capsys:
     assert capsys.readouterr().out.splitlines()[0] == "phase,what,seconds,share,experiments,within"
     assert cli_main(["report", str(RESULTS), "--table", "timings"]) == 0
     assert capsys.readouterr().out == f"run {NEW_RUN}: none of its records has timings\n"
+
+
+def test_a_record_never_checked_is_no_pass_in_report_history_or_the_page(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The golden run's training rows ran without --verify: ok, timed, never checked. Each reader
+    counts them as not checked, never as passing, and keeps their speedups (issue 54's follow-up)."""
+    summary = summary_of(capsys)
+    trained = summary[("cpu", "train", "xla=None dynamo=inductor")]
+    assert (trained["ok"], trained["checked"], trained["passed"], trained["pass_rate"]) == (1, 0, 0, None)
+    assert trained["speedup_models"] == 1  # its figures still count: only the verdict is missing
+    checked = summary[("cpu", "eval", "xla=None dynamo=inductor")]
+    assert checked["checked"] == checked["models"] and checked["pass_rate"] == checked["passed"] / checked["models"]
+    capsys.readouterr()
+    assert cli_main(["history", str(RESULTS), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["dashboard"]
+    (history_row,) = [r for r in rows if (r["accelerator"], r["test"], r["configuration"]) ==
+                      ("cpu", "train", "xla=None dynamo=inductor")]
+    assert history_row["passed"][-1] == history_row["checked"][-1] == 0 and history_row["models"][-1] == 1
+    from experiment_runner.analysis.page import pass_text
+
+    assert [pass_text(1, 0, 0), pass_text(4, 2, 3), pass_text(4, 4, 4)] == [
+        "not checked", "2/4 (50%, 1 not checked)", "4/4 (100%)"]
