@@ -25,25 +25,32 @@ from experiment_runner.core.cgroups import memory_cgroups
 GIB = 1 << 30
 # Bytes per element of the experiment's floating-point data; amp keeps float32 weights.
 _ELEMENT_BYTES = {"fp32": 4, "amp": 4, "bf16": 2, "fp16": 2, "fp64": 8}
-# The comparison's float64 temporaries, in output-sized float64 tensors (differences, magnitudes, bounds).
+# The comparison's float64 temporaries, in leaf-sized float64 tensors (differences, magnitudes,
+# bounds): leaves are compared one at a time, so the largest leaf sets them.
 COMPARE_TEMPORARIES = 4
 # Keep this share of what the host says is available as headroom for everything not estimated.
 HEADROOM = 0.8
 
 
-def float_elements(value: Any) -> int:
-    """Floating-point elements in a nested output (tensors in tuples, lists, dicts, dataclasses)."""
+def float_leaves(value: Any) -> list[int]:
+    """The element count of each floating-point tensor in a nested output (tuples, lists, dicts,
+    dataclasses)."""
     import torch
 
     if isinstance(value, torch.Tensor):
-        return value.numel() if value.is_floating_point() else 0
+        return [value.numel()] if value.is_floating_point() else []
     if isinstance(value, dict):
-        return sum(float_elements(v) for v in value.values())
+        return [n for v in value.values() for n in float_leaves(v)]
     if isinstance(value, (list, tuple)):
-        return sum(float_elements(v) for v in value)
+        return [n for v in value for n in float_leaves(v)]
     if hasattr(value, "__dataclass_fields__"):
-        return sum(float_elements(getattr(value, name)) for name in value.__dataclass_fields__)
-    return 0
+        return [n for name in value.__dataclass_fields__ for n in float_leaves(getattr(value, name))]
+    return []
+
+
+def float_elements(value: Any) -> int:
+    """Floating-point elements in a nested output."""
+    return sum(float_leaves(value))
 
 
 def resident_bytes() -> int | None:
@@ -133,15 +140,18 @@ class MemoryPlan:
 
 def plan(eager_output: Any, eager_run_bytes: int, precision: str) -> MemoryPlan:
     """The estimate, from the eager output (kept while the rest runs) and the eager run's growth
-    of the resident memory (its model copy, activations and output)."""
-    elements = float_elements(eager_output)
-    own = elements * _ELEMENT_BYTES.get(precision, 4)
-    widened = 8 / _ELEMENT_BYTES.get(precision, 4)
-    out64 = elements * 8
-    fp64_run = int(eager_run_bytes * widened)
+    of the resident memory (its model copy, activations and output). After the compiled run its
+    result is held too (for training every gradient and parameter: a model's worth), beside the
+    float64 run and then beside the float64 output and one leaf's comparison temporaries."""
+    leaves = float_leaves(eager_output)
+    size = _ELEMENT_BYTES.get(precision, 4)
+    own = sum(leaves) * size
+    out64 = sum(leaves) * 8
+    temporaries = COMPARE_TEMPORARIES * max(leaves, default=0) * 8
+    fp64_run = int(eager_run_bytes * 8 / size)
     compiled_run = eager_run_bytes  # its model copy and activations, as eager's
-    with_reference = max(fp64_run, out64 + compiled_run, out64 + own + COMPARE_TEMPORARIES * out64)
-    without_reference = max(compiled_run, own + COMPARE_TEMPORARIES * out64)
+    without_reference = max(compiled_run, own + temporaries)
+    with_reference = max(without_reference, own + fp64_run, own + out64 + temporaries)
     limit = available_bytes()
     return MemoryPlan(with_reference, without_reference, None if limit is None else limit.bytes,
                       None if limit is None else limit.source)

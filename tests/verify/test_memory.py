@@ -33,6 +33,20 @@ def test_the_estimate_widens_the_eager_run_to_float64_and_keeps_three_outputs():
     assert memory.MemoryPlan(10, 5, None).fits(10**12)  # a host that cannot tell is not refused
 
 
+def test_a_training_result_is_held_beside_the_float64_run():
+    """A training step's compared output holds every gradient and parameter: the float64 run
+    needs its own widened run on top of the compiled result it runs beside."""
+    layers, per_layer = 100, 100_000  # ten million parameters in a hundred tensors
+    output = {"loss": torch.zeros(()), "grads": {str(i): torch.zeros(per_layer) for i in range(layers)},
+              "params": {str(i): torch.zeros(per_layer) for i in range(layers)}}
+    parameters = layers * per_layer
+    run = 3 * 4 * parameters  # the model, its gradients and about as much again in activations
+    fp32 = memory.plan(output, run, "fp32")
+    assert fp32.with_reference >= 2 * 4 * parameters + 2 * run
+    # one leaf at a time is compared: its temporaries are the largest leaf's, not the output's
+    assert fp32.without_reference < run + 2 * 4 * parameters
+
+
 @pytest.mark.parametrize("available, code, reference", [
     (None, "PASS", "float64"),
     (150, "PASS", None),  # the reference alone does not fit: left out, said why
