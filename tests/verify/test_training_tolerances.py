@@ -77,7 +77,7 @@ def ctx(suite: str, model: str, test: str = "train", precision: str = "amp", acc
 @pytest.mark.parametrize("suite", sorted(HARNESS))
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("accelerator", ACCELERATORS)
-def test_training_tolerance_is_the_harnesss_for_listed_and_unlisted_models(suite, precision, accelerator):
+def test_training_tolerance_matches_the_harness_for_listed_and_unlisted_models(suite, precision, accelerator):
     harness, listed = HARNESS[suite]
     for model in sorted(listed) + [UNLISTED]:
         policy = policy_for(ctx(suite, model, precision=precision, accelerator=accelerator))
@@ -86,7 +86,7 @@ def test_training_tolerance_is_the_harnesss_for_listed_and_unlisted_models(suite
         assert not policy.cosine  # every suite's cosine list is empty
 
 
-def test_the_dashboards_training_run_of_an_even_higher_model_gets_the_amp_branchs_number():
+def test_dashboard_training_of_an_even_higher_model_gets_the_amp_branch_number():
     """--training --amp on cuda: the amp branch's even_higher (3f641dbd), not the default 1e-3."""
     policy = policy_for(ctx("torchbench", "yolov3"))
     assert (policy.tolerance, policy.source) == (8e-2, "torchbench/yolov3")
@@ -153,7 +153,7 @@ def test_eager_nondeterminism_skips_training_only():
 @pytest.mark.parametrize("suite", sorted(HARNESS))
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("accelerator", ACCELERATORS)
-def test_training_only_lists_leave_inference_as_an_unlisted_models(suite, precision, accelerator):
+def test_models_listed_for_training_only_get_an_unlisted_models_eval_policy(suite, precision, accelerator):
     """Models listed for training only get the eval policy of a model on no list."""
     eval_lists = {"torchbench": TORCHBENCH_HIGHER_FP16 | TORCHBENCH_HIGHER_BF16,
                   "huggingface": set(), "timm": set()}[suite]
