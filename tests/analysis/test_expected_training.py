@@ -175,3 +175,12 @@ def test_a_training_record_of_the_default_recipe_is_no_job_s(tmp_path: Path, cap
             r["experiment"]["dashboard"] = "inductor"
     code, lines = pytorch(capsys, results(tmp_path, train))
     assert code == 0 and ": as expected;" in summary(lines, "inductor_timm_training.csv"), lines
+
+
+def test_the_record_s_own_dashboard_wins_over_its_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A record that names no job (say, written before its settings' job was described) stays no
+    job's, though core/dashboards.json would now read its settings as inductor's."""
+    path = results(tmp_path, [record(m, "eval", experiment={"dashboard": None, "dashboard_overrides": None})
+                              for m in MODELS])
+    assert cli_main(["check-expected", path, "--pytorch"]) == 2
+    assert "the run has no experiment of a PyTorch dashboard configuration" in capsys.readouterr().err
