@@ -139,7 +139,8 @@ def test_export_writes_each_run_where_the_ci_job_writes_it(tmp_path: Path) -> No
     assert cli_main(["export", both_tests(tmp_path), "--format", "dynamo-csv", "-o", str(out)]) == 1  # no baseline
     assert {str(p.relative_to(out)) for p in out.rglob("*.csv")} == {
         "inductor_timm/inference_timm_models.csv", "inductor_timm/training_timm_models.csv",
-        "inductor_timm_models_bfloat16_inference_cuda_accuracy.csv", "inductor_timm_models_amp_training_cuda_accuracy.csv"}
+        "inductor_timm_models_bfloat16_inference_cuda_accuracy.csv",
+        "inductor_timm_models_amp_training_cuda_accuracy.csv"}
     for name, breaks in (("inductor_timm/training_timm_models.csv", "8"),
                          ("inductor_timm_models_amp_training_cuda_accuracy.csv", "8"),
                          ("inductor_timm/inference_timm_models.csv", "0")):

@@ -195,9 +195,9 @@ def test_check_expected_takes_pytorchs_files_shipped_or_named_as_pytorch_names_t
     lacking = sorted({line.split(",")[0] for line in expected_models if line} - {"dlrm", "llama", "nanogpt",
                                                                                   "resnet50"})
     # listed, not counted as changes: the first five, then how many more
-    assert absent == f"cpu_inductor_torchbench_inference: {len(lacking)} model(s) of cpu_inductor_torchbench_inference.csv " \
-                     f"not in this run: {', '.join(lacking[:5])}, ... and {len(lacking) - 5} more (--list-absent " \
-                     "names them all)"
+    assert absent == f"cpu_inductor_torchbench_inference: {len(lacking)} model(s) of " \
+                     f"cpu_inductor_torchbench_inference.csv not in this run: {', '.join(lacking[:5])}, ... and " \
+                     f"{len(lacking) - 5} more (--list-absent names them all)"
     assert cli_main(["check-expected", str(RESULTS), "--pytorch", "--list-absent"]) == 1
     absent = next(line for line in capsys.readouterr().out.splitlines() if "not in this run" in line)
     assert absent.endswith(f"not in this run: {', '.join(lacking)}")
