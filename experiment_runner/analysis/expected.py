@@ -7,8 +7,11 @@ count differs from it, improvements included, so the file is updated on purpose
 harness's accuracy statuses and graph-break counts) and does the same: one line per model whose
 status or count changed, exit 1; exit 0 when nothing did; `--update` rewrites the file.
 `--pytorch` takes PyTorch's own files for the run's dashboard configurations (`--dashboard`),
-shipped in data/ci_expected_accuracy/ with the commit each came from; models a file expects
-and the run lacks are listed, not counted as changes.
+shipped in data/ci_expected_accuracy/ with the commit each came from: a job's inference records
+against its `<TEST_CONFIG>_inference.csv`, its training records against `<TEST_CONFIG>_training.csv`.
+Models a file expects and the run lacks are listed, not counted as changes. A job's run moved to
+another device (a CUDA job's training on the CPU) is compared all the same, its differences marked
+as possibly the device's: they still fail the gate.
 """
 
 from __future__ import annotations
@@ -135,11 +138,14 @@ def absent(actual: dict[str, dict[str, str]], expected: dict[str, dict[str, str]
     return sorted(set(expected) - set(actual))
 
 
-def changes(actual: dict[str, dict[str, str]], expected: dict[str, dict[str, str]]) -> list[str]:
+def changes(actual: dict[str, dict[str, str]], expected: dict[str, dict[str, str]],
+            notes: dict[str, str] | None = None) -> list[str]:
     """One line per model whose accuracy status or graph-break count differs, said as the
-    harness's checks say it (a pass that was expected to fail is an improvement)."""
+    harness's checks say it (a pass that was expected to fail is an improvement); `notes` by model:
+    why a difference of that model may not be the compiler's, said on each of its lines."""
     lines = []
     for name, row in sorted(actual.items()):
+        note = f"; {notes[name]}" if notes and name in notes else ""
         want = expected.get(name)
         if want is None:
             lines.append(f"{name}: not in the expected file (accuracy {row['accuracy']}, graph_breaks "
@@ -148,17 +154,19 @@ def changes(actual: dict[str, dict[str, str]], expected: dict[str, dict[str, str
         if row["accuracy"] != want["accuracy"]:
             better = row["accuracy"] in PASSING and want["accuracy"] not in PASSING
             lines.append(f"{name}: accuracy {want['accuracy']} -> {row['accuracy']} "
-                         f"({'improvement' if better else 'regression'})")
+                         f"({'improvement' if better else 'regression'}){note}")
         if str(row["graph_breaks"]) != str(want["graph_breaks"]):
             fewer = int(row["graph_breaks"]) < int(want["graph_breaks"] or 0)
             lines.append(f"{name}: graph_breaks {want['graph_breaks']} -> {row['graph_breaks']} "
-                         f"({'improvement' if fewer else 'regression'})")
+                         f"({'improvement' if fewer else 'regression'}){note}")
     return lines
 
 
 SHIPPED = Path(__file__).parent / "data" / "ci_expected_accuracy"
-# PyTorch's expected files are named <TEST_CONFIG>_inference.csv, TEST_CONFIG <configuration>_<suite>.
-PYTORCH_FILE = re.compile(r"(?P<test_config>.+_(?:torchbench|huggingface|timm))_inference\.csv")
+# PyTorch's expected files are named <TEST_CONFIG>_<inference|training>.csv, TEST_CONFIG <configuration>_<suite>.
+PYTORCH_FILE = re.compile(r"(?P<test_config>.+_(?:torchbench|huggingface|timm))_(?P<mode>inference|training)\.csv")
+# How a line names a device.
+DEVICE_WORDS = {"cuda": "CUDA", "cpu": "the CPU"}
 
 
 def shipped_commit(name: str) -> str | None:
@@ -176,12 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--expected", type=Path,
                         help="the expected CSV (name,accuracy,graph_breaks); one named as PyTorch names its files "
-                             "(cpu_inductor_amp_freezing_timm_inference.csv) is compared with that configuration's "
-                             "experiments of the run")
+                             "(cpu_inductor_amp_freezing_timm_inference.csv, inductor_timm_training.csv) is compared "
+                             "with that configuration's experiments of the run, of that test")
     source.add_argument("--pytorch", action="store_true",
                         help="compare every PyTorch dashboard configuration of the run (--dashboard) with PyTorch's "
-                             "own expected file for it, shipped with this tool (each line names the file and its "
-                             "pytorch/pytorch commit)")
+                             "own expected file for it, shipped with this tool: inference records with its "
+                             "<TEST_CONFIG>_inference.csv, training records with its <TEST_CONFIG>_training.csv (each "
+                             "line names the file and its pytorch/pytorch commit)")
     p.add_argument("--group", metavar="NAME",
                    help="which compiler, suite, dtype, mode and device, as export names its CSVs "
                         "(inductor_torchbench_float32_inference_cpu); needed when the run has several")
@@ -230,12 +239,14 @@ def absent_line(label: str, lacking: Sequence[str], name: str, list_all: bool) -
 
 
 def check(label: str, actual: dict[str, dict[str, str]], path: Path, source: str, updatable: bool = True,
-          unchecked: dict[str, str] | None = None, list_absent: bool = False) -> int:
+          unchecked: dict[str, str] | None = None, list_absent: bool = False,
+          notes: dict[str, str] | None = None) -> int:
     """Print the changes of one group against one expected file, the models not checked, then its
-    summary line; how many models changed or were not checked (either fails the gate)."""
+    summary line; how many models changed or were not checked (either fails the gate). `notes`:
+    see `changes`."""
     unchecked = unchecked or {}
     expected = read_expected(path)
-    found = changes(actual, expected)
+    found = changes(actual, expected, notes)
     for line in found:
         print(line)
     for name, why in sorted(unchecked.items()):
@@ -253,25 +264,44 @@ def check(label: str, actual: dict[str, dict[str, str]], path: Path, source: str
 
 
 def check_pytorch(items: Sequence[Exported], list_absent: bool = False) -> int:
-    """--pytorch: each dashboard configuration and suite of the run against PyTorch's file for it."""
-    jobs: dict[str, list[Exported]] = {}
+    """--pytorch: each dashboard configuration, suite and test of the run against PyTorch's file for
+    it, each group named by that file's stem (inductor_timm_training)."""
+    groups: dict[str, list[Exported]] = {}
     for item in items:
-        if item.ci_test_config is not None:
-            jobs.setdefault(item.ci_test_config, []).append(item)
-    if not jobs:
+        if item.expected_file is not None:
+            groups.setdefault(item.expected_file, []).append(item)
+    if not groups:
         raise ReportError("--pytorch: the run has no experiment of a PyTorch dashboard configuration of the "
                           "torchbench, huggingface or timm suite (plan them with --dashboard)")
     changed = 0
-    for job, members in sorted(jobs.items()):
-        name = f"{job}_inference.csv"
+    for name, members in sorted(groups.items()):
+        label = name.removesuffix(".csv")
         commit = shipped_commit(name)
         if commit is None:
-            print(f"{job}: no expected file shipped for it ({name}); give one with --expected")
+            print(f"{label}: no expected file shipped for it ({name}); give one with --expected")
             continue
-        changed += check(job, accuracy_rows(members), SHIPPED / name, f"PyTorch's {name} @ {commit[:12]}",
-                         updatable=False, unchecked=not_checked(members), list_absent=list_absent)
-        other_batch(job, members)
+        notes = other_device(label, name, members)
+        changed += check(label, accuracy_rows(members), SHIPPED / name, f"PyTorch's {name} @ {commit[:12]}",
+                         updatable=False, unchecked=not_checked(members), list_absent=list_absent, notes=notes)
+        other_batch(label, members)
     return changed
+
+
+def other_device(label: str, name: str, members: Sequence[Exported]) -> dict[str, str]:
+    """Say, in one line, that the group's file was written on its CI job's device and (some of) the
+    group ran on another: PyTorch trains on CUDA only, so a CUDA job's training run on the CPU has no
+    file of its own. Returns the note each such model's differences carry; they still fail the gate."""
+    moved = {str(m.row.model): str(m.moved_to) for m in members if m.moved_to is not None}
+    if not moved:
+        return {}
+    job = dashboards.dashboards().get(str(members[0].dashboard))
+    written = DEVICE_WORDS.get(job.accelerator, job.accelerator) if job is not None else "its CI job's device"
+    ran = " and ".join(DEVICE_WORDS.get(d, d) for d in sorted(set(moved.values())))
+    some = "" if len(moved) == len(members) else f" ({len(moved)} of its {len(members)} model(s))"
+    print(f"{label}: PyTorch's {name} was written on {written}; this run was on {ran}{some}: a difference "
+          "below may be the device's, not the compiler's, and still fails the gate")
+    return {model: f"possibly the device's (ran on {DEVICE_WORDS.get(d, d)}, the file on {written})"
+            for model, d in moved.items()}
 
 
 def other_batch(job: str, members: Sequence[Exported]) -> None:
@@ -301,9 +331,10 @@ def main(argv: Sequence[str]) -> int:
     if args.pytorch:
         return EXIT_REGRESSION if check_pytorch(items, args.list_absent) else EXIT_OK
     named = PYTORCH_FILE.fullmatch(args.expected.name)
-    if named is not None and args.group is None and any(i.ci_test_config == named["test_config"] for i in items):
-        group = named["test_config"]
-        members = [item for item in items if item.ci_test_config == group]
+    pytorchs = args.group is None and any(i.expected_file == args.expected.name for i in items)
+    if pytorchs:
+        group = args.expected.name.removesuffix(".csv")
+        members = [item for item in items if item.expected_file == args.expected.name]
     else:
         groups = sorted({item.output for item in items})
         group = args.group or (groups[0] if len(groups) == 1 else None)
@@ -313,6 +344,9 @@ def main(argv: Sequence[str]) -> int:
         if group not in groups:
             raise ReportError(f"choose --group: the run has {has}")
         members = [item for item in items if item.output == group]
+        if named is not None and any(dashboards.MODES.get(str(m.row.test)) != named["mode"] for m in members):
+            raise ReportError(f"{args.expected.name} is named as PyTorch names the expected file of a {named['mode']} "
+                              f"run; {group} is no {named['mode']} group: choose one with --group")
     actual, unchecked = accuracy_rows(members), not_checked(members)
     if args.update:
         text = None
@@ -329,6 +363,7 @@ def main(argv: Sequence[str]) -> int:
                   f"were: {', '.join(sorted(unchecked))}; rerun them with --verify", file=sys.stderr)
             return EXIT_INCOMPLETE
         return EXIT_OK
+    notes = other_device(group, args.expected.name, members) if pytorchs else {}
     failing = check(group, actual, args.expected, str(args.expected), unchecked=unchecked,
-                    list_absent=args.list_absent)
+                    list_absent=args.list_absent, notes=notes)
     return EXIT_REGRESSION if failing else EXIT_OK

@@ -10,9 +10,10 @@
   default in the compiler's part, `inductor_freezing_...`), with our statuses and verification
   codes mapped to its accuracy statuses (data/dynamo_export.json says how). Experiments of a
   PyTorch dashboard configuration (`--dashboard`) also get the accuracy CSV its CI job writes,
-  where that job writes it: `<TEST_CONFIG>/inference_<suite>.csv`, e.g.
-  `cpu_inductor_amp_freezing_timm/inference_timm_models.csv`, whose expected file is PyTorch's
-  `cpu_inductor_amp_freezing_timm_inference.csv` (check-expected).
+  where that job writes it, one per run of the job: `<TEST_CONFIG>/<inference|training>_<suite>.csv`,
+  e.g. `cpu_inductor_amp_freezing_timm/inference_timm_models.csv` or
+  `inductor_timm/training_timm_models.csv`, whose expected files are PyTorch's
+  `cpu_inductor_amp_freezing_timm_inference.csv` and `inductor_timm_training.csv` (check-expected).
 
 With `--cache-bench` measurements, `pytorch-benchmark` also writes each compiled experiment's
 cold and warm compile times and the warm speedup as PyTorch's cachebench.py writes them
@@ -117,19 +118,50 @@ class Exported:
         return f"{r.dynamo}{options}_{self.harness_suite}_{harness_dtype(r.precision)}_{harness_mode(r.test)}_{r.accelerator}"
 
     @property
+    def experiment(self) -> dict[str, Any]:
+        return self.record.get("experiment") or {}
+
+    @property
     def dashboard(self) -> str | None:
-        """The PyTorch dashboard configuration this experiment is (core/dashboards.json), if any."""
+        """The PyTorch dashboard configuration (CI job) this experiment is, if any: the record's own
+        `experiment.dashboard`, which knows where a job's run was moved (a CUDA job's training on the
+        CPU); a record older than that field is read through core/dashboards.json, where a training
+        experiment is a job's only with the harness's step (`experiment.training_recipe`)."""
+        if "dashboard" in self.experiment:
+            return self.experiment["dashboard"]
         r = self.row
         return dashboards.name_of(str(r.accelerator), r.xla, r.dynamo, str(r.test), str(r.precision),
-                                  r.compile_options or "default")
+                                  r.compile_options or "default", self.experiment.get("training_recipe"))
 
     @property
     def ci_test_config(self) -> str | None:
         """PyTorch CI's TEST_CONFIG for this experiment's configuration and suite
-        (cpu_inductor_amp_freezing_timm): its expected file is `<TEST_CONFIG>_inference.csv`."""
+        (cpu_inductor_amp_freezing_timm)."""
         if self.dashboard is None or self.row.suite not in CI_SUITES:
             return None
         return f"{self.dashboard}_{self.row.suite}"
+
+    @property
+    def expected_file(self) -> str | None:
+        """PyTorch's expected file for this experiment, `<TEST_CONFIG>_<inference|training>.csv`: a job's
+        inference and training runs are gated each against its own."""
+        if self.ci_test_config is None:
+            return None
+        return f"{self.ci_test_config}_{dashboards.MODES[str(self.row.test)]}.csv"
+
+    @property
+    def ci_accuracy_file(self) -> str | None:
+        """Where the CI job writes this experiment's accuracy row: `<TEST_CONFIG>/<inference|training>_<suite>.csv`
+        (test.sh's --output for that run, the suite as the harness's module names it)."""
+        if self.ci_test_config is None:
+            return None
+        return f"{self.ci_test_config}/{dashboards.MODES[str(self.row.test)]}_{self.harness_suite}.csv"
+
+    @property
+    def moved_to(self) -> str | None:
+        """The device this experiment ran on where its CI job runs on another
+        (`experiment.dashboard_overrides.accelerator`): its differences may be the device's."""
+        return (self.experiment.get("dashboard_overrides") or {}).get("accelerator")
 
     @property
     def checked(self) -> bool:
@@ -218,13 +250,12 @@ def dynamo_csv(items: Sequence[Exported]) -> tuple[dict[str, str], dict[str, str
         else:
             left_out[name] = f"none of its {len(members)} experiment(s) has a speedup: {no_speedup(members)}"
         files[f"{output}_accuracy.csv"] = _csv([m.accuracy() for m in members], MAPPING["accuracy_columns"])
-    ci_jobs: dict[str, list[Exported]] = {}
+    ci_files: dict[str, list[Exported]] = {}
     for item in items:
-        if item.ci_test_config is not None:
-            ci_jobs.setdefault(item.ci_test_config, []).append(item)
-    for job, members in sorted(ci_jobs.items()):  # as PyTorch's CI job <TEST_CONFIG> writes its accuracy CSV
-        files[f"{job}/inference_{members[0].harness_suite}.csv"] = _csv([m.accuracy() for m in members],
-                                                                        MAPPING["accuracy_columns"])
+        if item.ci_accuracy_file is not None:
+            ci_files.setdefault(item.ci_accuracy_file, []).append(item)
+    for name, members in sorted(ci_files.items()):  # as PyTorch's CI job <TEST_CONFIG> writes each run's CSV
+        files[name] = _csv([m.accuracy() for m in members], MAPPING["accuracy_columns"])
     return files, left_out
 
 
