@@ -1,9 +1,13 @@
-"""PyTorch's CPU inference dashboard over our suites, beside PyTorch's own expected files: the
-compiled columns of docs/benchmarks/dashboard.md.
+"""PyTorch's inductor dashboard over our suites on the CPU, beside PyTorch's own expected files:
+the compiled columns of docs/benchmarks/dashboard.md.
 
     python benchmarks/dashboard_sweep.py --output /tmp/dash --suite timm --dashboard cpu_inductor
     python benchmarks/dashboard_sweep.py --output /tmp/dash --suite huggingface --dashboard cpu -k 'Bert|GPT2'
+    python benchmarks/dashboard_sweep.py --output /tmp/train --suite timm --dashboard inductor --training
     python benchmarks/dashboard_sweep.py --output /tmp/dash --markdown      # the tables of what ran
+
+`--training` runs the CUDA jobs' training runs on the CPU (`--accelerator=cpu --test=train`:
+PyTorch's CI trains on CUDA only), compared with the jobs' training files.
 
 Each suite is one `experiment_runner` run per invocation into `<output>/<suite>` (so an
 interrupted piece resumes, and the sweep is taken in pieces of an hour or two) with
@@ -38,10 +42,11 @@ SUITES = ("torchbench", "huggingface", "timm")
 
 
 def run_piece(suite: str, output: Path, names: list[str], pattern: str | None, timeout_s: int,
-              half_width: float | None) -> float:
+              half_width: float | None, training: bool) -> float:
     """One run of a suite in the given configurations; the seconds it took."""
     command = [sys.executable, "-m", "experiment_runner", f"--suite-name={suite}",
                *(f"--dashboard={name}" for name in names),
+               *(["--accelerator=cpu", "--test=train"] if training else []),
                f"--batch-size={dashboards.accuracy_batch_size(suite)}", "--verify", "--speedup=harness",
                "--no-progress-bar", f"--subprocess-timeout={timeout_s}", f"--output-dirname={output / suite}",
                *(["-k", pattern] if pattern else []),
@@ -75,21 +80,21 @@ def _number(value: Any, digits: int) -> str:
 
 def tables(output: Path) -> list[str]:
     """The per-model table, then the agreement per configuration and suite."""
-    items = [i for i in latest(output) if i.ci_test_config is not None]
-    expected_files = {job: read_expected(SHIPPED / f"{job}_inference.csv")
-                      for job in {i.ci_test_config for i in items} if (SHIPPED / f"{job}_inference.csv").is_file()}
+    items = [i for i in latest(output) if i.expected_file is not None]
+    expected_files = {name: read_expected(SHIPPED / name)
+                      for name in {str(i.expected_file) for i in items} if (SHIPPED / name).is_file()}
     lines = ["| suite | model | configuration | batch | ours: accuracy / graph breaks | PyTorch's file | agrees "
              "| speedup | compile (s) | peak memory (GB) | seconds | cause |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     agreement: dict[str, list[tuple[bool, bool]]] = {}
     for item in items:
         ours = item.accuracy()
-        theirs = expected_files.get(str(item.ci_test_config), {}).get(str(item.row.model))
+        theirs = expected_files.get(str(item.expected_file), {}).get(str(item.row.model))
         if theirs is None:
             agrees = "not in file"
         else:
             same = (ours["accuracy"] == theirs["accuracy"], str(ours["graph_breaks"]) == theirs["graph_breaks"])
-            agreement.setdefault(str(item.ci_test_config), []).append(same)
+            agreement.setdefault(str(item.expected_file).removesuffix(".csv"), []).append(same)
             agrees = "yes" if all(same) else ("breaks differ" if same[0] else "accuracy differs")
         pytorchs = f"{theirs['accuracy']} / {theirs['graph_breaks']}" if theirs else ""
         perf = item.performance() or {}
@@ -122,6 +127,8 @@ def main() -> int:
     parser.add_argument("--adaptive-pairs", type=float, metavar="HALF_WIDTH",
                         help="stop timing pairs once the speedup's 95%% interval is within this share of it "
                              "(at most the harness's 30 pairs): big models at 2 cores take minutes per pair")
+    parser.add_argument("--training", action="store_true",
+                        help="the jobs' training runs, on the CPU (--accelerator=cpu --test=train)")
     parser.add_argument("--markdown", action="store_true", help="print the tables of what the runs hold; run nothing")
     args = parser.parse_args()
     if args.markdown:
@@ -129,7 +136,7 @@ def main() -> int:
         return 0
     for suite in args.suite or SUITES:
         seconds = run_piece(suite, args.output, args.dashboard or ["cpu_inductor"], args.pattern, args.timeout,
-                            args.adaptive_pairs)
+                            args.adaptive_pairs, args.training)
         print(f"dashboard_sweep: {suite}: {seconds:.0f} s, load average {os.getloadavg()[0]:.2f} at the end",
               file=sys.stderr)
     return 0
