@@ -168,6 +168,14 @@ class Exported:
         """Whether the experiment has an accuracy verdict (or failed before one could be given)."""
         return not unchecked(self.row, self.record.get("verification") is not None)
 
+    @property
+    def harness_counted(self) -> bool:
+        """Whether the record's graph-break figure is the harness's own count: inference's is (with
+        --verify, breaks.harness_count; AOT Inductor's export breaks nothing); a training step's is
+        not replayed yet, so its figure is this runner's count of every frame compiled."""
+        breaks = (self.record.get("measurements") or {}).get("graph_breaks") or {}
+        return self.row.test != "train" or "harness_count" in breaks
+
     def graph_stats(self) -> dict[str, int]:
         """The harness's dynamo columns. graph_breaks is counted as the harness counts it where the
         record has that count (--verify on inference), else the breaks of everything the child compiled."""

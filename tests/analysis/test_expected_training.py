@@ -185,3 +185,18 @@ def test_the_record_s_own_dashboard_wins_over_its_settings(tmp_path: Path, capsy
                               for m in MODELS])
     assert cli_main(["check-expected", path, "--pytorch"]) == 2
     assert "the run has no experiment of a PyTorch dashboard configuration" in capsys.readouterr().err
+
+
+def test_a_training_runs_graph_breaks_are_said_to_be_this_runners_count(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The harness's graph-break count is not replayed for a training step yet: a training record
+    holds this runner's count of every frame compiled, and a difference in that column says whose
+    count it is, and still fails the gate; inference's harness count gets no such note."""
+    trained = record(MODELS[0], "train")
+    trained["measurements"]["graph_breaks"] = {"total": 10, "unique_graphs": 6}
+    code, out = pytorch(capsys, results(tmp_path, [trained, record(MODELS[0], "eval")]))
+    want = int(read_expected(SHIPPED / "inductor_timm_training.csv")[MODELS[0]]["graph_breaks"])
+    assert code == 1
+    assert f"{MODELS[0]}: graph_breaks {want} -> 10 (regression); this runner's count of every frame compiled, " \
+           "not the harness's (not replayed for a training step)" in out, out
+    assert not any("not the harness's" in line for line in out if "inference" in line), out
