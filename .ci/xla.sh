@@ -23,7 +23,7 @@ rm -rf "$venv"
 "$venv/bin/python" -m pip install --quiet --no-deps -e .
 # jsonschema: tests/conftest.py validates every record the tests' runs wrote against the record schema;
 # psutil: it also ends, after every test, the processes that test started.
-"$venv/bin/python" -m pip install --quiet -c "$pins" numpy tqdm tabulate pytest pytest-timeout jsonschema psutil
+"$venv/bin/python" -m pip install --quiet -c "$pins" numpy tqdm tabulate pytest pytest-timeout pytest-xdist jsonschema psutil
 "$venv/bin/python" -c "import torch, torch_xla; print('xla: torch', torch.__version__, 'torch_xla', torch_xla.__version__)"
 
 echo "xla: PJRT_DEVICE=CPU pytest -m xla tests/child/test_xla.py tests/core/test_reference_keys.py"

@@ -308,11 +308,11 @@ def other_device(label: str, name: str, members: Sequence[Exported]) -> dict[str
 
 
 def own_counts(members: Sequence[Exported]) -> dict[str, str]:
-    """The models whose graph-break figure is this runner's count of every frame it compiled, not
-    the harness's (taken for inference with --verify; not yet replayed for a training step): a
-    difference in it is no change of the compiler's until the counts are the same count."""
-    return {str(m.row.model): "this runner's count of every frame compiled, not the harness's (not replayed "
-                              "for a training step)" for m in members if not m.harness_counted}
+    """The training models whose graph-break figure is this runner's count of every frame it
+    compiled, not the harness's (replayed only with --verify and the harness's step): a difference
+    in it is no change of the compiler's until the counts are the same count."""
+    return {str(m.row.model): "this runner's count of every frame compiled, not the harness's (replayed "
+                              "only with --verify)" for m in members if not m.harness_counted}
 
 
 def other_batch(job: str, members: Sequence[Exported]) -> None:

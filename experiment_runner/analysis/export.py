@@ -171,8 +171,9 @@ class Exported:
     @property
     def harness_counted(self) -> bool:
         """Whether the record's graph-break figure is the harness's own count: inference's is (with
-        --verify, breaks.harness_count; AOT Inductor's export breaks nothing); a training step's is
-        not replayed yet, so its figure is this runner's count of every frame compiled."""
+        --verify, breaks.harness_count; AOT Inductor's export breaks nothing); a training step's
+        only where its --verify run replayed the harness's step, else its figure is this runner's
+        count of every frame compiled."""
         breaks = (self.record.get("measurements") or {}).get("graph_breaks") or {}
         return self.row.test != "train" or "harness_count" in breaks
 

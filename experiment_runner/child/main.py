@@ -28,7 +28,7 @@ from experiment_runner.child.harness import (
     state_versions,
     time_iterations,
 )
-from experiment_runner.child.instrument.dynamo import harness_graph_breaks
+from experiment_runner.child.instrument.dynamo import harness_graph_breaks, harness_training_graph_breaks
 from experiment_runner.child.instrument.pipeline import Instrumentation
 from experiment_runner.core import dashboards
 from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS
@@ -39,6 +39,7 @@ from experiment_runner.core.protocol import Task, publish_result, write_phase
 from experiment_runner.core.record import TIMING_PHASES, phase
 from experiment_runner.core.results import verification_code
 from benchmark_models import ModelSkipped
+from benchmark_models.training import harness_recipe
 
 TRACEBACK_TAIL_LINES = 15
 # harness_count_method of a model none of whose frames broke: the harness's accuracy loop only
@@ -57,11 +58,37 @@ def error_block(exc: BaseException) -> dict[str, Any]:
 
 def harness_counts_graph_breaks(harness: ExperimentHarness, metrics: dict[str, Any]) -> bool:
     """The harness's graph-break count is its accuracy mode's (--verify here), for dynamo
-    inference off XLA (PyTorch/XLA's runner has no such column); AOT Inductor goes through
-    torch.export, where dynamo breaks nothing."""
+    inference, and training with its training step (--training-recipe=dynamo_harness), off XLA
+    (PyTorch/XLA's runner has no such column); AOT Inductor goes through torch.export, where
+    dynamo breaks nothing."""
     config = harness.config
-    return (config.dynamo is not None and config.xla is None and config.test == "eval" and "graph_breaks" in metrics
+    harness_step = config.test == "eval" or config.training_recipe == dashboards.HARNESS_RECIPE
+    return (config.dynamo is not None and config.xla is None and harness_step and "graph_breaks" in metrics
             and config.compile_options not in AOT_INDUCTOR_OPTIONS)
+
+
+def harness_graph_break_count(harness: ExperimentHarness) -> tuple[int, str]:
+    """The harness's graph-break count for this experiment, replayed on a fresh copy of the model,
+    and how it was taken. A training step is replayed with the optimizer the harness takes on its
+    CI job's device (a CUDA job's run on the CPU: the CUDA job's), since that decides frames and
+    breaks and PyTorch's file counts that job's; its state (at most two tensors per parameter)
+    fits in what the float64 verification before it held."""
+    config = harness.config
+    model = harness.load()
+    iterations = dashboards.harness_iterations()
+
+    def autocast() -> Any:
+        return harness.autocast(config.precision)
+
+    if config.test == "eval":
+        return harness_graph_breaks(model, autocast, iterations), "replayed"
+    job = dashboards.dashboards().get(config.dashboard or "")
+    accelerator = job.accelerator if job is not None else config.accelerator
+    recipe = harness_recipe(model.recipe, harness.experiment.suite_name, harness.experiment.model_name,
+                            accelerator, config.dynamo)
+    count = harness_training_graph_breaks(model, recipe.make_optimizer(model.module.parameters()), autocast,
+                                          iterations)
+    return count, f"replayed with optimizer {recipe.optimizer_spec}, the harness's on {accelerator}"
 
 
 def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
@@ -143,7 +170,8 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
         if task.options.verify:
             counted = harness_counts_graph_breaks(harness, result["metrics"])
             breaks = result["metrics"].get("graph_breaks")
-            replay = counted and breaks["total"] > 0
+            # The harness's training step breaks (backward, its skipped calls) whatever the model does.
+            replay = counted and (breaks["total"] > 0 or config.test == "train")
             if counted and not replay:
                 breaks.update(harness_count=0, harness_count_method=NO_BREAK)
             # The verifier loads its own copies: the timed model, its step and what they hold go
@@ -170,9 +198,8 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
                 # After verification: the replay resets dynamo, which drops the timed step's code.
                 with phase(timings, "harness_graph_breaks_s"):
                     write_phase(task, "counting graph breaks as the harness")
-                    breaks.update(harness_count=harness_graph_breaks(
-                        harness.load(), lambda: harness.autocast(config.precision), dashboards.harness_iterations()),
-                        harness_count_method="replayed")
+                    count, method = harness_graph_break_count(harness)
+                    breaks.update(harness_count=count, harness_count_method=method)
     except ModelSkipped as exc:
         result.update(status="skipped", error={"type": "ModelSkipped", "message": str(exc)})
     except BaseException as exc:  # noqa: BLE001 - every failure must become data

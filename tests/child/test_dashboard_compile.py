@@ -11,10 +11,12 @@ import torch
 from torch import nn
 
 from benchmark_models.model import BenchmarkModel
+from benchmark_models.training import TrainingRecipe
 from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.child.harness import AotInductorModule, AotPackage, ExperimentHarness, input_signature
-from experiment_runner.child.instrument.dynamo import harness_graph_breaks
+from experiment_runner.child.instrument.dynamo import harness_graph_breaks, harness_training_graph_breaks
 from experiment_runner.child.main import NO_BREAK, run_task
+from experiment_runner.core import dashboards
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
 from experiment_runner.core.protocol import Task
@@ -67,6 +69,75 @@ def test_the_harness_graph_break_count_replays_its_accuracy_run_from_a_clean_dyn
     assert count(True) == before
 
 
+class OracleStep:
+    """The training step of PyTorch's harness as its accuracy check compiles it
+    (benchmarks/dynamo common.py and torchbench.py: forward_and_backward_pass, written out here
+    independently of the replay): the count to match."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer | None, own_loss: bool) -> None:
+        self.optimizer, self.own_loss = optimizer, own_loss
+
+    @torch._disable_dynamo(recursive=True)
+    def zero_grad(self, mod: nn.Module) -> None:
+        if self.optimizer is None:
+            mod.zero_grad(True)
+        else:
+            self.optimizer.zero_grad(True)
+
+    def compute_loss(self, pred: torch.Tensor) -> torch.Tensor:
+        return pred[0].sum() if self.own_loss else torch._dynamo.testing.reduce_to_scalar_loss(pred)
+
+    def forward_and_backward_pass(self, mod: nn.Module, inputs: list, collect_outputs: bool = True) -> object:
+        cloned = torch._dynamo.utils.clone_inputs(inputs)
+        self.zero_grad(mod)
+        pred = mod(*cloned)
+        loss = self.compute_loss(pred)
+        loss.backward()
+        if self.optimizer is not None:
+            self.optimizer.step()
+        if collect_outputs:
+            return torch._dynamo.testing.collect_results(mod, pred, loss, cloned)
+        return None
+
+
+def make_optimizer(kind: str, module: nn.Module) -> torch.optim.Optimizer | None:
+    if kind == "none":
+        return None
+    if kind == "SGD":
+        optimizer = torch.optim.SGD(module.parameters(), lr=0.01, foreach=True)
+        optimizer.step = torch._dynamo.disable(optimizer.step)
+        return optimizer
+    return torch.optim.Adam(module.parameters(), lr=0.01, capturable=True, foreach=True)
+
+
+def oracle_count(breaks: bool, kind: str, own_loss: bool) -> int:
+    torch.manual_seed(0)
+    module = Breaking(breaks)
+    # Compiled as the harness compiles its model_iter_fn: the bound method.
+    step = torch.compile(OracleStep(make_optimizer(kind, module), own_loss).forward_and_backward_pass, backend="eager")
+    torch._dynamo.reset()
+    before = sum(torch._dynamo.utils.counters["graph_break"].values())
+    inputs = [torch.randn(2, 4)]  # run_n_iterations passes the same inputs to every call
+    step(module, inputs, collect_outputs=False)
+    step(module, inputs, collect_outputs=True)
+    return sum(torch._dynamo.utils.counters["graph_break"].values()) - before
+
+
+@pytest.mark.parametrize("breaks, kind, own_loss", [
+    (False, "none", False), (False, "SGD", False), (False, "Adam", False), (True, "Adam", False), (False, "none", True),
+])
+def test_the_harness_training_graph_break_count_is_its_steps_frame_for_frame(breaks, kind, own_loss):
+    expected = oracle_count(breaks, kind, own_loss)
+    torch.manual_seed(0)
+    module = Breaking(breaks)
+    model = BenchmarkModel(module=module, args=(torch.randn(2, 4),), batch_size=2,
+                           recipe=TrainingRecipe(loss="mean_per_output", optimizer=None, lr=0.0),
+                           loss=(lambda pred: pred[0].sum()) if own_loss else None)
+    assert harness_training_graph_breaks(model, make_optimizer(kind, module), contextlib.nullcontext, 2) == expected
+    # The step breaks whatever the model does (backward and the harness's skipped calls).
+    assert expected > 0
+
+
 @pytest.mark.e2e  # run_task describes the host (uname)
 @pytest.mark.parametrize("model, method", [("whole", NO_BREAK), ("breaks", "replayed")])
 def test_the_harness_count_is_replayed_after_verification_only_where_a_frame_broke(tmp_path, monkeypatch, model,
@@ -89,6 +160,27 @@ def test_the_harness_count_is_replayed_after_verification_only_where_a_frame_bro
     assert ("harness_graph_breaks_s" in phases) == (method == "replayed")
     if method == "replayed":
         assert phases.index("harness_graph_breaks_s") > phases.index("verify_s")
+
+
+@pytest.mark.e2e  # run_task describes the host (uname)
+def test_a_training_run_with_the_harness_step_always_replays_it_with_the_jobs_optimizer(tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPERIMENT_RUNNER_SUITES", "graph_break=graph_break_suite:GraphBreakSuite")
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "support"))
+    config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="eager", test="train",
+                              precision="fp32", batch_size=2, training_recipe=dashboards.HARNESS_RECIPE)
+    counts = {}
+    for model in ("whole", "breaks"):
+        (tmp_path / model).mkdir()
+        result = run_task(Task(Experiment("graph_break", model, config), RunOptions(verify=True, repeat=1),
+                               str(tmp_path / model)))
+        assert result["status"] == "ok" and result["verification_code"] == "PASS", result["error"]
+        breaks = result["metrics"]["graph_breaks"]
+        # No CI job trains in fp32 on the CPU: the harness on this device takes no optimizer.
+        assert breaks["harness_count_method"] == "replayed with optimizer none, the harness's on cpu"
+        assert list(result["timings"]).index("harness_graph_breaks_s") > list(result["timings"]).index("verify_s")
+        counts[model] = breaks["harness_count"]
+    # Even a model that breaks nowhere breaks the harness's step; one that breaks adds to that.
+    assert 0 < counts["whole"] < counts["breaks"]
 
 
 @pytest.mark.e2e  # AOT Inductor runs the C++ compiler

@@ -99,3 +99,9 @@ def test_a_cuda_jobs_training_run_on_the_cpu_takes_the_harness_step_and_says_whe
     details = record["verification"]["details"]
     # Two steps, then the loss, 4 gradients and 4 parameters of its two Linear layers: not the output.
     assert (details["iterations"], details["leaves"]) == (2, 9)
+    # Its graph breaks counted as the CUDA job's harness counts them: with that job's optimizer.
+    breaks = record["measurements"]["graph_breaks"]
+    assert breaks["harness_count"] > 0
+    assert breaks["harness_count_method"].startswith("replayed with optimizer ")
+    assert breaks["harness_count_method"].endswith(", the harness's on cuda")
+    assert "none" not in breaks["harness_count_method"]

@@ -6,6 +6,8 @@ import statistics
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Mapping
 
 if TYPE_CHECKING:
+    import torch
+
     from benchmark_models import BenchmarkModel
 
 # Fields of dynamo's CompilationMetrics summed over every compiled frame, when this torch has them.
@@ -115,13 +117,9 @@ def harness_graph_breaks(model: "BenchmarkModel", autocast: Callable[[], Context
     model under the precision's autocast) `iterations` times, under no_grad. A break is counted
     once per frame dynamo compiles through it, so the frames matter: the count of a model that
     breaks inside its forward depends on how deep that forward is called and how often the
-    loop resumes. This replays exactly those frames. Tracing decides where graphs break, not
-    the backend, so it compiles with the eager backend (no second inductor compile). Dynamo is
-    reset before and after: the experiment's compiled code must not hide frames from it, and
-    nothing compiled here may serve a later step.
+    loop resumes. This replays exactly those frames.
     """
     import torch
-    from torch._dynamo.utils import counters
 
     def forward_pass(mod: Any, inputs: tuple, collect_outputs: bool = True) -> Any:
         args, kwargs = inputs
@@ -135,11 +133,90 @@ def harness_graph_breaks(model: "BenchmarkModel", autocast: Callable[[], Context
             forward_pass(mod, inputs, collect_outputs=False)
         return forward_pass(mod, inputs, collect_outputs=True)
 
+    def replay() -> None:
+        with torch.no_grad():
+            torch.compile(run_n_iterations, backend="eager")(model.module, (model.args, model.kwargs))
+
+    return _breaks_counted(replay)
+
+
+def harness_training_graph_breaks(model: "BenchmarkModel", optimizer: "torch.optim.Optimizer | None",
+                                  autocast: Callable[[], ContextManager[Any]], iterations: int) -> int:
+    """The harness's `graph_breaks` for a training run: its check_accuracy compiles the suite's
+    `forward_and_backward_pass` itself (`optimize_ctx(model_iter_fn)`) and calls it `iterations`
+    times from a reset dynamo, the last collecting results. So every call enters a frame of the
+    step, and the step's own calls break it whatever the model does: `clone_inputs` and
+    `collect_results` (functions dynamo skips), the `optimizer_zero_grad` the harness disables,
+    `Tensor.backward`, `reduce_to_scalar_loss` (skipped too) where the suite's loss calls it, and
+    the optimizer's step (SGD's disabled, Adam's traced, with breaks of its own). A break inside a
+    nested call also breaks every frame it resumes in, so the step is replayed call for call,
+    loss included (`compute_loss` calls `reduce_to_scalar_loss` directly, timm's step takes the
+    first output first), with the given optimizer (the one the harness takes on the CI job's
+    device; with none it zeroes the module's gradients instead). The inputs
+    are cloned in one call, as the harness clones its single inputs object (keyword inputs where
+    the model takes them, else positional); `collect_results` is passed no prediction, as two of
+    the three suites pass it: its arguments do not change where the step breaks.
+    """
+    import torch
+    from torch._dynamo.testing import collect_results, reduce_to_scalar_loss
+    from torch._dynamo.utils import clone_inputs
+
+    inputs: Any = model.kwargs if model.kwargs and not model.args else list(model.args)
+    extra_kwargs = model.kwargs if model.args else {}
+
+    def compute_loss(pred: Any) -> Any:
+        if model.loss is not None:
+            return model.loss(pred)
+        loss = reduce_to_scalar_loss(pred)
+        return loss if model.recipe.loss_scale == 1.0 else loss * model.recipe.loss_scale
+
+    @torch._disable_dynamo(recursive=True)
+    def optimizer_zero_grad(mod: Any) -> None:
+        if optimizer is not None:
+            optimizer.zero_grad(True)
+        else:
+            mod.zero_grad(True)
+
+    def forward_and_backward_pass(mod: Any, inputs: Any, collect_outputs: bool = True) -> Any:
+        cloned_inputs = clone_inputs(inputs)
+        optimizer_zero_grad(mod)
+        args, kwargs = ((), cloned_inputs) if isinstance(cloned_inputs, dict) else (cloned_inputs, extra_kwargs)
+        with autocast():
+            if model.forward is not None:
+                pred = model.run_forward(mod, tuple(args), kwargs)
+            else:
+                pred = mod(*args, **kwargs)
+            if model.loss is None and model.recipe.loss == "mean_of_first_output" and isinstance(pred, tuple):
+                pred = pred[0]
+            loss = compute_loss(pred)
+        loss.backward()
+        if optimizer is not None:
+            optimizer.step()
+        if collect_outputs:
+            return collect_results(mod, None, loss, cloned_inputs)
+        return None
+
+    def replay() -> None:
+        model.module.train(mode=model.recipe.checked_in_train_mode)  # the mode its accuracy check runs in
+        step = torch.compile(forward_and_backward_pass, backend="eager")
+        for index in range(iterations):
+            step(model.module, inputs, collect_outputs=index == iterations - 1)
+
+    return _breaks_counted(replay)
+
+
+def _breaks_counted(replay: Callable[[], None]) -> int:
+    """The graph breaks counted while `replay` runs from a reset dynamo. Tracing decides where
+    graphs break, not the backend, so replays compile with the eager backend (no second inductor
+    compile). Dynamo is reset before and after: the experiment's compiled code must not hide
+    frames from it, and nothing compiled here may serve a later step."""
+    import torch
+    from torch._dynamo.utils import counters
+
     torch._dynamo.reset()
     before = sum(counters["graph_break"].values())
     try:
-        with torch.no_grad():
-            torch.compile(run_n_iterations, backend="eager")(model.module, (model.args, model.kwargs))
+        replay()
         return sum(counters["graph_break"].values()) - before
     finally:
         torch._dynamo.reset()
