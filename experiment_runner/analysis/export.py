@@ -136,8 +136,10 @@ class Exported:
     @property
     def ci_test_config(self) -> str | None:
         """PyTorch CI's TEST_CONFIG for this experiment's configuration and suite
-        (cpu_inductor_amp_freezing_timm)."""
-        if self.dashboard is None or self.row.suite not in CI_SUITES:
+        (cpu_inductor_amp_freezing_timm); None for a performance job's mode, whose files the CI names
+        otherwise and no expected file gates."""
+        job = dashboards.dashboards().get(str(self.dashboard))
+        if job is None or job.target != dashboards.ACCURACY or self.row.suite not in CI_SUITES:
             return None
         return f"{self.dashboard}_{self.row.suite}"
 
