@@ -200,3 +200,31 @@ def test_a_training_runs_graph_breaks_are_said_to_be_this_runners_count(
     assert f"{MODELS[0]}: graph_breaks {want} -> 10 (regression); this runner's count of every frame compiled, " \
            "not the harness's (not replayed for a training step)" in out, out
     assert not any("not the harness's" in line for line in out if "inference" in line), out
+
+
+def test_a_cuda_record_takes_the_top_level_file_whatever_its_cuda_version(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """test.sh @ 0033967f gates every CUDA job against ci_expected_accuracy/<TEST_CONFIG>_<name>.csv,
+    whatever the build's CUDA version: a cu124 build (PyTorch's repository has a cu124/ folder, which
+    that script never reads) is checked against the same file as any other."""
+    records = [record(m, "eval") for m in MODELS]
+    for built in records:
+        built["environment"] = {**built["environment"], "torch": "2.5.1+cu124"}
+    code, out = pytorch(capsys, results(tmp_path, records))
+    name = "inductor_timm_inference.csv"
+    assert code == 0 and f"checked against PyTorch's {name} @ {commit(name)}: as expected;" in summary(out, name)
+    assert not (SHIPPED / "cu124").exists()
+
+
+def test_a_performance_modes_records_are_gated_by_no_expected_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """PyTorch's performance dashboard checks no expected file: its modes' records stay out of
+    --pytorch's groups, and a run of them alone is told so."""
+    mode = {"dashboard": "inductor_with_cudagraphs", "batch_size": 64, "dashboard_overrides": {}}
+    performance = [record(m, "eval", "FAIL", experiment=mode) for m in MODELS]
+    for own in performance:
+        own["experiment_id"] += "-inductor_with_cudagraphs"
+    code, out = pytorch(capsys, results(tmp_path, [record(m, "eval") for m in MODELS] + performance))
+    assert code == 0 and not any("inductor_with_cudagraphs" in line for line in out), out
+    assert cli_main(["check-expected", results(tmp_path, performance), "--pytorch"]) == 2
+    assert "the performance dashboard's modes have no expected file" in capsys.readouterr().err
