@@ -26,8 +26,8 @@ def plan(names: tuple[str, ...], caps: HostCapabilities = WITH_CUDA, **choices):
 
 
 HARNESS_PRECISION = {"fp32": "--float32", "amp": "--amp", "bf16": "--bfloat16"}
-HARNESS_BACKEND = {"--inductor": "inductor", "--export-aot-inductor": "inductor", "inductor": "inductor", "aot_eager": "aot_eager",
-                   "eager": "eager"}
+HARNESS_BACKEND = {"--inductor": "inductor", "--export-aot-inductor": "inductor", "inductor": "inductor",
+                   "aot_eager": "aot_eager", "eager": "eager"}
 
 
 @pytest.mark.parametrize("name", sorted(dashboards.dashboards()))
