@@ -228,3 +228,15 @@ def test_a_performance_modes_records_are_gated_by_no_expected_file(
     assert code == 0 and not any("inductor_with_cudagraphs" in line for line in out), out
     assert cli_main(["check-expected", results(tmp_path, performance), "--pytorch"]) == 2
     assert "the performance dashboard's modes have no expected file" in capsys.readouterr().err
+
+    # export keeps the two apart: the mode's CSVs are named as its CI job names them, and only the
+    # accuracy job has a file where test_single_dynamo_benchmark writes it.
+    out = tmp_path / "csv"
+    both = results(tmp_path, [record(m, "eval") for m in MODELS] + performance)
+    assert cli_main(["export", both, "--format", "dynamo-csv", "-o", str(out)]) == 1  # no baseline
+    assert {str(p.relative_to(out)) for p in out.rglob("*.csv")} == {
+        "inductor_timm/inference_timm_models.csv", "inductor_timm_models_bfloat16_inference_cuda_accuracy.csv",
+        "inductor_with_cudagraphs_timm_models_bfloat16_inference_cuda_accuracy.csv"}
+    rows = list(csv.DictReader((out / "inductor_with_cudagraphs_timm_models_bfloat16_inference_cuda_accuracy.csv")
+                               .read_text().splitlines()))
+    assert [(r["name"], r["accuracy"]) for r in rows] == [(m, "fail_accuracy") for m in MODELS]
