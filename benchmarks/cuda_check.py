@@ -4,8 +4,8 @@ Unit tests drive CudaRuntime through a fake torch.cuda; this script runs the sam
 real device: synchronization, peak memory reset after warm-up, CUDA-OOM classification (a
 deliberately impossible allocation, in process and through the worker), the profiler's CUDA
 time (equal to its table's "Self CUDA time total" within 1%), an inductor speedup on a small model, one
-experiment end to end through the CLI, and PyTorch's CUDA dashboard configurations (inductor,
-dynamic_inductor, aot_inductor: --dashboard=cuda) end to end, on the dummy model and optionally a real one.
+experiment end to end through the CLI, and PyTorch's CUDA accuracy jobs (inductor, dynamic_inductor,
+aot_inductor, ...: --dashboard=cuda-accuracy) end to end, on the dummy model and optionally a real one.
 
     PYTHONPATH=. python benchmarks/cuda_check.py [--skip-cli] [--real-model timm/mobilenetv3_large_100]
 
@@ -187,12 +187,12 @@ def check_cli(workdir: Path) -> dict[str, Any]:
 
 
 def check_dashboards(workdir: Path, suite: str, model: str) -> dict[str, Any]:
-    """PyTorch's CUDA dashboard configurations (--dashboard=cuda) end to end on one model: each
+    """PyTorch's CUDA accuracy jobs (--dashboard=cuda-accuracy) end to end on one model: each
     verified, recorded under its name, with CUDA graphs where the harness uses them (inductor and
     dynamic_inductor, not AOT Inductor) and the harness-style graph-break count."""
-    code, stderr, records = run_cli([f"--suite-name={suite}", f"--filter=^{re.escape(model)}$", "--dashboard=cuda",
-                                     "--verify", "--repeat=5", "--speedup=harness"], workdir / f"dash-{suite}", workdir,
-                                    timeout=300)
+    code, stderr, records = run_cli([f"--suite-name={suite}", f"--filter=^{re.escape(model)}$",
+                                     "--dashboard=cuda-accuracy", "--verify", "--repeat=5", "--speedup=harness"],
+                                    workdir / f"dash-{suite}", workdir, timeout=300)
     rows = {}
     for r in records:
         m, e = {**r["metrics"], **r["measurements"]}, r["experiment"]

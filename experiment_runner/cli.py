@@ -133,18 +133,14 @@ def parse_config(argv: Sequence[str]) -> RunConfig:
 
 
 def apply_dashboard(config: RunConfig, given: dict[str, Any]) -> RunConfig:
-    """--dashboard runs what its CI job runs: accuracy checked, PyTorch's accuracy-run batch size
-    for the suite, the harness's speedup; each only where the command line did not say otherwise
-    (`given` holds the flags given), so an override is the user's choice, recorded per experiment."""
+    """--dashboard runs what its CI job runs: accuracy checked, the harness's speedup; each only where
+    the command line did not say otherwise (`given` holds the flags given), so an override is the
+    user's choice, recorded per experiment. The batch size is each job's (matrix.dashboard_configurations)."""
     if not config.matrix.dashboard:
         return config
-    matrix_config, options = config.matrix, config.options
-    job_batch = dashboards.accuracy_batch_size(matrix_config.suite_name)
-    if "batch_size" not in given and job_batch is not None:
-        matrix_config = dataclasses.replace(matrix_config, batch_size=job_batch)
-    options = dataclasses.replace(options, verify=given.get("verify", True),
+    options = dataclasses.replace(config.options, verify=given.get("verify", True),
                                   speedup=given.get("speedup", dashboards.SPEEDUP))
-    return dataclasses.replace(config, matrix=matrix_config, options=options)
+    return dataclasses.replace(config, options=options)
 
 
 def check_ranges(config: RunConfig) -> None:

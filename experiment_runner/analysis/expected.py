@@ -274,7 +274,8 @@ def check_pytorch(items: Sequence[Exported], list_absent: bool = False) -> int:
             groups.setdefault(item.expected_file, []).append(item)
     if not groups:
         raise ReportError("--pytorch: the run has no experiment of a PyTorch dashboard configuration of the "
-                          "torchbench, huggingface or timm suite (plan them with --dashboard)")
+                          "torchbench, huggingface or timm suite (plan them with --dashboard; the performance "
+                          "dashboard's modes have no expected file)")
     changed = 0
     for name, members in sorted(groups.items()):
         label = name.removesuffix(".csv")

@@ -14,6 +14,8 @@
   e.g. `cpu_inductor_amp_freezing_timm/inference_timm_models.csv` or
   `inductor_timm/training_timm_models.csv`, whose expected files are PyTorch's
   `cpu_inductor_amp_freezing_timm_inference.csv` and `inductor_timm_training.csv` (check-expected).
+  A CUDA performance mode's pair is named by the mode, as its job names them
+  (`inductor_with_cudagraphs_timm_models_bfloat16_inference_cuda_performance.csv`).
 
 With `--cache-bench` measurements, `pytorch-benchmark` also writes each compiled experiment's
 cold and warm compile times and the warm speedup as PyTorch's cachebench.py writes them
@@ -112,10 +114,14 @@ class Exported:
     @property
     def output(self) -> str:
         """The harness's CSV name for this experiment's compiler (with its compile options, as the
-        dashboard's inductor_dynamic_..., inductor_aot_inductor_... files), suite, dtype, mode, device."""
+        dashboard's inductor_dynamic_..., inductor_aot_inductor_... files), suite, dtype, mode, device;
+        a performance mode's is named by the mode, as test_perf_for_dashboard names its files
+        (inductor_with_cudagraphs_...), so it never shares a file with an accuracy job's run."""
         r = self.row
+        job = dashboards.dashboards().get(str(self.dashboard))
         options = f"_{r.compile_options.replace('-', '_')}" if r.compile_options else ""
-        return f"{r.dynamo}{options}_{self.harness_suite}_{harness_dtype(r.precision)}_{harness_mode(r.test)}_{r.accelerator}"
+        compiler = job.name if job is not None and job.target == dashboards.PERFORMANCE else f"{r.dynamo}{options}"
+        return f"{compiler}_{self.harness_suite}_{harness_dtype(r.precision)}_{harness_mode(r.test)}_{r.accelerator}"
 
     @property
     def experiment(self) -> dict[str, Any]:
@@ -136,8 +142,10 @@ class Exported:
     @property
     def ci_test_config(self) -> str | None:
         """PyTorch CI's TEST_CONFIG for this experiment's configuration and suite
-        (cpu_inductor_amp_freezing_timm)."""
-        if self.dashboard is None or self.row.suite not in CI_SUITES:
+        (cpu_inductor_amp_freezing_timm); None for a performance job's mode, whose files the CI names
+        otherwise and no expected file gates."""
+        job = dashboards.dashboards().get(str(self.dashboard))
+        if job is None or job.target != dashboards.ACCURACY or self.row.suite not in CI_SUITES:
             return None
         return f"{self.dashboard}_{self.row.suite}"
 

@@ -328,6 +328,10 @@ COMPILE_OPTION_KWARGS: dict[str, dict[str, Any]] = {
     "max-autotune-no-cudagraphs": {"mode": "max-autotune-no-cudagraphs"},
     "dynamic": {},  # the batch dimension is marked on the inputs instead (mark_batch_dynamic)
     "freezing": {"options": {"freezing": True}},
+    "no-cudagraphs": {},  # uses_cuda_graphs leaves CUDA graphs off
+    "cpp-wrapper": {"options": {"cpp_wrapper": True}},
+    "autotune": {"options": {"max_autotune": True}},
+    "freezing-autotune": {"options": {"freezing": True, "max_autotune": True}},
 }
 
 # Calibration stops growing a sample beyond this many iterations (a step that does nothing).

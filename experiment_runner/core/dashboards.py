@@ -1,4 +1,4 @@
-"""PyTorch's inductor accuracy dashboards, by the names its CI and expected-results files use.
+"""PyTorch's inductor dashboards, by the names its CI and expected-results files use.
 
 `--dashboard=cpu_inductor_amp_freezing` plans exactly the experiments PyTorch's CI job of that
 name runs (its dynamo backend and compile options on its device; an inference run, and for most
@@ -9,6 +9,10 @@ file for it. The settings are data (dashboards.json) with their source.
 PyTorch's CI trains on CUDA only. A training run of a CUDA job may be planned on the CPU
 (`--dashboard=inductor --accelerator=cpu --test=train`): its records name the job, with the
 device in `dashboard_overrides`, so a difference from the job's file can be read as the device's.
+
+Beside the accuracy jobs, the CUDA performance dashboard's configurations (inductor_with_cudagraphs,
+inductor_max_autotune, ...: test.sh's test_perf_for_dashboard) are planned the same way, on the
+models' own batch sizes as its --performance runs take them. No expected file gates them.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ HARNESS_RECIPE = "dynamo_harness"
 SPEEDUP = "harness"
 # The expected files' word for each test.
 MODES = {"eval": "inference", "train": "training"}
+# Which dashboard a configuration feeds: its accuracy jobs (gated by expected files) or its
+# performance jobs (speedups, no expected file).
+ACCURACY, PERFORMANCE = "accuracy", "performance"
 
 
 @dataclass(frozen=True)
@@ -40,21 +47,22 @@ class JobRun:
 
 @dataclass(frozen=True)
 class Dashboard:
-    """One configuration of PyTorch's inductor accuracy dashboard (a CI job)."""
+    """One configuration of PyTorch's inductor dashboard (a CI job, or one mode of its performance job)."""
 
     name: str
     accelerator: str
     dynamo: str
     compile_options: str
     runs: tuple[JobRun, ...]
+    target: str = ACCURACY
 
     def run(self, test: str) -> JobRun | None:
         return next((r for r in self.runs if r.test == test), None)
 
-    def expected_file(self, harness_suite: str, test: str) -> str:
+    def expected_file(self, harness_suite: str, test: str) -> str | None:
         """PyTorch's expected-results file for this configuration, a suite (its harness's suite
-        name: torchbench, huggingface, timm) and a test."""
-        return f"{self.name}_{harness_suite}_{MODES[test]}.csv"
+        name: torchbench, huggingface, timm) and a test; None for a performance mode, which none gates."""
+        return f"{self.name}_{harness_suite}_{MODES[test]}.csv" if self.target == ACCURACY else None
 
 
 @cache
@@ -66,10 +74,18 @@ def source() -> str:
     return _data()["source"]
 
 
+def performance_source() -> str:
+    return _data()["performance"]["source"]
+
+
 def dashboards() -> dict[str, Dashboard]:
+    """Every configuration, the accuracy jobs first (a run's settings name the first that has them)."""
+    data = _data()
     return {name: Dashboard(name, fields["accelerator"], fields["dynamo"], fields["compile_options"],
-                            tuple(JobRun(test, **run) for test, run in fields["runs"].items()))
-            for name, fields in _data()["configurations"].items()}
+                            tuple(JobRun(test, **run) for test, run in fields["runs"].items()), target)
+            for target, configurations in ((ACCURACY, data["configurations"]),
+                                           (PERFORMANCE, data["performance"]["configurations"]))
+            for name, fields in configurations.items()}
 
 
 def training_jobs() -> tuple[str, ...]:
@@ -125,17 +141,22 @@ def accuracy_batch_size(suite: str) -> int | None:
 
 
 def overrides(name: str, suite: str, accelerator: str, verify: bool, batch_size: int | None,
-              speedup: str) -> dict[str, Any]:
+              speedup: str, planned_batch_size: int | None = None) -> dict[str, Any]:
     """How an experiment of a dashboard configuration ran unlike its CI job: each setting that
     differs, with the value used ({} when it ran as the job runs it). The record keeps it, so a
-    reader can tell a job's figure from one taken otherwise (record.experiment.dashboard_overrides)."""
+    reader can tell a job's figure from one taken otherwise (record.experiment.dashboard_overrides).
+    `batch_size` is the one it ran at; `planned_batch_size` the one planned (None: the model's own,
+    which a performance job takes)."""
+    job = dashboards()[name]
     found: dict[str, Any] = {}
-    if accelerator != dashboards()[name].accelerator:
+    if accelerator != job.accelerator:
         found["accelerator"] = accelerator
     if not verify:
         found["verify"] = False
-    wanted = accuracy_batch_size(suite)
-    if wanted is not None and batch_size != wanted:
+    if job.target == PERFORMANCE:
+        if planned_batch_size is not None:
+            found["batch_size"] = batch_size
+    elif (wanted := accuracy_batch_size(suite)) is not None and batch_size != wanted:
         found["batch_size"] = batch_size
     if speedup != SPEEDUP:
         found["speedup"] = speedup

@@ -29,15 +29,19 @@ PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "amp")
 # backend); "freezing" folds weights into constants (inductor inference); "aot-inductor" is the
 # harness's --export-aot-inductor: torch.export, compiled by AOT Inductor into a package that is
 # loaded and timed ("aot-inductor-freezing" with freezing, as PyTorch's CPU dashboard runs it).
+# The CUDA performance dashboard's modes add: "no-cudagraphs" (the harness's --disable-cudagraphs),
+# "cpp-wrapper" (TORCHINDUCTOR_CPP_WRAPPER=1, without CUDA graphs), "autotune" and
+# "freezing-autotune" (TORCHINDUCTOR_MAX_AUTOTUNE=1: inductor's max_autotune config alone, with CUDA
+# graphs; the max-autotune mode also tunes by coordinate descent).
 COMPILE_OPTIONS: tuple[str, ...] = (
     "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "dynamic", "freezing",
-    "aot-inductor", "aot-inductor-freezing",
+    "aot-inductor", "aot-inductor-freezing", "no-cudagraphs", "cpp-wrapper", "autotune", "freezing-autotune",
 )
 DEFAULT_COMPILE_OPTIONS = "default"
 AOT_INDUCTOR_OPTIONS = ("aot-inductor", "aot-inductor-freezing")
-FREEZING_OPTIONS = ("freezing", "aot-inductor-freezing")
+FREEZING_OPTIONS = ("freezing", "aot-inductor-freezing", "freezing-autotune")
 _INDUCTOR_ONLY_OPTIONS = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "freezing",
-                          *AOT_INDUCTOR_OPTIONS)
+                          *AOT_INDUCTOR_OPTIONS, "no-cudagraphs", "cpp-wrapper", "autotune", "freezing-autotune")
 _CUDA_GRAPH_OPTIONS = ("reduce-overhead",)
 _INFERENCE_ONLY_OPTIONS = FREEZING_OPTIONS + AOT_INDUCTOR_OPTIONS
 
@@ -84,12 +88,15 @@ class ExperimentConfig:
     compile_options: str = DEFAULT_COMPILE_OPTIONS
     # Training only: whose training step (TRAINING_RECIPES); eval experiments keep the default.
     training_recipe: str = DEFAULT_TRAINING_RECIPE
+    # The dashboard configuration --dashboard planned this as where the settings alone name another
+    # (a performance job's mode that compiles as an accuracy job does: inductor_with_cudagraphs).
+    job: str | None = None
 
     @property
     def dashboard(self) -> str | None:
         """The PyTorch dashboard configuration this is (cpu_inductor_amp_freezing, ...), if any."""
-        return dashboards.name_of(self.accelerator, self.xla, self.dynamo, self.test, self.precision,
-                                  self.compile_options, self.training_recipe)
+        return self.job or dashboards.name_of(self.accelerator, self.xla, self.dynamo, self.test, self.precision,
+                                              self.compile_options, self.training_recipe)
 
     def key(self) -> str:
         """Stable text of the configuration; dimensions at their default add nothing, so keys
@@ -100,7 +107,8 @@ class ExperimentConfig:
                          "-keep_model_data_on_cuda" if self.keep_model_data_on_cuda else "",
                          "-functionalization" if self.enable_functionalization else "",
                          "" if self.compile_options == DEFAULT_COMPILE_OPTIONS else f"-{self.compile_options}",
-                         "" if self.training_recipe == DEFAULT_TRAINING_RECIPE else f"-{self.training_recipe}"))
+                         "" if self.training_recipe == DEFAULT_TRAINING_RECIPE else f"-{self.training_recipe}",
+                         "" if self.job is None else f"-{self.job}"))
         return (
             f"{self.accelerator}-{self.xla}{flags}-{self.dynamo}-{self.test}"
             f"-{self.precision}-bs{bs}{extra}"
@@ -211,6 +219,9 @@ class MatrixChoices:
     eval_precisions: Mapping[str, str] = field(default_factory=dict)
     # --dashboard: PyTorch dashboard configurations planned instead of the cartesian product.
     dashboards: Sequence[str] = ()
+    # The batch size of PyTorch's accuracy runs for the suite, which --dashboard's accuracy jobs take
+    # without --batch-size (its performance jobs take the models' own).
+    dashboard_batch_size: int | None = None
     training_recipe: str = DEFAULT_TRAINING_RECIPE
 
 
@@ -317,7 +328,7 @@ def uses_cuda_graphs(config: ExperimentConfig) -> bool:
     graph's kernels (docs/benchmarks/paired_vs_harness.md)."""
     return (config.dynamo == "inductor" and config.accelerator == "cuda"
             and config.compile_options in (DEFAULT_COMPILE_OPTIONS, "reduce-overhead", "max-autotune",
-                                           "dynamic", "freezing"))
+                                           "dynamic", "freezing", "autotune", "freezing-autotune"))
 
 
 def compile_options_invalid_reason(config: ExperimentConfig) -> str | None:
@@ -382,15 +393,24 @@ def select_models(
 def dashboard_configurations(choices: MatrixChoices) -> list[ExperimentConfig]:
     """--dashboard: each run (inference, training) of each named PyTorch dashboard configuration
     once, on its own device; --test keeps some runs, --accelerator moves training runs to another
-    device (the CLI refuses the other dimension flags beside it)."""
-    return [ExperimentConfig(accelerator=accelerator, xla=None, xla_flags=None, dynamo=d.dynamo,
-                             test=run.test, precision=run.precision, batch_size=choices.batch_size,
-                             compile_options=d.compile_options,
-                             training_recipe=dashboards.HARNESS_RECIPE if run.test == "train"
-                             else DEFAULT_TRAINING_RECIPE)
-            for d in dashboards.resolve(tuple(choices.dashboards)) for run in d.runs
-            if not choices.tests or run.test in choices.tests
-            for accelerator in (choices.accelerators or (d.accelerator,))]
+    device (the CLI refuses the other dimension flags beside it). An accuracy job runs at PyTorch's
+    accuracy batch size for the suite, a performance job at the models' own, unless --batch-size."""
+    configs = []
+    for d in dashboards.resolve(tuple(choices.dashboards)):
+        batch_size = choices.batch_size
+        if batch_size is None and d.target == dashboards.ACCURACY:
+            batch_size = choices.dashboard_batch_size
+        for run in d.runs:
+            if choices.tests and run.test not in choices.tests:
+                continue
+            for accelerator in choices.accelerators or (d.accelerator,):
+                config = ExperimentConfig(accelerator=accelerator, xla=None, xla_flags=None, dynamo=d.dynamo,
+                                          test=run.test, precision=run.precision, batch_size=batch_size,
+                                          compile_options=d.compile_options,
+                                          training_recipe=dashboards.HARNESS_RECIPE if run.test == "train"
+                                          else DEFAULT_TRAINING_RECIPE)
+                configs.append(config if config.dashboard == d.name else replace(config, job=d.name))
+    return configs
 
 
 def configurations(choices: MatrixChoices) -> list[ExperimentConfig]:

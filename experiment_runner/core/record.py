@@ -296,7 +296,8 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
             # The PyTorch dashboard configuration (its CI's name) this experiment is, if any.
             "dashboard": config.dashboard,
             "dashboard_overrides": None if config.dashboard is None else dashboards.overrides(
-                config.dashboard, exp.suite_name, config.accelerator, ctx.options.verify, result.get("batch_size", config.batch_size), ctx.options.speedup),
+                config.dashboard, exp.suite_name, config.accelerator, ctx.options.verify,
+                result.get("batch_size", config.batch_size), ctx.options.speedup, config.batch_size),
         },
         "process": {"index": process_index, "count": ctx.processes},
         "repeat": ctx.options.repeat,

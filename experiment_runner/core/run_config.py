@@ -107,14 +107,19 @@ class MatrixConfig:
         compat="the reference's single-experiment (subprocess) mode"))
     batch_size: int | None = option(None, Flag(
         "override every model's default batch size", MATRIX, parse=int, metavar="SIZE", low=1, wanted="at least 1",
-        default_help="the suite's, per model and accelerator; with --dashboard, PyTorch's accuracy runs' size "
-                     "for the suite (huggingface 1, torchbench 4, timm 8)"))
+        default_help="the suite's, per model and accelerator; with --dashboard, an accuracy job's is PyTorch's "
+                     "accuracy runs' size for the suite (huggingface 1, torchbench 4, timm 8)"))
     compile_options: tuple[str, ...] | None = option(None, Flag(
         "torch.compile settings, one matrix dimension (repeatable). reduce-overhead/max-autotune/"
         "max-autotune-no-cudagraphs: inductor's modes (reduce-overhead needs cuda); dynamic: the batch dimension "
         "dynamic from the start (the harness's --dynamic-batch-only); freezing: inductor weight freezing, eval "
         "only; aot-inductor, aot-inductor-freezing: torch.export compiled by AOT Inductor into a package, loaded "
-        "and timed (the harness's --export-aot-inductor), eval only. Eager experiments ignore it; "
+        "and timed (the harness's --export-aot-inductor), eval only; no-cudagraphs: inductor without CUDA graphs "
+        "(the harness's --disable-cudagraphs; inductor on cuda takes them otherwise); cpp-wrapper: inductor's C++ "
+        "wrapper, without CUDA graphs (TORCHINDUCTOR_CPP_WRAPPER=1); autotune, freezing-autotune: inductor's "
+        "max_autotune setting alone, with CUDA graphs, the latter with freezing, eval only "
+        "(TORCHINDUCTOR_MAX_AUTOTUNE=1, unlike the max-autotune mode, which also tunes by coordinate descent). "
+        "Eager experiments ignore it; "
         "combinations that cannot apply are dropped (see --dry-run)", MATRIX, kind="list",
         choices=matrix.COMPILE_OPTIONS, default_help="default"))
     dashboard: tuple[str, ...] = option((), Flag(
@@ -122,10 +127,15 @@ class MatrixConfig:
         "no --dynamo, --precision or --compile-options beside it): cpu_inductor, cpu_inductor_freezing, "
         "cpu_inductor_amp_freezing, dynamic_cpu_inductor, cpu_aot_inductor_freezing (inference), or cpu for all "
         "five; inductor, dynamic_inductor, aot_eager, dynamic_aot_eager, dynamo_eager (inference and training) "
-        "and aot_inductor (inference), or cuda for all six. --test=train keeps the training runs; "
+        "and aot_inductor (inference), or cuda-accuracy for these six; the CUDA performance dashboard's modes "
+        "inductor_with_cudagraphs, inductor_no_cudagraphs, inductor_dynamic, inductor_max_autotune (inference "
+        "and training), inductor_cpp_wrapper, inductor_with_cudagraphs_freezing, "
+        "inductor_with_cudagraphs_freezing_autotune, inductor_aot_inductor (inference), or cuda-perf for these "
+        "eight; cuda for all fourteen. --test=train keeps the training runs; "
         "--accelerator=cpu with it runs a CUDA job's training on the CPU (PyTorch's CI trains on CUDA only). "
         "Each record names its configuration, which check-expected --pytorch and export use. As the job runs "
-        "it: --verify, the job's --batch-size for the suite, --speedup=harness and the harness's training step, "
+        "it: --verify, the job's --batch-size (an accuracy job's for the suite, a performance job's the models' "
+        "own), --speedup=harness and the harness's training step, "
         "unless given otherwise (--no-verify, --batch-size, --speedup); what a run changed is in each record's "
         "experiment.dashboard_overrides",
         MATRIX, kind="list", choices=dashboards.choices(), metavar="NAME"))

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from experiment_runner.core import matrix
+from experiment_runner.core import dashboards, matrix
 from experiment_runner.core.environment import describe_environment
 from experiment_runner.core.record import RecordContext
 from experiment_runner.core.requirements import install_command
@@ -92,9 +92,14 @@ def print_dry_run(plan: matrix.Plan, done: set[tuple[str, int]], processes: int 
             names.add(d.model_name)
             members.append(d)
         for reason, (labels, names, members) in by_reason.items():
+            head = f"  - {reason}: {len(members)} ({len(labels)} configuration(s) x {len(names)} model(s))"
+            if not planned:  # nothing runs here: show all that would have (--dashboard=cuda on a CPU host)
+                print(f"{head}:")
+                for label in labels:
+                    print(printable(f"      {label}"))
+                continue
             examples = "; ".join(labels[:3]) + (f"; and {len(labels) - 3} more" if len(labels) > 3 else "")
-            print(f"  - {reason}: {len(members)} ({len(labels)} configuration(s) x {len(names)} model(s)): "
-                  f"{examples}")
+            print(printable(f"{head}: {examples}"))
 
 
 def print_models(plan: matrix.Plan, suite: SuiteCatalog, models: list[str], batch_size: int | None) -> None:
@@ -156,6 +161,7 @@ def build_plan(config: MatrixConfig, suite: SuiteCatalog, models: list[str],
         torch_xla2=config.torch_xla2, keep_model_data_on_cuda=config.keep_model_data_on_cuda,
         enable_functionalization=config.enable_functionalization, default_precision=suite.default_precision,
         compile_options=config.compile_options, eval_precisions=suite.eval_precisions, dashboards=config.dashboard,
+        dashboard_batch_size=dashboards.accuracy_batch_size(config.suite_name),
         training_recipe=config.training_recipe or matrix.DEFAULT_TRAINING_RECIPE,
     )
     return matrix.expand(config.suite_name, models, choices, caps, suite.skip_rules, no_skip)
@@ -219,7 +225,9 @@ def run(config: RunConfig) -> int:
         print_dry_run(plan, resume(config, plan).done, s.processes)
         return EXIT_OK
     if not plan.planned:
-        raise UsageError("every combination was dropped as invalid here; --dry-run shows why")
+        reasons = {d.reason for d in plan.dropped}
+        why = f": {reasons.pop()}" if len(reasons) == 1 else ""
+        raise UsageError(f"every combination was dropped as invalid here{why}; --dry-run lists them")
     # One runner per results file, from before the choice of the run to continue until the end.
     try:
         lock = lock_results(s.results_path, s.wait_for_lock)

@@ -200,3 +200,43 @@ def test_a_training_runs_graph_breaks_are_said_to_be_this_runners_count(
     assert f"{MODELS[0]}: graph_breaks {want} -> 10 (regression); this runner's count of every frame compiled, " \
            "not the harness's (not replayed for a training step)" in out, out
     assert not any("not the harness's" in line for line in out if "inference" in line), out
+
+
+def test_a_cuda_record_takes_the_top_level_file_whatever_its_cuda_version(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """test.sh @ 0033967f gates every CUDA job against ci_expected_accuracy/<TEST_CONFIG>_<name>.csv,
+    whatever the build's CUDA version: a cu124 build (PyTorch's repository has a cu124/ folder, which
+    that script never reads) is checked against the same file as any other."""
+    records = [record(m, "eval") for m in MODELS]
+    for built in records:
+        built["environment"] = {**built["environment"], "torch": "2.5.1+cu124"}
+    code, out = pytorch(capsys, results(tmp_path, records))
+    name = "inductor_timm_inference.csv"
+    assert code == 0 and f"checked against PyTorch's {name} @ {commit(name)}: as expected;" in summary(out, name)
+    assert not (SHIPPED / "cu124").exists()
+
+
+def test_a_performance_modes_records_are_gated_by_no_expected_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """PyTorch's performance dashboard checks no expected file: its modes' records stay out of
+    --pytorch's groups, and a run of them alone is told so."""
+    mode = {"dashboard": "inductor_with_cudagraphs", "batch_size": 64, "dashboard_overrides": {}}
+    performance = [record(m, "eval", "FAIL", experiment=mode) for m in MODELS]
+    for own in performance:
+        own["experiment_id"] += "-inductor_with_cudagraphs"
+    code, out = pytorch(capsys, results(tmp_path, [record(m, "eval") for m in MODELS] + performance))
+    assert code == 0 and not any("inductor_with_cudagraphs" in line for line in out), out
+    assert cli_main(["check-expected", results(tmp_path, performance), "--pytorch"]) == 2
+    assert "the performance dashboard's modes have no expected file" in capsys.readouterr().err
+
+    # export keeps the two apart: the mode's CSVs are named as its CI job names them, and only the
+    # accuracy job has a file where test_single_dynamo_benchmark writes it.
+    out = tmp_path / "csv"
+    both = results(tmp_path, [record(m, "eval") for m in MODELS] + performance)
+    assert cli_main(["export", both, "--format", "dynamo-csv", "-o", str(out)]) == 1  # no baseline
+    assert {str(p.relative_to(out)) for p in out.rglob("*.csv")} == {
+        "inductor_timm/inference_timm_models.csv", "inductor_timm_models_bfloat16_inference_cuda_accuracy.csv",
+        "inductor_with_cudagraphs_timm_models_bfloat16_inference_cuda_accuracy.csv"}
+    rows = list(csv.DictReader((out / "inductor_with_cudagraphs_timm_models_bfloat16_inference_cuda_accuracy.csv")
+                               .read_text().splitlines()))
+    assert [(r["name"], r["accuracy"]) for r in rows] == [(m, "fail_accuracy") for m in MODELS]

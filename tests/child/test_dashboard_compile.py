@@ -240,3 +240,17 @@ def test_the_verifier_loads_the_package_the_timed_step_built(tmp_path, monkeypat
     assert compiles == ["compile"] and timings["verify_compiled_s"] > 0  # loaded, not compiled again
     harness.discard_aot_package()
     assert not package.path.exists() and harness.aot_package is None
+
+
+@pytest.mark.parametrize("options, inductor", [
+    ("no-cudagraphs", None),
+    ("cpp-wrapper", {"cpp_wrapper": True}),  # TORCHINDUCTOR_CPP_WRAPPER=1
+    ("autotune", {"max_autotune": True}),  # TORCHINDUCTOR_MAX_AUTOTUNE=1: the setting, not the mode
+    ("freezing-autotune", {"freezing": True, "max_autotune": True}),
+])
+def test_the_performance_modes_compile_with_the_inductor_settings_the_harness_sets(tmp_path, monkeypatch, options,
+                                                                                   inductor):
+    seen: dict = {}
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: seen.update(kwargs) or fn)
+    harness_for(tmp_path, options).compile(lambda: None)
+    assert seen.get("options") == inductor and "mode" not in seen and seen["backend"] == "inductor"

@@ -26,8 +26,8 @@ def plan(names: tuple[str, ...], caps: HostCapabilities = WITH_CUDA, **choices):
 
 
 HARNESS_PRECISION = {"fp32": "--float32", "amp": "--amp", "bf16": "--bfloat16"}
-HARNESS_BACKEND = {"--inductor": "inductor", "--export-aot-inductor": "inductor", "aot_eager": "aot_eager",
-                   "eager": "eager"}
+HARNESS_BACKEND = {"--inductor": "inductor", "--export-aot-inductor": "inductor", "inductor": "inductor",
+                   "aot_eager": "aot_eager", "eager": "eager"}
 
 
 @pytest.mark.parametrize("name", sorted(dashboards.dashboards()))
@@ -47,17 +47,24 @@ def test_each_configuration_plans_one_experiment_per_run_of_its_job_named_as_pyt
         assert flags[flags.index("--device") + 1] == wanted.accelerator
         assert {"eval": "--inference", "train": "--training"}[run.test] in flags
         assert HARNESS_PRECISION[run.precision] in flags
-        backend = flags[flags.index("--backend") + 1] if "--backend" in flags else flags[0]
+        backend = flags[flags.index("--backend") + 1] if "--backend" in flags else next(
+            flag for flag in flags if flag in HARNESS_BACKEND)
         assert HARNESS_BACKEND[backend] == wanted.dynamo
         assert ("--freezing" in flags) == ("freezing" in wanted.compile_options)
         assert ("--export-aot-inductor" in flags) == wanted.compile_options.startswith("aot-inductor")
         assert ("--dynamic-batch-only" in flags) == (wanted.compile_options == "dynamic")
+        assert ("--performance" in flags) == (wanted.target == dashboards.PERFORMANCE)
+        assert ("TORCHINDUCTOR_MAX_AUTOTUNE=1" in flags) == wanted.compile_options.endswith("autotune")
+        assert ("TORCHINDUCTOR_CPP_WRAPPER=1" in flags) == (wanted.compile_options == "cpp-wrapper")
+        if wanted.target == dashboards.PERFORMANCE:  # the harness runs CUDA graphs unless told not to
+            assert ("--disable-cudagraphs" not in flags) == uses_cuda_graphs(config)
 
 
 def test_pytorchs_ci_trains_on_cuda_only_and_never_an_aot_inductor_or_cpu_job():
     assert dashboards.training_jobs() == ("inductor", "dynamic_inductor", "aot_eager", "dynamic_aot_eager",
-                                          "dynamo_eager")
-    for name in dashboards.training_jobs():
+                                          "dynamo_eager", "inductor_with_cudagraphs", "inductor_no_cudagraphs",
+                                          "inductor_dynamic", "inductor_max_autotune")
+    for name in dashboards.training_jobs()[:5]:
         job = dashboards.dashboards()[name]
         assert job.accelerator == "cuda" and job.run("train").precision == "amp"
         assert job.expected_file("timm", "train") == f"{name}_timm_training.csv"
@@ -130,10 +137,27 @@ def test_dashboard_beside_a_dimension_flag_is_one_line(run_cli):
         "step as PyTorch's CI job of that name does; --compile-options cannot go with it"]
 
 
+@pytest.mark.e2e
+def test_cuda_on_a_cpu_host_lists_every_configuration_and_refuses_to_run_in_one_line(run_cli):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA host runs them")
+    shown = run_cli("--suite-name=dummy", "--dashboard=cuda", "--dry-run")
+    assert shown.returncode == 0
+    for name in dashboards.groups()["cuda"]:
+        assert f"[{name}]" in shown.stdout, name
+    refused = run_cli("--suite-name=dummy", "--dashboard=cuda")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "experiment_runner: error: every combination was dropped as invalid here: cuda requires "
+        "torch.cuda.is_available(); --dry-run lists them"]
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (("--dashboard=cpu_inductor", "--test=train"),
      "--dashboard=cpu_inductor runs no train in PyTorch's CI (the jobs with a training run: inductor, "
-     "dynamic_inductor, aot_eager, dynamic_aot_eager, dynamo_eager)"),
+     "dynamic_inductor, aot_eager, dynamic_aot_eager, dynamo_eager, inductor_with_cudagraphs, "
+     "inductor_no_cudagraphs, inductor_dynamic, inductor_max_autotune)"),
     (("--dashboard=inductor", "--accelerator=cpu"),
      "--accelerator beside --dashboard moves a job's training runs to another device and needs --test=train: "
      "each device's inference is a job of its own (cpu_inductor, inductor, ...)"),
@@ -166,12 +190,18 @@ def test_an_eager_experiment_beside_a_dashboard_is_refused_saying_where_the_spee
 ])
 def test_a_dashboard_run_takes_the_jobs_settings_unless_told_otherwise(argv, verify, batch_size, speedup):
     from experiment_runner.cli import parse_config
+    from experiment_runner.parent.session import build_plan
+    from experiment_runner.parent.suites import suite_catalog
 
-    config = parse_config(["--suite-name=torchbench", "--dashboard=cpu_inductor", "--dry-run", *argv])
-    assert (config.options.verify, config.matrix.batch_size, config.options.speedup) == (verify, batch_size, speedup)
+    def planned(argv: list[str], suite: str = "torchbench") -> tuple:
+        config = parse_config([f"--suite-name={suite}", "--dry-run", *argv])
+        (experiment,) = build_plan(config.matrix, suite_catalog(suite), ["tiny"], CPU_ONLY).to_run
+        return config.options.verify, experiment.config.batch_size, config.options.speedup
+
+    assert planned(["--dashboard=cpu_inductor", *argv]) == (verify, batch_size, speedup)
     plain = parse_config(["--suite-name=torchbench", "--dry-run"])  # without --dashboard nothing changes
     assert (plain.options.verify, plain.matrix.batch_size, plain.options.speedup) == (False, None, "isolated")
-    assert parse_config(["--suite-name=dummy", "--dashboard=cpu", "--dry-run"]).matrix.batch_size is None
+    assert planned(["--dashboard=cpu_inductor"], "dummy")[1] is None  # no suite of PyTorch's: the models' own
 
 
 def test_each_way_a_dashboard_experiment_ran_unlike_its_job_is_in_its_record(tmp_path):
@@ -193,3 +223,50 @@ def test_each_way_a_dashboard_experiment_ran_unlike_its_job_is_in_its_record(tmp
     assert overrides(RunOptions(verify=False, speedup="isolated"), 16) == {
         "verify": False, "batch_size": 16, "speedup": "isolated"}
     assert overrides(RunOptions(verify=True, speedup="harness"), 4, dynamo=None) is None  # no dashboard's
+
+
+def test_cuda_plans_the_accuracy_jobs_and_the_performance_modes_each_group_on_its_own():
+    groups = dashboards.groups()
+    assert groups["cuda"] == groups["cuda-accuracy"] + groups["cuda-perf"]
+    assert dashboards.dashboards()["inductor_with_cudagraphs"].expected_file("timm", "eval") is None
+    assert {dashboards.dashboards()[name].target for name in groups["cuda-perf"]} == {dashboards.PERFORMANCE}
+    assert groups["cuda-perf"] == (
+        "inductor_with_cudagraphs", "inductor_no_cudagraphs", "inductor_dynamic", "inductor_cpp_wrapper",
+        "inductor_with_cudagraphs_freezing", "inductor_with_cudagraphs_freezing_autotune", "inductor_aot_inductor",
+        "inductor_max_autotune")
+    assert dashboards.performance_source().startswith("pytorch/pytorch .ci/pytorch/test.sh @ 0033967f")
+
+
+def test_a_performance_mode_runs_at_the_models_own_batch_and_is_its_own_experiment():
+    ran = plan(("inductor", "inductor_with_cudagraphs"), tests=("eval",), dashboard_batch_size=8).to_run
+    accuracy, performance = (e.config for e in ran)
+    # Both compile as inductor on CUDA with CUDA graphs: the same settings, two jobs.
+    assert (accuracy.compile_options, performance.compile_options) == ("default", "default")
+    assert (accuracy.batch_size, performance.batch_size) == (8, None)
+    assert (accuracy.dashboard, performance.dashboard) == ("inductor", "inductor_with_cudagraphs")
+    assert len({e.experiment_id for e in ran}) == 2 and ran[1].experiment_id.endswith("-inductor_with_cudagraphs")
+    # A mode with settings of its own needs no name beside them; plain settings name the accuracy job.
+    (autotuned,) = plan(("inductor_max_autotune",), tests=("eval",)).to_run
+    assert autotuned.config.job is None and autotuned.config.dashboard == "inductor_max_autotune"
+    assert dataclasses.replace(performance, job=None, batch_size=8).dashboard == "inductor"
+    # --batch-size is every job's; only a performance mode's records it as an override.
+    given = plan(("inductor", "inductor_with_cudagraphs"), tests=("eval",), batch_size=2,
+                 dashboard_batch_size=8).to_run
+    assert [e.config.batch_size for e in given] == [2, 2]
+    assert dashboards.overrides("inductor_with_cudagraphs", "timm", "cuda", True, 64, "harness") == {}
+    assert dashboards.overrides("inductor_with_cudagraphs", "timm", "cuda", True, 2, "harness", 2) == {
+        "batch_size": 2}
+
+
+def test_the_performance_modes_compile_options_are_inductors_and_leave_cuda_graphs_as_the_harness_does():
+    def on(options: str, accelerator: str = "cuda", test: str = "eval", dynamo: str = "inductor") -> ExperimentConfig:
+        return ExperimentConfig(accelerator=accelerator, xla=None, xla_flags=None, dynamo=dynamo, test=test,
+                                precision="bf16", compile_options=options)
+    assert [uses_cuda_graphs(on(o)) for o in ("no-cudagraphs", "cpp-wrapper", "autotune", "freezing-autotune")] == [
+        False, False, True, True]
+    assert not uses_cuda_graphs(on("autotune", "cpu"))
+    assert invalid_reason(on("freezing-autotune", test="train"), WITH_CUDA) == (
+        "compile options 'freezing-autotune' are for inference only (test eval), as in PyTorch's harness")
+    assert invalid_reason(on("cpp-wrapper", dynamo="aot_eager"), WITH_CUDA) == (
+        "compile options 'cpp-wrapper' are inductor's; dynamo=aot_eager does not take them")
+    assert invalid_reason(on("cpp-wrapper", test="train"), WITH_CUDA) is None

@@ -114,3 +114,19 @@ def test_the_cron_recipe_alerts_once_on_the_night_after_a_step(tmp_path, capsys)
             assert line.split()[2] == "SUSPECTED" and "first bad run 20250113T020000Z-00000c," in line, line
             assert 15 < float(line.split(": +", 1)[1].split("%")[0]) < 25, line
     assert codes == {n: int(n == step_night + 1) for n in range(8, nights)}, codes
+
+
+def test_the_multi_gpu_nightly_runs_what_the_runner_accepts(tmp_path):
+    """docs/user-guide.md's nightly: its run command plans the dashboard's CUDA configurations with
+    the flags as the runner declares them (the GPUs themselves are not needed to plan)."""
+    from experiment_runner.cli import parse_config
+
+    guide = (REPO / "docs" / "user-guide.md").read_text()
+    (block,) = fenced_blocks("A nightly on a multi-GPU host", "bash", guide)
+    (run,) = re.findall(r"experiment_runner (--suite-name=\$S [^>]*?)\s*>", block)
+    argv = run.replace("$S", "timm").replace("$TS", "1764288000").replace("$N", str(tmp_path)).split()
+    config = parse_config([*argv, "--dry-run"])
+    assert config.matrix.dashboard == ("cuda",) and config.session.max_parallel == 8
+    for command in ("check-expected $N/$S --pytorch", "export $N/$S --format=dynamo-csv -o $N/upload-$S/",
+                    "history nightly/ --html nightly/index.html --window 1"):
+        assert f"experiment_runner {command}" in block

@@ -1,0 +1,261 @@
+"""A GPU nightly that fits one 8-minute device run, written up as records and a markdown summary.
+
+A lent GPU comes for minutes at a time, so its checks must be ready before it is: this script runs
+them in order, each a process of its own with its own timeout, under one deadline (--budget), and
+one failing or timed-out step never stops the next. The steps:
+
+- environment: torch, its CUDA and the device;
+- oom: a deliberate CUDA out-of-memory (a batch no device holds), which must be recorded `oom`;
+- forkserver: eager and inductor experiments forked from the fork server on CUDA;
+- mission: `--suite-name=torchbench --accelerator=cuda --filter=llama`;
+- per suite (timm, huggingface, torchbench): two models in PyTorch's `inductor` job, inference and
+  training, with --verify (`--dashboard=inductor`), then `check-expected --pytorch` on them;
+- harness: one model's speedup beside PyTorch's own harness (benchmarks/paired_vs_harness.py),
+  where a dynamobench folder can be had (--harness, $DYNAMOBENCH_DIR, or a pytorch/benchmark
+  checkout at ./torchbench or ../benchmark); the summary says when none can.
+
+Nothing needs installing from a fresh copy of the tree: every command runs with the tree on
+PYTHONPATH and the device's own torch. Run again into the same folder, the runner resumes each step's
+run, so a step cut short by its timeout finishes on the next lease.
+
+    PYTHONPATH=. python benchmarks/gpu_nightly.py OUT [--budget 460] [--harness PATH] [--dry-run]
+
+Writes OUT/summary.md, OUT/summary.json, each step's records (OUT/<step>/results.jsonl) and output
+(OUT/logs/). Exit status 0 when every step holds, 1 otherwise, 2 without CUDA; --dry-run prints the
+steps, checks the runner's flags of each, and runs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+# Two models per suite that PyTorch's inductor inference and training files both list.
+MODELS = {"timm": ("mobilenetv3_large_100", "ghostnet_100"),
+          "huggingface": ("DistilBertForMaskedLM", "AlbertForMaskedLM"),
+          "torchbench": ("alexnet", "mobilenet_v2")}
+HARNESS_MODEL = "mobilenetv3_large_100"
+# A batch no device holds: the dummy model's input alone is terabytes.
+OOM_BATCH = 2**40
+# Below this many seconds left a step is not started: it could not finish.
+MIN_STEP_S = 5
+# How long a step past its timeout has to stop after SIGTERM before it is killed.
+STOP_GRACE_S = 5
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command of the nightly, what it shows, and the most time it may take."""
+
+    name: str
+    what: str
+    argv: tuple[str, ...]  # after the interpreter
+    timeout_s: int
+    records: bool = True  # a run of the runner, writing OUT/<name>/results.jsonl
+
+
+@dataclass(frozen=True)
+class Outcome:
+    name: str
+    returncode: int | None  # None: timed out, or not started
+    seconds: float
+    holds: bool
+    verdict: str
+
+
+def runner(*flags: str) -> tuple[str, ...]:
+    return ("-m", "experiment_runner", *flags)
+
+
+def harness_folder(given: Path | None) -> Path | None:
+    """A dynamobench folder (PyTorch's benchmarks/dynamo harness), where one can be had here."""
+    from_env = os.environ.get("DYNAMOBENCH_DIR")
+    candidates = [given, Path(from_env) if from_env else None,
+                  *(ROOT / base / "userbenchmark/dynamo/dynamobench" for base in ("torchbench", "../benchmark"))]
+    return next((c.resolve() for c in candidates if c is not None and (c / "common.py").is_file()), None)
+
+
+def plan(out: Path, harness: Path | None) -> list[Step]:
+    """The steps in order: the cheap ones that prove a path first, the dashboards, the harness last."""
+    steps = [
+        Step("environment", "torch, CUDA and the device", (
+            "-c", "import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
+                  "'device': torch.cuda.get_device_name() if torch.cuda.is_available() else None}))"), 15, False),
+        Step("oom", "a deliberate CUDA OOM is recorded as one", runner(
+            "--suite-name=dummy", "--accelerator=cuda", "--dynamo=None", "--test=eval", f"--batch-size={OOM_BATCH}",
+            "--repeat=1", f"--output-dirname={out / 'oom'}"), 30),
+        Step("forkserver", "eager and inductor forked from the fork server on CUDA", runner(
+            "--suite-name=dummy", "--accelerator=cuda", "--dynamo=None", "--dynamo=inductor", "--test=eval",
+            "--launcher=forkserver", "--repeat=3", f"--output-dirname={out / 'forkserver'}"), 45),
+        Step("mission", "the mission command", runner(
+            "--suite-name=torchbench", "--accelerator=cuda", "--filter=llama", f"--output-dirname={out / 'mission'}"),
+            45),
+    ]
+    for suite, models in MODELS.items():
+        steps.append(Step(f"inductor-{suite}", f"PyTorch's inductor job on {', '.join(models)}: inference and "
+                          "training, verified", runner(
+                              f"--suite-name={suite}", "--dashboard=inductor", f"--filter=^({'|'.join(models)})$",
+                              "--repeat=3", f"--output-dirname={out / f'inductor-{suite}'}"), 95))
+        steps.append(Step(f"expected-{suite}", f"check-expected --pytorch on inductor-{suite}", runner(
+            "check-expected", str(out / f"inductor-{suite}" / "results.jsonl"), "--pytorch"), 12, False))
+    if harness is not None:
+        steps.append(Step("harness", f"{HARNESS_MODEL}: our speedup beside PyTorch's harness", (
+            str(ROOT / "benchmarks" / "paired_vs_harness.py"), "--device=cuda", f"--harness={harness}",
+            f"--model={HARNESS_MODEL}", "--rounds=1", f"--keep={out / 'harness'}"), 120, False))
+    return steps
+
+
+def records(folder: Path) -> list[dict[str, Any]]:
+    results = folder / "results.jsonl"
+    if not results.exists():
+        return []
+    return [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+
+
+def judge(step: Step, out: Path, returncode: int | None, stdout: str) -> tuple[bool, str]:
+    """Whether the step holds, and its result in a few words."""
+    if not step.records:
+        tail = [line for line in stdout.splitlines() if line.strip()][-3:]
+        return returncode == 0, " / ".join(tail) or "no output"
+    found = records(out / step.name)
+    statuses = sorted({r["status"] for r in found})
+    counts = ", ".join(f"{s} {sum(r['status'] == s for r in found)}" for s in statuses)
+    said = f"{len(found)} record(s): {counts or 'none'}"
+    if step.name == "oom":
+        return statuses == ["oom"], said
+    if step.name == "forkserver":
+        launchers = sorted({(r.get("placement") or {}).get("launcher") for r in found}, key=str)
+        return bool(found) and statuses == ["ok"] and launchers == ["forkserver"], f"{said}; launchers {launchers}"
+    verified = [r["verification_code"] for r in found if r.get("verification_code") is not None]
+    passed = f"; verified {verified.count('PASS')} of {len(verified)} PASS" if verified else ""
+    return returncode == 0 and bool(found) and statuses == ["ok"], said + passed
+
+
+def run_step(step: Step, out: Path, deadline: float) -> Outcome:
+    """Run one step in a session of its own, so its timeout ends the runner's children too."""
+    timeout = min(step.timeout_s, deadline - time.monotonic() - STOP_GRACE_S)
+    if timeout < MIN_STEP_S:
+        return Outcome(step.name, None, 0.0, False, "not started: the budget was spent")
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))))
+    start = time.monotonic()
+    with open(logs / f"{step.name}.out", "w") as stdout, open(logs / f"{step.name}.err", "w") as stderr:
+        proc = subprocess.Popen([sys.executable, *step.argv], cwd=ROOT, env=env, stdout=stdout, stderr=stderr,
+                                start_new_session=True)
+        try:
+            returncode: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # SIGTERM first: the runner stops its experiment and its reaper ends what that left behind.
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            returncode = None
+    seconds = time.monotonic() - start
+    holds, verdict = judge(step, out, returncode, (logs / f"{step.name}.out").read_text(errors="replace"))
+    if returncode is None:
+        holds, verdict = False, f"timed out after {timeout:.0f} s; {verdict}"
+    elif not holds:
+        err = [line for line in (logs / f"{step.name}.err").read_text(errors="replace").splitlines() if line.strip()]
+        verdict += f"; stderr: {err[-1][:200]}" if err else ""
+    return Outcome(step.name, returncode, round(seconds, 1), holds, verdict)
+
+
+def experiment_rows(out: Path, steps: list[Step]) -> list[str]:
+    """One markdown row per record: what ran, how it ended, its median and speedup."""
+    rows = []
+    for step in (s for s in steps if s.records):
+        for r in records(out / step.name):
+            e, m = r["experiment"], {**r.get("metrics", {}), **r.get("measurements", {})}
+            median = f"{1e3 * statistics.median(m['per_iter_time']):.3f}" if m.get("per_iter_time") else "-"
+            speedup = (m.get("paired") or {}).get("speedup")
+            rows.append(f"| {step.name} | {r['model']['model_name']} | {e.get('dashboard') or e.get('dynamo')} "
+                        f"| {e['test']} {e['precision']} | {r['status']} | {r.get('verification_code') or '-'} "
+                        f"| {median} | {f'{speedup:.2f}x' if speedup else '-'} |")
+    return rows
+
+
+def summary(out: Path, steps: list[Step], outcomes: list[Outcome], budget: float, started: str) -> str:
+    by_name = {o.name: o for o in outcomes}
+    lines = [f"# GPU nightly, {started}", "",
+             f"Budget {budget:.0f} s; steps took {sum(o.seconds for o in outcomes):.0f} s. "
+             f"Environment: {by_name['environment'].verdict if 'environment' in by_name else 'not run'}.", "",
+             "| step | what | exit | seconds | holds | result |", "| --- | --- | --- | --- | --- | --- |"]
+    for step in steps:
+        o = by_name[step.name]
+        lines.append(f"| {step.name} | {step.what} | {o.returncode if o.returncode is not None else '-'} "
+                     f"| {o.seconds} | {'yes' if o.holds else 'no'} | {o.verdict.replace('|', '/')} |")
+    if not any(s.name == "harness" for s in steps):
+        lines += ["", "Beside PyTorch's harness: not run, no dynamobench folder here (give --harness, "
+                      "$DYNAMOBENCH_DIR, or a pytorch/benchmark checkout at ./torchbench or ../benchmark)."]
+    lines += ["", "| step | model | configuration | test | status | verification | median ms | speedup |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |", *experiment_rows(out, steps), "",
+              "Commands (each with the tree on PYTHONPATH):", "",
+              *(f"- {s.name}: `python {' '.join(s.argv)}`" for s in steps)]
+    return "\n".join(lines) + "\n"
+
+
+def check_flags(steps: list[Step]) -> list[str]:
+    """The runner's own validation of each run step's flags: a step that would be refused now."""
+    from experiment_runner.cli import parse_config
+    from experiment_runner.errors import UsageError
+
+    refused = []
+    for step in (s for s in steps if s.records):
+        try:
+            parse_config([*step.argv[2:], "--dry-run"])
+        except UsageError as exc:
+            refused.append(f"{step.name}: {exc}")
+    return refused
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="the folder for records, logs and the summary")
+    parser.add_argument("--budget", type=float, default=460.0, help="seconds for all steps together")
+    parser.add_argument("--harness", type=Path, help="PyTorch's dynamobench folder (benchmarks/dynamo)")
+    parser.add_argument("--dry-run", action="store_true", help="print the steps, check their flags, run nothing")
+    args = parser.parse_args(argv)
+    out = args.out.resolve()
+    steps = plan(out, harness_folder(args.harness))
+    if args.dry_run:
+        for step in steps:
+            print(f"{step.name} ({step.timeout_s} s): {step.what}\n  python {' '.join(step.argv)}")
+        print(f"{len(steps)} step(s), at most {sum(s.timeout_s for s in steps)} s, cut at --budget {args.budget:.0f} s"
+              + ("" if any(s.name == "harness" for s in steps) else "; no dynamobench folder: no harness step"))
+        refused = check_flags(steps)
+        for line in refused:
+            print(f"refused: {line}", file=sys.stderr)
+        return 1 if refused else 0
+    import torch
+
+    if not torch.cuda.is_available():
+        print("gpu_nightly: CUDA is not available here; --dry-run shows the steps", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    deadline = time.monotonic() + args.budget
+    outcomes = []
+    for step in steps:
+        outcomes.append(run_step(step, out, deadline))
+        print(f"{step.name}: {'holds' if outcomes[-1].holds else 'does not hold'}: {outcomes[-1].verdict}", flush=True)
+    (out / "summary.md").write_text(summary(out, steps, outcomes, args.budget, started))
+    (out / "summary.json").write_text(json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
+    return 0 if all(o.holds for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
