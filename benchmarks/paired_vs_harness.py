@@ -18,6 +18,10 @@ the other (harness first in odd rounds, ours first in even ones), and prints:
 CUDA graphs); there the machine time is wall seconds, the GPU being held throughout, where on the
 CPU it is CPU seconds.
 
+--training compares a training step as the dashboard's training jobs take it: the harness with
+`--training --amp`, ours with `--test=train --precision=amp --training-recipe=dynamo_harness` (its
+step: cloned inputs, no optimizer off CUDA, its loss), both verified as the harness verifies training.
+
 --dynamic compares the dashboard's dynamic configuration (the harness's --dynamic-shapes
 --dynamic-batch-only, ours --compile-options=dynamic), where the harness also times eager at
 another batch (experiment_runner/child/paired.py).
@@ -117,14 +121,19 @@ class Model:
         return self.name if self.suite == "timm" else f"{self.suite}:{self.name}"
 
 
-def harness(path: Path, model: Model, device: str, batch_size: int, dynamic: bool, out: Path,
+# What each side runs for the test compared: the harness's flags, ours.
+_TESTS = {"eval": (("--float32", "--inference"), ("--test=eval", "--precision=fp32")),
+          "train": (("--amp", "--training"), ("--test=train", "--precision=amp", "--training-recipe=dynamo_harness"))}
+
+
+def harness(path: Path, model: Model, test: str, device: str, batch_size: int, dynamic: bool, out: Path,
             env: dict[str, str]) -> dict[str, object]:
     """The harness's answers for one model: its --accuracy run, then its --performance run."""
     # On the CPU, --disable-cudagraphs, as the dashboard's CPU performance rows run it (test.sh's
     # test_perf_for_dashboard, "inductor_no_cudagraphs"): without it the harness compiles a CPU graph
     # with triton.cudagraphs=True, which reorders its kernels (docs/benchmarks/paired_vs_harness.md).
     # On CUDA both sides use CUDA graphs.
-    common = ["--inductor", "--device", device, "--float32", "--inference", "--only", model.name,
+    common = ["--inductor", "--device", device, *_TESTS[test][0], "--only", model.name,
               "--batch-size", str(batch_size), *(["--dynamic-shapes", "--dynamic-batch-only"] if dynamic else []),
               *(["--disable-cudagraphs"] if device == "cpu" else [])]
     script = str(path / _SCRIPTS[model.suite])
@@ -149,15 +158,16 @@ def harness(path: Path, model: Model, device: str, batch_size: int, dynamic: boo
             "latency_ms": found["latency_ms"]}
 
 
-def ours(model: Model, device: str, batch_size: int, dynamic: bool, out: Path, env: dict[str, str], method: str,
+def ours(model: Model, test: str, device: str, batch_size: int, dynamic: bool, out: Path, env: dict[str, str],
+         method: str,
          with_eager: bool, adaptive: tuple[str, ...] = ()) -> dict[str, object]:
     """One run of ours. The paired speedup needs no eager experiment of its own (the compiled
     experiment times its baseline); with_eager adds it, for the isolated speedup beside."""
     folder = out / f"ours_{method}_{model.suite}_{model.name}"
     spent, proc = machine_seconds(
         [sys.executable, "-m", "experiment_runner", f"--suite-name={model.suite}", f"--filter=^{model.name}$",
-         f"--accelerator={device}", *(["--dynamo=None"] if with_eager else []), "--dynamo=inductor", "--test=eval",
-         "--precision=fp32", f"--batch-size={batch_size}", f"--speedup={method}", "--verify", "--no-progress-bar",
+         f"--accelerator={device}", *(["--dynamo=None"] if with_eager else []), "--dynamo=inductor",
+         *_TESTS[test][1], f"--batch-size={batch_size}", f"--speedup={method}", "--verify", "--no-progress-bar",
          *(["--compile-options=dynamic"] if dynamic else []),
          # the isolated speedup beside needs the compiled experiment's own isolated samples
          *(["--isolated-samples"] if with_eager else []), *adaptive,
@@ -188,6 +198,8 @@ def main() -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where both sides run")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--dynamic", action="store_true", help="the dashboard's dynamic configuration on both sides")
+    parser.add_argument("--training", action="store_true",
+                        help="a training step on both sides (the harness's --training --amp), not inference")
     parser.add_argument("--rounds", type=int, default=1, help="times each model runs on both sides")
     parser.add_argument("--with-paired", action="store_true",
                         help="also run ours with --speedup=paired and an eager experiment (paired and isolated)")
@@ -223,7 +235,7 @@ def main() -> int:
                 out = Path(args.keep or scratch) / f"round{round_}"
                 out.mkdir(parents=True, exist_ok=True)
                 started = time.time()
-                where = (model, args.device, args.batch_size, args.dynamic, out)
+                where = (model, "train" if args.training else "eval", args.device, args.batch_size, args.dynamic, out)
                 runs = {"theirs": partial(harness, args.harness, *where, theirs_env),
                         "mine": partial(ours, *where, env, "harness", False, adaptive)}
                 if args.with_paired:
