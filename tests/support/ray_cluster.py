@@ -23,8 +23,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import psutil
 
-# Fast failure detection, so a killed node is declared dead in a few seconds.
-HEALTH_CHECK_ENV = {
+# Fast failure detection, so a killed node is declared dead in a few seconds; and no memory
+# monitor: it kills a worker when the whole host is near full, which on a test host is memory other
+# tests (the other pytest worker) hold, not the cluster's.
+CLUSTER_ENV = {
+    "RAY_memory_monitor_refresh_ms": "0",
     "RAY_health_check_initial_delay_ms": "1000",
     "RAY_health_check_period_ms": "500",
     "RAY_health_check_timeout_ms": "1000",
@@ -134,7 +137,7 @@ class LocalRayCluster:
                    "--node-ip-address=127.0.0.1", f"--num-cpus={self.num_cpus}", "--num-gpus=0",
                    "--object-store-memory=100000000", "--disable-usage-stats",
                    f"--resources={json.dumps({'experiment_slot': self.slots})}"]
-        env = {**os.environ, **HEALTH_CHECK_ENV, **self.env, **(extra_env or {})}
+        env = {**os.environ, **CLUSTER_ENV, **self.env, **(extra_env or {})}
         with open(log, "wb") as handle:
             proc = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
@@ -147,7 +150,7 @@ class LocalRayCluster:
         code = ("import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False, logging_level='ERROR');"
                 "print(sum(1 for n in ray.nodes() if n['Alive']))")
         proc = subprocess.run([sys.executable, "-c", code, self.address], capture_output=True, text=True,
-                              env={**os.environ, **HEALTH_CHECK_ENV}, timeout=120)
+                              env={**os.environ, **CLUSTER_ENV}, timeout=120)
         return int(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 and proc.stdout.strip() else 0
 
     def wait_for(self, count: int, timeout_s: float = 120) -> None:
