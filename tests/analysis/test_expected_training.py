@@ -187,19 +187,26 @@ def test_the_record_s_own_dashboard_wins_over_its_settings(tmp_path: Path, capsy
     assert "the run has no experiment of a PyTorch dashboard configuration" in capsys.readouterr().err
 
 
-def test_a_training_runs_graph_breaks_are_said_to_be_this_runners_count(
+def test_a_training_runs_graph_breaks_without_the_harness_count_are_said_to_be_this_runners_count(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The harness's graph-break count is not replayed for a training step yet: a training record
-    holds this runner's count of every frame compiled, and a difference in that column says whose
-    count it is, and still fails the gate; inference's harness count gets no such note."""
+    """A training record without the harness's count (run without --verify) holds this runner's
+    count of every frame compiled: a difference in that column says whose count it is, and still
+    fails the gate. With the replayed count that count is compared, and gets no such note."""
+    want = int(read_expected(SHIPPED / "inductor_timm_training.csv")[MODELS[0]]["graph_breaks"])
     trained = record(MODELS[0], "train")
     trained["measurements"]["graph_breaks"] = {"total": 10, "unique_graphs": 6}
     code, out = pytorch(capsys, results(tmp_path, [trained, record(MODELS[0], "eval")]))
-    want = int(read_expected(SHIPPED / "inductor_timm_training.csv")[MODELS[0]]["graph_breaks"])
     assert code == 1
     assert f"{MODELS[0]}: graph_breaks {want} -> 10 (regression); this runner's count of every frame compiled, " \
-           "not the harness's (not replayed for a training step)" in out, out
+           "not the harness's (replayed only with --verify)" in out, out
     assert not any("not the harness's" in line for line in out if "inference" in line), out
+
+    trained["measurements"]["graph_breaks"].update(harness_count=want, harness_count_method="replayed with optimizer "
+                                                   "Adam(lr=0.01, capturable=True, foreach=True), the harness's on cuda")
+    (tmp_path / "replayed").mkdir()
+    code, out = pytorch(capsys, results(tmp_path / "replayed", [trained, record(MODELS[0], "eval")]))
+    assert not any(f"{MODELS[0]}: graph_breaks" in line for line in out), out
+    assert not any("not the harness's" in line for line in out), out
 
 
 def test_a_cuda_record_takes_the_top_level_file_whatever_its_cuda_version(
