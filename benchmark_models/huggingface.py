@@ -1,5 +1,7 @@
 """`huggingface`: every model of PyTorch's huggingface benchmark lists, offline, random weights.
 
+The 16 models pytorch/pytorch#164815 took off those lists are kept, skipped unless --no-skip.
+
 Most models are built from their config class's defaults, as PyTorch's harness builds them.
 The harness reads a published config.json from the hub for a few (its EXTRA_MODELS and LLM
 entries); those configurations ship as data (data/huggingface.json `hub_configs`) and are built
@@ -24,6 +26,8 @@ from benchmark_models.training import recipe_for
 _ALL = "skipped on every configuration by PyTorch's huggingface.yaml (skip.all: {why})"
 _CPU = "skipped on CPU by PyTorch's huggingface.yaml (skip.device.cpu)"
 _NOT_ON_CPU_LIST = "not on PyTorch's huggingface_models_list_cpu.txt, the list its CPU benchmarks run"
+_PRUNED = ("removed from PyTorch's huggingface_models_list.txt by {pr} ({merged}), so its dashboard no longer "
+           "runs it; --no-skip runs it")
 _LLM_TRAIN = ("not trained: PyTorch's harness benchmarks its LLM entries (huggingface_llm_models.py) with generate() "
               "and has no training inputs for them")
 
@@ -85,12 +89,16 @@ class HuggingFaceSuite(DataFileSuite):
     data_file = "huggingface.json"
 
     def skip_rules(self) -> list[SkipRule]:
-        """huggingface.yaml's skip.all and skip.device.cpu; on cpu, the models its CPU list leaves
-        out; training of the LLM entries. (skip.control_flow only applies to AOT export, which this
-        runner has not.) The first matching rule names the reason."""
+        """The models PyTorch's list no longer has (rules.pruned); huggingface.yaml's skip.all and
+        skip.device.cpu; on cpu, the models its CPU list leaves out; training of the LLM entries.
+        (skip.control_flow only applies to AOT export, which this runner has not.) The first
+        matching rule names the reason."""
         rules = self._data["rules"]
-        found = [SkipRule(model=m, reason=_ALL.format(why=group["why"]))
-                 for group in rules["skip_all"] for m in group["models"]]
+        pruned = rules["pruned"]
+        found = [SkipRule(model=m, reason=_PRUNED.format(pr=pruned["pr"], merged=pruned["merged"]))
+                 for m in pruned["models"]]
+        found += [SkipRule(model=m, reason=_ALL.format(why=group["why"]))
+                  for group in rules["skip_all"] for m in group["models"]]
         found += [SkipRule(model=m, reason=_CPU, accelerator="cpu") for m in rules["skip_device_cpu"]]
         models = self._data["models"]
         found += [SkipRule(model=m["name"], reason=_NOT_ON_CPU_LIST, accelerator="cpu")

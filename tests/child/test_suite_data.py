@@ -29,6 +29,17 @@ HF_GPU_LIST = [
     "YituTechConvBert", "meta-llama/Llama-3.2-1B", "google/gemma-2-2b", "google/gemma-3-4b-it", "openai/whisper-tiny",
     "Qwen/Qwen3-0.6B", "mistralai/Mistral-7B-Instruct-v0.3", "openai/gpt-oss-20b",
 ]
+# pytorch/pytorch#164815 took these off the list (huggingface_models_list.txt @ 0fb2b95f had 55).
+HF_PRUNED = {
+    "AlbertForQuestionAnswering", "BartForConditionalGeneration", "BertForQuestionAnswering",
+    "BlenderbotSmallForCausalLM", "BlenderbotSmallForConditionalGeneration", "CamemBert",
+    "DebertaV2ForQuestionAnswering", "DistilBertForQuestionAnswering", "ElectraForQuestionAnswering",
+    "LayoutLMForSequenceClassification", "MBartForConditionalGeneration", "MegatronBertForQuestionAnswering",
+    "MobileBertForQuestionAnswering", "PLBartForConditionalGeneration", "PegasusForConditionalGeneration",
+    "RobertaForQuestionAnswering",
+}
+PRUNED_REASON = ("removed from PyTorch's huggingface_models_list.txt by pytorch/pytorch#164815 (2025-10-08), so its "
+                 "dashboard no longer runs it; --no-skip runs it")
 HF_GPU_ONLY = {"BlenderbotForConditionalGeneration", "GPTJForCausalLM", "GPTJForQuestionAnswering", "GPTNeoForCausalLM",
                "GPTNeoForSequenceClassification", "meta-llama/Llama-3.2-1B", "google/gemma-2-2b",
                "google/gemma-3-4b-it", "openai/whisper-tiny", "Qwen/Qwen3-0.6B",
@@ -60,8 +71,26 @@ def default_batch_size(suite: str, model: str, accelerator: str, test: str = "ev
     return get_suite(suite).batch_size(LoadRequest(model, test, "cpu", accelerator, "fp32"))
 
 
-def test_huggingface_holds_exactly_the_harness_gpu_list():
-    assert sorted(get_suite("huggingface").model_names()) == sorted(HF_GPU_LIST)
+def test_huggingface_holds_the_harness_gpu_list_and_the_models_pruned_from_it():
+    assert sorted(get_suite("huggingface").model_names()) == sorted([*HF_GPU_LIST, *HF_PRUNED])
+
+
+@pytest.mark.parametrize("accelerator", ["cpu", "cuda", "tpu"])
+def test_huggingface_pruned_models_are_skipped_everywhere_with_the_pr(accelerator):
+    for model in HF_PRUNED:
+        for test in ("eval", "train"):
+            assert skip_reason("huggingface", model, accelerator, test) == PRUNED_REASON, model
+
+
+@pytest.mark.parametrize("model, cuda, cpu", [
+    ("BertForQuestionAnswering", 16, 16),  # GPU list 32 / divisor 2; CPU list 16
+    ("DebertaV2ForQuestionAnswering", 1, 2),  # 8 / 8; CPU list 2
+    ("BlenderbotSmallForCausalLM", 64, 64),  # 256 / 4; CPU list 64
+    ("ElectraForQuestionAnswering", 64, 8),
+])
+def test_huggingface_pruned_models_keep_the_pre_prune_sizes(model, cuda, cpu):
+    assert default_batch_size("huggingface", model, "cuda") == cuda
+    assert default_batch_size("huggingface", model, "cpu") == cpu
 
 
 def test_timm_holds_exactly_the_harness_list():
@@ -164,17 +193,21 @@ def test_names_with_slash_and_dot_make_safe_ids_folders_and_filters(suite, model
 
 def test_dry_run_plan_on_a_cpu_host_is_the_harness_list_with_named_skips():
     suite = get_suite("huggingface")
-    plan = expand("huggingface", suite.model_names(), MatrixChoices(accelerators=["cpu"], xla=[None], dynamo=[None],
-                  tests=["eval"]), HostCapabilities(), suite.skip_rules())
+    choices = MatrixChoices(accelerators=["cpu"], xla=[None], dynamo=[None], tests=["eval"])
+    plan = expand("huggingface", suite.model_names(), choices, HostCapabilities(), suite.skip_rules())
     reasons = {p.experiment.model_name: p.skip_reason for p in plan.planned}
-    assert sorted(reasons) == sorted(HF_GPU_LIST)
-    assert {m for m, r in reasons.items() if r} == HF_SKIP_ALL | HF_SKIP_CPU
-    assert all("huggingface.yaml" in r for r in reasons.values() if r)
+    assert sorted(reasons) == sorted([*HF_GPU_LIST, *HF_PRUNED])
+    assert {m for m, r in reasons.items() if r} == HF_SKIP_ALL | HF_SKIP_CPU | HF_PRUNED
+    assert all("huggingface.yaml" in r for m, r in reasons.items() if r and m not in HF_PRUNED)
+    assert all(reasons[m] == PRUNED_REASON for m in HF_PRUNED)
+    no_skip = expand("huggingface", suite.model_names(), choices, HostCapabilities(), suite.skip_rules(), no_skip=True)
+    assert not any(p.skip_reason for p in no_skip.planned), "--no-skip runs the pruned models too"
 
 
 @pytest.mark.e2e
 def test_huggingface_dry_run_on_cpu_plans_or_skips_the_harness_list_with_reasons(tmp_path: Path):
-    """The CLI shows all 39 models; those huggingface.yaml skips on CPU are skipped with the rule."""
+    """The CLI shows all 55 models; those huggingface.yaml skips on CPU, and the 16 pruned from the
+    list, are skipped with the rule."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", XDG_CACHE_HOME=str(tmp_path / "cache"))
     proc = subprocess.run([sys.executable, "-m", "experiment_runner", "--suite-name=huggingface", "--dry-run",
                            "--accelerator=cpu", "--dynamo=None", "--test=eval", f"--output-dirname={tmp_path / 'out'}"],
@@ -182,10 +215,11 @@ def test_huggingface_dry_run_on_cpu_plans_or_skips_the_harness_list_with_reasons
     assert proc.returncode == 0, proc.stderr
     lines = [line.split(". ", 1)[1] for line in proc.stdout.splitlines() if re.match(r"\s*\d+\. ", line)]
     shown = {line.split(":", 1)[0]: line for line in lines}
-    assert sorted(shown) == sorted(HF_GPU_LIST)
-    assert {name for name, line in shown.items() if "[skipped: " in line} == HF_SKIP_ALL | HF_SKIP_CPU
+    assert sorted(shown) == sorted([*HF_GPU_LIST, *HF_PRUNED])
+    assert {name for name, line in shown.items() if "[skipped: " in line} == HF_SKIP_ALL | HF_SKIP_CPU | HF_PRUNED
     for name in HF_SKIP_CPU - HF_SKIP_ALL:
         assert "huggingface.yaml (skip.device.cpu)" in shown[name]
+    assert all(PRUNED_REASON in shown[name] for name in HF_PRUNED)
 
 
 @pytest.fixture

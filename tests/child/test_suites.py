@@ -118,14 +118,19 @@ def test_list_models_shows_each_models_batch_sizes_source_and_skip_rule(run_cli)
     run = run_cli("--suite-name=huggingface", "--list-models", "--accelerator=cpu")
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert lines[0].startswith("huggingface: 39 model(s)")
+    assert lines[0].startswith(f"huggingface: {len(listed('huggingface'))} model(s)")
     rows = {line.split()[0]: line for line in lines[2:-1]}
-    assert set(rows) == set(listed("huggingface"))
+    assert set(rows) == set(listed("huggingface")) and len(rows) == 55
     for entry in read_data(DATA_FILES["huggingface"])["models"]:
         expected = [str(harness_batch_size(entry, LoadRequest(entry["name"], test, "cpu", "cpu", "fp32")))
                     for test in ("eval", "train")]
         assert rows[entry["name"]].split()[1:5] == ["cpu", *expected, "transformers"], rows[entry["name"]]
     assert rows["GPTJForCausalLM"].endswith("(skip.all: fails even at batch size 1)")
+    pruned = read_data(DATA_FILES["huggingface"])["rules"]["pruned"]["models"]
+    assert len(pruned) == 16
+    for model in pruned:
+        assert rows[model].endswith("by pytorch/pytorch#164815 (2025-10-08), so its dashboard no longer runs it; "
+                                    "--no-skip runs it"), rows[model]
     assert rows["BertForMaskedLM"].split()[-1] == "transformers", "nothing skips it on cpu"
     assert not (run.output_dir / "results.jsonl").exists()
 
@@ -523,6 +528,27 @@ def test_every_listed_model_runs_one_eval_and_one_train_iteration(suite, model):
         optimizer.step()
         del loaded, optimizer, loss
     print(json.dumps({"suite": suite, "model": model, "seconds": round(time.perf_counter() - started, 1)}))
+
+
+PRUNED_CHEAP = {"DistilBertForQuestionAnswering", "BlenderbotSmallForCausalLM"}  # a 5 s and a 10 s step on 2 cores
+
+
+@pytest.mark.parametrize("model", [
+    pytest.param(m, marks=() if m in PRUNED_CHEAP else pytest.mark.slow)
+    for m in read_data(DATA_FILES["huggingface"])["rules"]["pruned"]["models"]])
+def test_a_model_pruned_from_pytorchs_list_loads_offline_and_trains_one_step(model):
+    """The 16 models pytorch/pytorch#164815 took off the huggingface list still build from the
+    shipped data (no download) and run one eager forward and backward at batch size 1, at the
+    harness's sequence length; the two cheapest run by default, the rest with -m slow."""
+    import torch
+
+    torch.manual_seed(0)
+    loaded = get_suite("huggingface").load(LoadRequest(model, "train", "cpu", "cpu", "fp32", batch_size=1))
+    loaded.module.train()
+    loss = loaded.compute_loss(loaded.run_forward(loaded.module, loaded.args, loaded.kwargs))
+    assert loss.dim() == 0 and torch.isfinite(loss), loss
+    loss.backward()
+    assert any(p.grad is not None for p in loaded.module.parameters())
 
 
 def test_only_a_download_this_host_cannot_reach_counts_as_offline():
