@@ -98,7 +98,7 @@ def minify(task: Task, job: MinifyJob) -> dict[str, Any]:
     code, output = run_logged([sys.executable, str(launcher)], work, folder / MINIFIER_LOG)
     result["launcher_s"] = time.perf_counter() - t0
     result["nodes_before"] = nodes_before(output)
-    result["nodes_after"] = kept_nodes(work / "checkpoints")
+    result["nodes_after"] = kept_nodes(output, work / "checkpoints")
     if not (work / REPRO_FILE).exists():
         result.update(status="no_repro", message=f"the launcher exited {code} without writing {REPRO_FILE} "
                                                  "(minifier.log says why)")

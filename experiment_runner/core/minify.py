@@ -34,10 +34,10 @@ CHECK_LOG = "repro_check.log"  # repro.py's output in a fresh interpreter
 WORK_FOLDER = "work"  # the launcher's working folder: its checkpoints and repro.py
 REPRO_FILE = "repro.py"
 
-# Measured on a busy 2-core host (docs/user-guide.md, "Minified repros"): the toy graphs of the
-# tests minify in 25-40 s with dynamo's testing backends, and inductor's after-AOT accuracy
-# minifier took about 3 minutes on a three-layer model; a real model's graph holds hundreds of
-# nodes, each strategy pass compiles it again.
+# Measured on a busy 2-core host (docs/user-guide.md, "Minified repros"): a three-layer model
+# minifies in about 50 s with dynamo's testing backends (no C++), and in about 5.5 minutes with
+# inductor after AOT (16 nodes, 14 queries, each compiling C++). A real model's graph holds
+# hundreds of nodes and needs many more queries: half an hour lets most finish, and bounds a run.
 DEFAULT_TIMEOUT_S = 1800.0
 
 # The exception a repro of an accuracy failure raises (torch._dynamo.debug_utils).
@@ -50,8 +50,12 @@ STATUSES = ("reproduced", "not_reproduced", "no_launcher", "no_repro", "timeout"
 
 _STARTED = re.compile(r"Started off with (\d+) nodes")
 _CHECKPOINT = re.compile(r"minified_(\d+)_nodes\.py$")
-_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Z]\w*(?:Error|Exception|Failed|Interrupt))\b:?",
-                             re.MULTILINE)
+# The minifier's progress: each strategy names the graph's size as it stands, each success the new size.
+_SIZE = re.compile(r"\((\d+) nodes, \d+ inputs\)|Went from \d+ to (\d+) nodes")
+# An exception's name where a traceback or a wrapper's message puts one: at the start of a line,
+# or after another's "Name: " (inductor's "InductorError: CppCompileError: ...").
+_EXCEPTION = re.compile(r"(?:^|(?<=Error: )|(?<=Failed: ))(?:[A-Za-z_]\w*\.)*"
+                        r"([A-Z]\w*(?:Error|Exception|Failed|Interrupt))(?=:|$)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -73,8 +77,8 @@ class MinifyJob:
 
 
 def exception_names(text: str) -> list[str]:
-    """The exception class names that start a line of `text` (a traceback, a message), in order."""
-    return _EXCEPTION_LINE.findall(text or "")
+    """The exception class names `text` (a traceback, a message) names, in order."""
+    return _EXCEPTION.findall(text or "")
 
 
 def nodes_before(minifier_log: str) -> int | None:
@@ -83,10 +87,12 @@ def nodes_before(minifier_log: str) -> int | None:
     return int(match.group(1)) if match is not None else None
 
 
-def kept_nodes(checkpoints: Path) -> int | None:
-    """The smallest graph the minifier wrote a checkpoint of: the one its repro.py holds."""
-    sizes = [int(m.group(1)) for p in Path(checkpoints).glob("minified_*_nodes.py")
-             if (m := _CHECKPOINT.search(p.name))]
+def kept_nodes(minifier_log: str, checkpoints: Path) -> int | None:
+    """The smallest graph the minifier reached, the one its repro.py holds: from its progress
+    lines, and from the checkpoints after-dynamo minification writes (minified_<N>_nodes.py)."""
+    sizes = [int(a or b) for a, b in _SIZE.findall(minifier_log)]
+    sizes += [int(m.group(1)) for p in Path(checkpoints).glob("minified_*_nodes.py")
+              if (m := _CHECKPOINT.search(p.name))]
     return min(sizes) if sizes else None
 
 
@@ -163,7 +169,7 @@ def minified_block(job: MinifyJob, result: Mapping[str, Any] | None, folder: Pat
         except OSError:
             log = ""
         result = {"status": "timeout", "reproduces": None, "observed": [], "nodes_before": nodes_before(log),
-                  "nodes_after": kept_nodes(folder / WORK_FOLDER / "checkpoints"),
+                  "nodes_after": kept_nodes(log, folder / WORK_FOLDER / "checkpoints"),
                   "message": f"ran past its budget of {timeout_s:g} s and was killed with every process it started"
                              + ("; repro.py is the minifier's last checkpoint, not checked" if repro.exists()
                                 else "; it had written no repro.py yet")}

@@ -4,13 +4,17 @@ to give the minifier red experiments to shrink (registered with
 EXPERIMENT_RUNNER_SUITES="relu=relu_suite:ReluSuite", this folder on the path).
 
 `mlp`: three linear layers with torch.relu between them; `linear`: one linear layer, no relu,
-which every testing backend compiles correctly. The injection is read from RELU_INJECT_ENV at
-load time, so an experiment and its minifier's processes (which inherit the variable) see the
-same inductor bug."""
+which every testing backend compiles correctly; `hang`: its load starts a descendant in a
+session of its own (beyond a process-group kill) that ignores SIGTERM, then never returns.
+The injection is read from RELU_INJECT_ENV at load time, in the experiment's process and in the
+minifier's; the launcher and repro.py the minifier writes carry inductor's config themselves."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import threading
 from typing import Any
 
 from benchmark_models.base import LoadRequest, ModelNotFound, Suite
@@ -18,6 +22,7 @@ from benchmark_models.model import BenchmarkModel
 
 # "accuracy" or "compile_error": set torch._inductor.config.cpp.inject_relu_bug_TESTING_ONLY.
 RELU_INJECT_ENV = "RELU_SUITE_INJECT"
+_STUBBORN = "import signal, threading; signal.signal(signal.SIGTERM, signal.SIG_IGN); threading.Event().wait()"
 
 
 def _mlp() -> Any:
@@ -39,13 +44,16 @@ class ReluSuite(Suite):
     source = "plugin"
 
     def model_names(self) -> list[str]:
-        return ["linear", "mlp"]
+        return ["hang", "linear", "mlp"]
 
     def load(self, request: LoadRequest) -> BenchmarkModel:
         import torch
 
         if request.model_name not in self.model_names():
             raise ModelNotFound(request.model_name)
+        if request.model_name == "hang":
+            subprocess.Popen([sys.executable, "-c", _STUBBORN], start_new_session=True)
+            threading.Event().wait()
         if os.environ.get(RELU_INJECT_ENV):
             torch._inductor.config.cpp.inject_relu_bug_TESTING_ONLY = os.environ[RELU_INJECT_ENV]
         module = _mlp() if request.model_name == "mlp" else torch.nn.Linear(8, 8)

@@ -1,0 +1,139 @@
+"""--minify and the `minify` command end to end, with PyTorch's fault injection.
+
+The relu suite's `mlp` calls torch.relu, which dynamo's relu_*_TESTING_ONLY backends break (no
+C++ compile: cheap on a CPU host); `linear` has no relu and passes. One run of both models on
+both backends is shared by the module; the timeout test minifies the suite's `hang`, which
+hangs with a descendant that left its process group.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import assert_no_process_left, cli_command, cli_env, invoke_cli, marked_processes, new_marker
+
+from experiment_runner.core.minify import SIDECAR, join_minified, read_minified
+from experiment_runner.core.record_schema import record_errors
+
+pytestmark = pytest.mark.e2e
+
+SUITES = {"EXPERIMENT_RUNNER_SUITES": "relu=relu_suite:ReluSuite"}
+ACCURACY, COMPILE_ERROR = "relu_accuracy_error_TESTING_ONLY", "relu_compile_error_TESTING_ONLY"
+
+
+def experiment_id(model: str, backend: str) -> str:
+    return f"relu/{model}/cpu-None-{backend}-eval-fp32-bsdefault"
+
+
+@pytest.fixture(scope="module")
+def minified_run(tmp_path_factory: pytest.TempPathFactory, cli_cache: Path) -> Path:
+    output = tmp_path_factory.mktemp("minify") / "output"
+    run = invoke_cli(["--suite-name=relu", "--filter=^(linear|mlp)$", "--accelerator=cpu", "--xla=None",
+                      "--test=eval", "--precision=fp32", f"--dynamo={ACCURACY}", f"--dynamo={COMPILE_ERROR}",
+                      "--verify", "--repeat=1", "--warmup-iterations=1", "--iterations-per-run=1", "--minify"],
+                     output, cli_cache, env=SUITES, timeout=900)
+    assert run.returncode == 0, run.stderr
+    return output
+
+
+def records(output: Path) -> dict[str, dict]:
+    lines = [json.loads(line) for line in (output / "results.jsonl").read_text().splitlines()]
+    assert len(lines) == len({r["experiment_id"] for r in lines}), "one record per experiment"
+    return {r["experiment_id"]: r for r in lines}
+
+
+def block_of(output: Path, record: dict) -> dict:
+    return read_minified(output / SIDECAR)[(record["run_id"], record["experiment_id"])]
+
+
+@pytest.mark.parametrize("backend, symptom", [(ACCURACY, "AccuracyError"), (COMPILE_ERROR, "ReluCompileError")])
+def test_each_failure_kind_gives_a_repro_that_reproduces(minified_run: Path, backend: str, symptom: str) -> None:
+    record = records(minified_run)[experiment_id("mlp", backend)]
+    block = block_of(minified_run, record)
+    assert (block["status"], block["reproduces"], block["symptom"]) == ("reproduced", True, symptom)
+    assert block["repro_after"] == "dynamo" and block["repro_level"] == (4 if backend == ACCURACY else 2)
+    assert symptom in block["observed"]
+    assert block["nodes_after"] < block["nodes_before"]
+    repro = minified_run / block["repro"]
+    assert repro.parent == minified_run / record["artifacts"]["dir"] / "minify"
+    assert f"backend={backend!r}" in repro.read_text()
+    # The record is the experiment's, as measured: minification changed nothing in it.
+    assert (record["status"], record["verification_code"]) == (
+        ("ok", "FAIL") if backend == ACCURACY else ("error", "VERIFIER_DIDNT_RUN"))
+    assert "minified" not in record
+
+
+def test_a_passing_experiment_is_never_minified(minified_run: Path) -> None:
+    found = records(minified_run)
+    blocks = read_minified(minified_run / SIDECAR)
+    for backend in (ACCURACY, COMPILE_ERROR):
+        record = found[experiment_id("linear", backend)]
+        assert record["verification_code"] == "PASS"
+        assert (record["run_id"], record["experiment_id"]) not in blocks
+        assert not (minified_run / record["artifacts"]["dir"] / "minify").exists()
+    assert len(blocks) == 2
+
+
+def test_joined_records_follow_the_schema(minified_run: Path) -> None:
+    joined = join_minified(records(minified_run).values(), minified_run / "results.jsonl")
+    assert sum("minified" in r for r in joined) == 2
+    for record in joined:
+        assert record_errors(record) == []
+
+
+def test_a_minifier_past_its_budget_is_killed_with_its_descendants(minified_run: Path, cli_cache: Path,
+                                                                     tmp_path: Path) -> None:
+    """The minifier reloads a model that starts a descendant in a session of its own (beyond the
+    reach of a process-group kill) and hangs: at the budget, everything goes, and the sidecar
+    says timeout; the results file is not touched."""
+    record = records(minified_run)[experiment_id("mlp", COMPILE_ERROR)]
+    output = tmp_path / "output"
+    folder = output / "hang"
+    folder.mkdir(parents=True)
+    task = json.loads((minified_run / record["artifacts"]["dir"] / "task.json").read_text())
+    task["experiment"]["model_name"] = "hang"
+    (folder / "task.json").write_text(json.dumps(task))
+    results = output / "results.jsonl"
+    results.write_text(json.dumps({**record, "artifacts": {"dir": "hang", "log": "hang/child.log"}}) + "\n")
+    marker = new_marker("minify")
+    proc = subprocess.Popen(cli_command(["minify", str(results), "--minify-timeout=60"], output),
+                            env=cli_env(cli_cache, marker, SUITES), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 300
+    while (proc.poll() is None and time.monotonic() < deadline
+           and not any("SIG_IGN" in line for line in marked_processes(marker))):
+        time.sleep(0.2)
+    escaped = [line for line in marked_processes(marker) if "SIG_IGN" in line]
+    _, err = proc.communicate(timeout=300)
+    assert escaped, f"the hanging model's descendant never ran: {err[-2000:]}"
+    assert proc.returncode == 0, err
+    assert_no_process_left(marker)
+    block = block_of(output, record)
+    assert (block["status"], block["reproduces"], block["repro"]) == ("timeout", None, None)
+    assert block["timeout_s"] == 60 and "killed with every process it started" in block["message"]
+    assert results.read_text().count("\n") == 1
+    assert "timeout" in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("inject, symptom, level", [("accuracy", "AccuracyError", 4),
+                                                    ("compile_error", "CppCompileError", 2)])
+def test_inductor_failures_minify_after_aot(tmp_path: Path, cli_cache: Path, inject: str, symptom: str,
+                                            level: int) -> None:
+    """Inductor's own fault injection (cpp.inject_relu_bug_TESTING_ONLY): minified after AOT, each
+    step compiling C++ (minutes on a small host)."""
+    output = tmp_path / "output"
+    run = invoke_cli(["--suite-name=relu", "--filter=^mlp$", "--accelerator=cpu", "--xla=None", "--test=eval",
+                      "--precision=fp32", "--dynamo=inductor", "--verify", "--repeat=1", "--warmup-iterations=1",
+                      "--iterations-per-run=1", "--minify"],
+                     output, cli_cache, env={**SUITES, "RELU_SUITE_INJECT": inject}, timeout=2400)
+    assert run.returncode == 0, run.stderr
+    record = records(output)[experiment_id("mlp", "inductor")]
+    block = block_of(output, record)
+    assert (block["status"], block["reproduces"], block["symptom"]) == ("reproduced", True, symptom)
+    assert (block["repro_after"], block["repro_level"]) == ("aot", level)
+    assert block["nodes_after"] < block["nodes_before"]
