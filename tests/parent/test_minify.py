@@ -18,8 +18,8 @@ from conftest import assert_no_process_left, cli_command, cli_env, invoke_cli, m
 
 from experiment_runner.core.minify import SIDECAR, join_minified, read_minified
 from experiment_runner.core.record_schema import record_errors
-
-pytestmark = pytest.mark.e2e
+from experiment_runner.errors import EXIT_OK, EXIT_USAGE
+from experiment_runner.parent import minify
 
 SUITES = {"EXPERIMENT_RUNNER_SUITES": "relu=relu_suite:ReluSuite"}
 ACCURACY, COMPILE_ERROR = "relu_accuracy_error_TESTING_ONLY", "relu_compile_error_TESTING_ONLY"
@@ -50,6 +50,7 @@ def block_of(output: Path, record: dict) -> dict:
     return read_minified(output / SIDECAR)[(record["run_id"], record["experiment_id"])]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("backend, symptom", [(ACCURACY, "AccuracyError"), (COMPILE_ERROR, "ReluCompileError")])
 def test_each_failure_kind_gives_a_repro_that_reproduces(minified_run: Path, backend: str, symptom: str) -> None:
     record = records(minified_run)[experiment_id("mlp", backend)]
@@ -67,6 +68,7 @@ def test_each_failure_kind_gives_a_repro_that_reproduces(minified_run: Path, bac
     assert "minified" not in record
 
 
+@pytest.mark.e2e
 def test_a_passing_experiment_is_never_minified(minified_run: Path) -> None:
     found = records(minified_run)
     blocks = read_minified(minified_run / SIDECAR)
@@ -78,6 +80,7 @@ def test_a_passing_experiment_is_never_minified(minified_run: Path) -> None:
     assert len(blocks) == 2
 
 
+@pytest.mark.e2e
 def test_joined_records_follow_the_schema(minified_run: Path) -> None:
     joined = join_minified(records(minified_run).values(), minified_run / "results.jsonl")
     assert sum("minified" in r for r in joined) == 2
@@ -85,6 +88,7 @@ def test_joined_records_follow_the_schema(minified_run: Path) -> None:
         assert record_errors(record) == []
 
 
+@pytest.mark.e2e
 def test_a_minifier_past_its_budget_is_killed_with_its_descendants(minified_run: Path, cli_cache: Path,
                                                                      tmp_path: Path) -> None:
     """The minifier reloads a model that starts a descendant in a session of its own (beyond the
@@ -137,3 +141,20 @@ def test_inductor_failures_minify_after_aot(tmp_path: Path, cli_cache: Path, inj
     assert (block["status"], block["reproduces"], block["symptom"]) == ("reproduced", True, symptom)
     assert (block["repro_after"], block["repro_level"]) == ("aot", level)
     assert block["nodes_after"] < block["nodes_before"]
+
+
+def test_the_command_minifies_nothing_where_nothing_is_red(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    results = tmp_path / "results.jsonl"
+    passed = {"run_id": "r", "experiment_id": "s/m/c", "status": "ok", "verification_code": "PASS",
+              "experiment": {"dynamo": "inductor", "xla": None, "compile_options": "default"}}
+    eager_error = {**passed, "experiment_id": "s/e/c", "status": "error", "error": {"type": "RuntimeError"},
+                   "experiment": {**passed["experiment"], "dynamo": None}}
+    results.write_text(json.dumps(passed) + "\n" + json.dumps(eager_error) + "\n")
+    assert minify.main([str(results)]) == EXIT_OK
+    assert "nothing to minify: none of the 2 experiment(s)" in capsys.readouterr().err
+    assert not (tmp_path / SIDECAR).exists()
+    assert minify.main([str(results), "--experiment-id=s/none/c"]) == EXIT_USAGE
+    assert "no record of experiment 's/none/c'" in capsys.readouterr().err
+    assert minify.main([str(results), "--minify-timeout=0"]) == EXIT_USAGE
+    assert "--minify-timeout must be a positive finite number of seconds" in capsys.readouterr().err
