@@ -92,10 +92,12 @@ def minify_record(record: dict[str, Any], output_dir: Path, timeout_s: float) ->
 
 def minify_records(records: Iterable[dict[str, Any]], results_path: Path, output_dir: Path, timeout_s: float,
                    echo: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Minify the red compiled records one by one, each answer appended to the sidecar as it
-    comes (a stopped command keeps the ones done); the blocks, in order."""
+    """Minify the red compiled experiments among `records` one by one, each answer appended to the
+    sidecar as it comes (a stopped command keeps the ones done); the blocks, in order."""
     blocks = []
-    candidates = [record for record in records if plan(record) is not None]
+    # With --processes, one experiment has a record per process: it is minified once, from its last.
+    latest = {(record["run_id"], record["experiment_id"]): record for record in records}
+    candidates = [record for record in latest.values() if plan(record) is not None]
     for index, record in enumerate(candidates, start=1):
         echo(f"minifying [{index}/{len(candidates)}] {record['experiment_id']} (budget {timeout_s:g} s)")
         block = minify_record(record, output_dir, timeout_s)
