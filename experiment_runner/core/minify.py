@@ -46,6 +46,7 @@ ACCURACY_SYMPTOM = "AccuracyError"
 # the graph directly) may not raise: the symptom is the innermost named exception.
 WRAPPERS = frozenset({"BackendCompilerFailed", "InductorError"})
 
+# A minification's outcome, as the record schema's `minified.status` lists them.
 STATUSES = ("reproduced", "not_reproduced", "no_launcher", "no_repro", "timeout", "failed")
 
 _STARTED = re.compile(r"Started off with (\d+) nodes")

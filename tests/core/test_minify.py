@@ -13,6 +13,7 @@ from experiment_runner.core.minify import (
     MINIFIER_LOG,
     REPRO_FILE,
     SIDECAR,
+    STATUSES,
     WORK_FOLDER,
     MinifyJob,
     error_symptom,
@@ -108,3 +109,7 @@ def test_a_killed_minification_says_timeout_and_keeps_its_last_checkpoint(tmp_pa
                      "log": f"exp/minify/{LOG_FILE}", "message": block["message"]}
     assert "last checkpoint, not checked" in block["message"]
     jsonschema.validate(json.loads(json.dumps(block)), record_schema()["properties"]["minified"])
+
+
+def test_the_schema_lists_every_outcome() -> None:
+    assert tuple(record_schema()["properties"]["minified"]["properties"]["status"]["enum"]) == STATUSES
