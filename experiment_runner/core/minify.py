@@ -35,8 +35,8 @@ WORK_FOLDER = "work"  # the launcher's working folder: its checkpoints and repro
 REPRO_FILE = "repro.py"
 
 # Measured on a busy 2-core host (docs/user-guide.md, "Minified repros"): a three-layer model
-# minifies in about 50 s with dynamo's testing backends (no C++), and in about 5.5 minutes with
-# inductor after AOT (16 nodes, 14 queries, each compiling C++). A real model's graph holds
+# minifies in about 50 s with dynamo's testing backends (no C++), and in 383 s with inductor
+# after AOT (16 nodes to 3 in 14 queries, each compiling C++). A real model's graph holds
 # hundreds of nodes and needs many more queries: half an hour lets most finish, and bounds a run.
 DEFAULT_TIMEOUT_S = 1800.0
 
