@@ -88,6 +88,37 @@ def test_joined_records_follow_the_schema(minified_run: Path) -> None:
         assert record_errors(record) == []
 
 
+def results_of(minified_run: Path, record: dict, output: Path, model_name: str) -> Path:
+    """A results file in `output` holding `record` alone, whose experiment's folder holds its task
+    with another model of the suite: what the `minify` command reloads."""
+    folder = output / "experiment"
+    folder.mkdir(parents=True)
+    task = json.loads((minified_run / record["artifacts"]["dir"] / "task.json").read_text())
+    task["experiment"]["model_name"] = model_name
+    (folder / "task.json").write_text(json.dumps(task))
+    results = output / "results.jsonl"
+    results.write_text(json.dumps({**record, "artifacts": {"dir": "experiment", "log": "experiment/child.log"}})
+                       + "\n")
+    return results
+
+
+@pytest.mark.e2e
+def test_a_repro_that_fails_otherwise_is_kept_and_marked(minified_run: Path, cli_cache: Path,
+                                                         tmp_path: Path) -> None:
+    """The record says the experiment raised another exception than the one its graph raises
+    again: the repro is kept, and marked as not reproducing, with what it raised instead."""
+    record = records(minified_run)[experiment_id("mlp", COMPILE_ERROR)]
+    record = {**record, "error": {**record["error"], "type": "RuntimeError", "message": "a failure elsewhere"}}
+    output = tmp_path / "output"
+    results = results_of(minified_run, record, output, model_name="mlp")
+    run = invoke_cli(["minify", str(results)], output, cli_cache, env=SUITES, timeout=600)
+    assert run.returncode == 0, run.stderr
+    block = block_of(output, record)
+    assert (block["status"], block["reproduces"], block["symptom"]) == ("not_reproduced", False, "RuntimeError")
+    assert "ReluCompileError" in block["observed"] and "not RuntimeError" in block["message"]
+    assert (output / block["repro"]).is_file()
+
+
 @pytest.mark.e2e
 def test_a_minifier_past_its_budget_is_killed_with_its_descendants(minified_run: Path, cli_cache: Path,
                                                                      tmp_path: Path) -> None:
@@ -96,13 +127,7 @@ def test_a_minifier_past_its_budget_is_killed_with_its_descendants(minified_run:
     says timeout; the results file is not touched."""
     record = records(minified_run)[experiment_id("mlp", COMPILE_ERROR)]
     output = tmp_path / "output"
-    folder = output / "hang"
-    folder.mkdir(parents=True)
-    task = json.loads((minified_run / record["artifacts"]["dir"] / "task.json").read_text())
-    task["experiment"]["model_name"] = "hang"
-    (folder / "task.json").write_text(json.dumps(task))
-    results = output / "results.jsonl"
-    results.write_text(json.dumps({**record, "artifacts": {"dir": "hang", "log": "hang/child.log"}}) + "\n")
+    results = results_of(minified_run, record, output, model_name="hang")
     marker = new_marker("minify")
     proc = subprocess.Popen(cli_command(["minify", str(results), "--minify-timeout=60"], output),
                             env=cli_env(cli_cache, marker, SUITES), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
