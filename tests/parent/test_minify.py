@@ -183,3 +183,22 @@ def test_the_command_minifies_nothing_where_nothing_is_red(tmp_path: Path,
     assert "no record of experiment 's/none/c'" in capsys.readouterr().err
     assert minify.main([str(results), "--minify-timeout=0"]) == EXIT_USAGE
     assert "--minify-timeout must be a positive finite number of seconds" in capsys.readouterr().err
+
+
+def test_an_experiment_with_a_record_per_process_is_minified_once(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """--processes=N gives a FAIL experiment N records: its last one is minified, once."""
+    red = {"run_id": "r", "experiment_id": "s/m/c", "status": "ok", "verification_code": "FAIL",
+           "process": {"index": 0}, "experiment": {"dynamo": "inductor", "xla": None, "compile_options": "default"}}
+    last = {**red, "process": {"index": 1}}
+    passed = {**red, "experiment_id": "s/p/c", "verification_code": "PASS"}
+    minified: list[dict] = []
+    block = {"status": "reproduced", "nodes_before": 9, "nodes_after": 2, "minify_s": 1.0, "repro": None,
+             "message": None}
+    monkeypatch.setattr(minify, "minify_record", lambda record, *_: minified.append(record) or block)
+    lines: list[str] = []
+    assert minify.minify_records([red, last, passed], tmp_path / "results.jsonl", tmp_path, 5.0,
+                                 lines.append) == [block]
+    assert minified == [last]
+    assert read_minified(tmp_path / SIDECAR) == {("r", "s/m/c"): block}
+    assert lines[-1].strip() == "reproduced in 1 s, 2 of 9 nodes kept"
