@@ -79,11 +79,14 @@ def minify_record(record: dict[str, Any], output_dir: Path, timeout_s: float) ->
                                 cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             proc.wait(timeout=timeout_s)
-            result = read_result(folder / RESULT_FILE)
+            result = read_result(folder / RESULT_FILE) or {
+                "status": "failed", "message": f"the minifier's process exited {proc.returncode} without an answer "
+                                               f"({LOG_FILE} says why)"}
         except subprocess.TimeoutExpired:
-            kill_experiment(proc.pid, ours.attempt_id)
-            proc.wait()
-            result = None
+            result = None  # minified_block says timeout
+        # Killed at its budget, or ended: nothing it started outlives it either way.
+        kill_experiment(proc.pid, ours.attempt_id)
+        proc.wait()
     if result is None and (folder / WORK_FOLDER / REPRO_FILE).exists():
         shutil.copyfile(folder / WORK_FOLDER / REPRO_FILE, folder / REPRO_FILE)
     remove_leftovers(folder)

@@ -9,14 +9,19 @@ hangs with a descendant that left its process group.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from conftest import assert_no_process_left, cli_command, cli_env, invoke_cli, marked_processes, new_marker
 
+from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.minify import SIDECAR, join_minified, read_minified
+from experiment_runner.core.options import RunOptions
+from experiment_runner.core.protocol import Task
 from experiment_runner.core.record_schema import record_errors
 from experiment_runner.errors import EXIT_OK, EXIT_USAGE
 from experiment_runner.parent import minify
@@ -202,3 +207,21 @@ def test_an_experiment_with_a_record_per_process_is_minified_once(tmp_path: Path
     assert minified == [last]
     assert read_minified(tmp_path / SIDECAR) == {("r", "s/m/c"): block}
     assert lines[-1].strip() == "reproduced in 1 s, 2 of 9 nodes kept"
+
+
+@pytest.mark.e2e
+def test_a_minifier_that_dies_without_an_answer_is_recorded_as_failed(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The minifier's process ends without writing its answer (here: an interpreter that only
+    exits 1): the block says failed and why, not timeout."""
+    experiment = Experiment("relu", "mlp", ExperimentConfig("cpu", None, None, "inductor", "eval", "fp32"))
+    Task(experiment, RunOptions(), str(tmp_path / "exp")).write()
+    record = {"run_id": "r", "experiment_id": experiment.experiment_id, "status": "ok",
+              "verification_code": "FAIL", "artifacts": {"dir": "exp"},
+              "experiment": {"dynamo": "inductor", "xla": None, "compile_options": "default"}}
+    monkeypatch.setattr(sys, "executable", shutil.which("false"))
+    block = minify.minify_record(record, tmp_path, 60.0)
+    assert block is not None
+    assert (block["status"], block["reproduces"], block["repro"]) == ("failed", None, None)
+    assert block["message"] == "the minifier's process exited 1 without an answer (minify.log says why)"
+    assert block["log"] == "exp/minify/minify.log" and (tmp_path / block["log"]).is_file()
