@@ -25,6 +25,7 @@ def cli_reference() -> str:
     from experiment_runner.cli import default_text
     from experiment_runner.core.flags import SIDES, declared
     from experiment_runner.core.run_config import CONFIGS, GROUPS
+    from experiment_runner.parent import minify
 
     os.environ["COLUMNS"] = "100"  # argparse wraps --help to the terminal: fix it for the page
     lines = ["# Command-line reference", "",
@@ -59,7 +60,8 @@ def cli_reference() -> str:
             lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
         lines.append("")
     for name, module in (("report", report), ("compare", compare), ("history", history), ("merge", merge),
-                         ("bisect", bisect), ("export", export), ("check-expected", expected)):
+                         ("bisect", bisect), ("export", export), ("check-expected", expected),
+                         ("minify", minify)):
         lines += [f"## `experiment_runner {name}`", "", "```text", module.build_parser().format_help().rstrip(),
                   "```", ""]
     return "\n".join(lines)

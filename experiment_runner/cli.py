@@ -39,8 +39,8 @@ from experiment_runner.errors import (
     stop,
 )
 
-# Subcommand → the analysis module whose main(argv) runs it, and what it is for (--help and a
-# bare `experiment_runner` list them).
+# Subcommand → the module whose main(argv) runs it (an analysis module; `minify` starts children,
+# so it is the parent's), and what it is for (--help and a bare `experiment_runner` list them).
 SUBCOMMANDS = {
     "report": ("experiment_runner.analysis.report", "one run's dashboard metrics: text, CSV, JSON or HTML"),
     "compare": ("experiment_runner.analysis.compare", "two runs experiment by experiment; exit 1 on a regression"),
@@ -49,6 +49,7 @@ SUBCOMMANDS = {
     "bisect": ("experiment_runner.analysis.bisect", "the first bad build between a good and a bad one"),
     "export": ("experiment_runner.analysis.export", "PyTorch's dashboard CSVs and benchmark-database records"),
     "check-expected": ("experiment_runner.analysis.expected", "gate a run on expected results (PyTorch's CI CSVs)"),
+    "minify": ("experiment_runner.parent.minify", "shrink red compiled experiments to a checked repro.py each"),
 }
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
+from experiment_runner.core.minify import read_minified, sidecar_path
 from experiment_runner.core.results import BadLine, final_records, iter_records, legacy_run_id, process_index
 from experiment_runner.core.stats import summarize
 
@@ -104,6 +105,10 @@ class Row:
     samples_from: str = "isolated"
     # the record's timings that are numbers (phases, child_s, wall_s), summed over its processes
     timings: dict[str, float] = field(default_factory=dict)
+    # a red compiled experiment's minification (its `minified` block, from minified.jsonl beside the
+    # results file): what it found in words, and its repro.py
+    minified: str | None = None
+    minified_repro: str | None = None
 
     @property
     def configuration(self) -> str:
@@ -283,7 +288,26 @@ def flatten(record: dict[str, Any], file_name: str, folder: Path | None = None) 
         finished_at=_number(record["timings"].get("finished_at")) if isinstance(record.get("timings"), dict) else None,
         samples_from=_str(figures.get("samples_from")) or "isolated",
         timings=_timings(record.get("timings")),
+        minified=_minified_said(record.get("minified")),
+        minified_repro=_minified_repro(record.get("minified"), folder),
     )
+
+
+def _minified_said(block: Any) -> str | None:
+    """A `minified` block in words: `reproduced, 4 of 15 nodes kept`."""
+    if not isinstance(block, dict):
+        return None
+    nodes = (f", {block['nodes_after']} of {block['nodes_before']} nodes kept"
+             if isinstance(block.get("nodes_before"), int) and isinstance(block.get("nodes_after"), int) else "")
+    return f"{block.get('status')}{nodes}"
+
+
+def _minified_repro(block: Any, folder: Path | None) -> str | None:
+    """The repro.py of a `minified` block, found from the results file's folder as the log is."""
+    repro = block.get("repro") if isinstance(block, dict) else None
+    if not isinstance(repro, str):
+        return None
+    return str(folder / repro) if folder is not None else repro
 
 
 def _timings(raw: Any) -> dict[str, float]:
@@ -357,8 +381,10 @@ def _indexed_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | 
         path = Path(path)
         sink = None if bad_lines is None else bad_lines.setdefault(path, [])
         seen = set() if runs_in is None else runs_in.setdefault(path, set())
+        minified = read_minified(sidecar_path(path))
         for record in iter_records(path, bad_lines=sink):
-            row = flatten(record, path.name, path.parent)
+            block = minified.get((record.get("run_id"), record.get("experiment_id"))) if minified else None
+            row = flatten(record if block is None else {**record, "minified": block}, path.name, path.parent)
             seen.add(row.run_id)
             yield row, process_index(record)
 

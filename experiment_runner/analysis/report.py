@@ -489,6 +489,16 @@ def render_text(run: RunInfo, fixed: dict[str, str | None], summaries: Sequence[
         out.append("failures (each log holds the experiment's own output):")
         out.append(tabulate(rows, headers=["model", "experiment", "status", "error", "log"], tablefmt="simple"))
         out.append("")
+    minified = [r for r in results if r.row.minified is not None]
+    if minified and tables == "all":
+        rows = [[r.row.model, f"{r.row.accelerator} {r.row.test} {r.row.precision} {r.row.configuration}",
+                 r.row.verification_code if r.row.status == "ok" else r.row.status, r.row.minified,
+                 _shown_path(r.row.minified_repro)]
+                for r in sorted(minified, key=lambda r: (r.row.model or "", r.row.experiment_id))]
+        out.append("minified repros (python REPRO runs the failing graph alone; minified.jsonl says more):")
+        out.append(tabulate(rows, headers=["model", "experiment", "failure", "minified", "repro"],
+                            tablefmt="simple"))
+        out.append("")
     out.append("speedup = baseline median / configuration median of per_iter_time (warm-up excluded); "
                "~ marks compile times estimated from the first warm-up iteration.")
     if any(s.speedups_flagged for s in summaries):

@@ -16,7 +16,8 @@ from typing import Any, Mapping
 
 from experiment_runner.core import dashboards, matrix
 from experiment_runner.core.flags import Flag, option, required
-from experiment_runner.core.options import COMPILE_TIME_DOC, MATRIX, MEASUREMENT, RunOptions
+from experiment_runner.core.minify import DEFAULT_TIMEOUT_S as DEFAULT_MINIFY_TIMEOUT_S
+from experiment_runner.core.options import COMPILE_TIME_DOC, MATRIX, MEASUREMENT, VERIFICATION, RunOptions
 
 OUTPUT, HOSTS, COMPAT = "output and resume", "executors and hosts", "reference compatibility"
 
@@ -25,7 +26,7 @@ GROUPS: dict[str, str] = {
     MATRIX: "Which experiments: the suite's models crossed with accelerator x xla x dynamo x test "
             "(x precision x compile options); a list flag is one dimension, repeat it for several values.",
     MEASUREMENT: "How each experiment is timed.",
-    "verification": "",
+    VERIFICATION: "",
     "PyTorch/XLA artifacts": "xla experiments; files go to each experiment's folder.",
     "instrumentation": (
         "Every record's measurements carry first_iter_time_s, steady_iter_time_s and compile_time_s; "
@@ -238,6 +239,18 @@ class SessionConfig:
         default_help="the RAY_ADDRESS variable"))
     allow_mixed_versions: bool = option(False, Flag(
         "with --executor=ray, run even when the nodes' torch versions differ", HOSTS, kind="switch"))
+    minify: bool = option(False, Flag(
+        "after the run, shrink each red compiled experiment (verdict FAIL, which needs --verify, or status error) "
+        "with PyTorch's minifier, one process each with its own inductor cache: accuracy failures after AOT at "
+        "level 4 for inductor, after dynamo otherwise; errors at level 2. The repro.py it leaves in the "
+        "experiment's minify/ folder is run in a fresh interpreter to check it still fails the same way; the "
+        "answer is a `minified` block in minified.jsonl beside the results file, never a change to the record "
+        "(the `minify` command does the same for an earlier run)", VERIFICATION, kind="switch"))
+    minify_timeout: float = option(DEFAULT_MINIFY_TIMEOUT_S, Flag(
+        "seconds per experiment's minification (dump, shrink, check); then its process group and every "
+        "descendant are killed and its `minified` block says timeout, keeping the last checkpoint as repro.py",
+        VERIFICATION, parse=float, metavar="SECONDS", low=0, low_open=True,
+        wanted="a positive finite number of seconds"))
 
     @property
     def results_path(self) -> Path:

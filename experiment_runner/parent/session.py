@@ -26,6 +26,7 @@ from experiment_runner.parent.executors import ExecutorOptions, create
 from experiment_runner.parent.host import ProbeError, probe_capabilities, torch_xla_importable
 from experiment_runner.parent.launch.forkserver_launcher import children_import_dynamo, prestart
 from experiment_runner.parent.launch.reaper import start_reaper, stop_reaper
+from experiment_runner.parent.minify import minify_records
 from experiment_runner.parent.runner import Runner
 from experiment_runner.parent.store import (
     RunEntry,
@@ -364,4 +365,7 @@ def _execute(config: RunConfig, plan: matrix.Plan, state: RunState, source: str,
             raise
         raise ResultsIOError(f"cannot write {exc.filename}: {exc.strerror or exc}") from None
     print(render_summary(outcome.records, results_path, state.run_id, outcome.interrupted))
+    if s.minify and not outcome.interrupted:
+        minify_records(outcome.records, results_path, output_dir, s.minify_timeout,
+                       lambda line: logger.info(printable(line)))
     return 128 + outcome.stopped_by if outcome.stopped_by is not None else EXIT_OK

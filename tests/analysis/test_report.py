@@ -334,6 +334,28 @@ def test_a_folder_is_read_as_its_results_files_and_failures_name_their_logs(
     assert "nightly/2025-01-02/runs/r/llama/child.log" in failures
 
 
+def test_minified_repros_are_named_from_the_sidecar(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A red experiment's minification (minified.jsonl beside the results file) is listed with its
+    repro.py; an experiment without one is not, and the records are read as they are."""
+    first, second = (json.loads(line) for line in RESULTS.read_text().splitlines()[:2])
+    failed = {**first, "status": "ok", "verification_code": "FAIL"}
+    (tmp_path / "results.jsonl").write_text(json.dumps(failed) + "\n" + json.dumps(second) + "\n")
+    block = {"status": "reproduced", "nodes_before": 15, "nodes_after": 4, "repro": "runs/r/exp/minify/repro.py"}
+    (tmp_path / "minified.jsonl").write_text(json.dumps({"run_id": failed["run_id"],
+                                                         "experiment_id": failed["experiment_id"],
+                                                         "minified": block}) + "\n")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "results.jsonl")
+    assert code == 0, err
+    listed = out.split("minified repros (python REPRO runs the failing graph alone; minified.jsonl says more):\n",
+                       1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    assert len(listed) == 1
+    assert listed[0].split()[0] == first["model"]["model_name"]
+    assert "FAIL" in listed[0] and "reproduced, 4 of 15 nodes kept" in listed[0]
+    assert listed[0].endswith("runs/r/exp/minify/repro.py")
+
+
 def test_a_folder_says_which_file_and_run_it_reported_and_what_else_is_there(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A folder holds many results files and runs; the report's header names only the run it chose."""

@@ -109,8 +109,9 @@ def test_build_record_follows_the_schema(tmp_path: Path, label: str, status: str
     record = build(tmp_path, verify=verify, **kwargs)
     assert record["status"] == status
     assert record_errors(record) == []
-    # Every field the schema names, build_record writes (merged_from is merge's).
-    assert set(record) == set(record_schema()["properties"]) - {"merged_from"}
+    # Every field the schema names, build_record writes (merged_from is merge's; minified is joined by
+    # readers from the minified.jsonl sidecar).
+    assert set(record) == set(record_schema()["properties"]) - {"merged_from", "minified"}
 
 
 def test_every_status_is_built_by_a_case() -> None:
@@ -196,7 +197,7 @@ def test_the_page_has_a_table_per_object() -> None:
     page = record_reference_markdown()
     for heading in ("record", "model", "experiment", "process", "metrics", "measurements", "stats", "error",
                     "verification", "artifacts", "timings", "placement", "placement.shard", "environment",
-                    "merged_from", "summary", "op_totals", "op_table"):
+                    "merged_from", "minified", "summary", "op_totals", "op_table"):
         assert f"\n## `{heading}`\n" in page, heading
     assert "| `batch_size` | integer or null | yes | The batch size the model ran with" in page
     assert "| `per_iter_time` | `summary` or null | yes |" in page

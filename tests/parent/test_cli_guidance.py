@@ -16,7 +16,7 @@ from experiment_runner.core.requirements import install_command, missing
 from experiment_runner.errors import EXIT_USAGE, UsageError
 from experiment_runner.parent.session import check_requested
 
-ALL_COMMANDS = ("report", "compare", "merge", "history", "bisect", "export", "check-expected")
+ALL_COMMANDS = ("report", "compare", "merge", "history", "bisect", "export", "check-expected", "minify")
 
 
 def test_a_misspelt_command_suggests_the_right_one(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,137 @@
+"""Inside the minifier's process: dump, shrink and check one red experiment's failing graph.
+
+Run as `python -m experiment_runner.child.minify TASK_PATH` in a folder of the experiment's
+own (core/minify.py FOLDER) holding the task and a `MinifyJob`. Three steps, each with what
+it needs fresh: (1) here, the experiment's model is loaded and its compiled step run once
+under torch._dynamo's repro settings, which dump `minifier_launcher.py` when the symptom
+shows; (2) the launcher runs in its own interpreter (it compiles again) and shrinks the graph,
+leaving `repro.py` in its working folder; (3) `repro.py` runs in a fresh interpreter, and
+its exceptions say whether it reproduces. The result goes to RESULT_FILE; the parent turns
+it into the record's `minified` block, and kills this process group at its time budget.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from experiment_runner.core.minify import (
+    CHECK_LOG,
+    JOB_FILE,
+    MINIFIER_LOG,
+    REPRO_FILE,
+    RESULT_FILE,
+    WORK_FOLDER,
+    MinifyJob,
+    exception_names,
+    kept_nodes,
+    nodes_before,
+)
+from experiment_runner.core.protocol import Task, write_result
+
+
+def dump_launcher(task: Task, job: MinifyJob, debug_root: Path) -> tuple[Path | None, str | None]:
+    """Run the experiment's compiled step once under the repro settings; the launcher dynamo
+    dumped (None when the symptom did not show) and the exception the step raised."""
+    import torch
+
+    from experiment_runner.child.devices import runtime_for
+    from experiment_runner.child.harness import ExperimentHarness, apply_denormal_mode, apply_matmul_precision
+    from experiment_runner.child.plugins import import_plugins
+
+    import_plugins()
+    torch._dynamo.config.repro_after = job.repro_after
+    torch._dynamo.config.repro_level = job.repro_level
+    torch._dynamo.config.debug_dir_root = str(debug_root)
+    # A cache hit skips compiling, and with it the minifier's check.
+    torch._inductor.config.fx_graph_cache = False
+    torch._functorch.config.enable_autograd_cache = False
+    apply_matmul_precision(task.options)
+    apply_denormal_mode(task.options)
+    device = runtime_for(task.experiment.config)
+    device.prepare(task.options, Path(task.artifacts_dir))
+    harness = ExperimentHarness(task.experiment, task.options, device, Path(task.artifacts_dir))
+    raised = None
+    try:
+        model = harness.load()
+        step = harness.make_step(model)
+        step()
+        device.synchronize()
+    except Exception as exc:  # noqa: BLE001 - the symptom we came for, or another failure: the result says
+        raised = type(exc).__name__
+        print(f"experiment_runner minify: the step raised {raised}: {str(exc)[:2000]}", flush=True)
+    launchers = sorted(glob.glob(str(debug_root / "**" / "minifier_launcher.py"), recursive=True))
+    return (Path(launchers[-1]) if launchers else None), raised
+
+
+def run_logged(command: list[str], cwd: Path, log: Path) -> tuple[int, str]:
+    """Run `command` in `cwd`, in this process group; its output goes to `log` as it comes (the
+    parent reads a killed minifier's progress there) and is returned."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:
+        code = subprocess.run(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT).returncode
+    return code, log.read_text(errors="replace")
+
+
+def minify(task: Task, job: MinifyJob) -> dict[str, Any]:
+    folder = Path(task.artifacts_dir)
+    result: dict[str, Any] = {"status": "failed", "nodes_before": None, "nodes_after": None, "reproduces": None,
+                              "observed": [], "message": None, "launcher_s": None, "check_s": None}
+    launcher, raised = dump_launcher(task, job, folder / "debug")
+    result["dump_raised"] = raised
+    if launcher is None:
+        result.update(status="no_launcher", message=(
+            f"no minifier_launcher.py was dumped at repro level {job.repro_level} after {job.repro_after}: the "
+            + ("minifier's own accuracy check (against float64, torch._dynamo.config.repro_tolerance) passed"
+               if job.kind == "accuracy" else f"compiling and running the graph did not raise (the step raised "
+                                               f"{raised or 'nothing'})")))
+        return result
+    result["launcher"] = str(launcher)
+    work = folder / WORK_FOLDER
+    t0 = time.perf_counter()
+    code, output = run_logged([sys.executable, str(launcher)], work, folder / MINIFIER_LOG)
+    result["launcher_s"] = time.perf_counter() - t0
+    result["nodes_before"] = nodes_before(output)
+    result["nodes_after"] = kept_nodes(output, work / "checkpoints")
+    if not (work / REPRO_FILE).exists():
+        result.update(status="no_repro", message=f"the launcher exited {code} without writing {REPRO_FILE} "
+                                                 "(minifier.log says why)")
+        return result
+    repro = folder / REPRO_FILE  # beside the logs; its checkpoints (inputs) stay in the work folder
+    shutil.copyfile(work / REPRO_FILE, repro)
+    t0 = time.perf_counter()
+    code, output = run_logged([sys.executable, str(repro)], folder / "check", folder / CHECK_LOG)
+    result["check_s"] = time.perf_counter() - t0
+    observed = exception_names(output)
+    reproduces = code != 0 and job.symptom in observed
+    result.update(status="reproduced" if reproduces else "not_reproduced", reproduces=reproduces,
+                  observed=sorted(set(observed)), repro_exit_code=code,
+                  message=None if reproduces else f"repro.py in a fresh interpreter exited {code}, raising "
+                                                  f"{', '.join(dict.fromkeys(observed)) or 'nothing'}, not "
+                                                  f"{job.symptom}")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    task = Task.read(Path(argv[0]))
+    folder = Path(task.artifacts_dir)
+    job = MinifyJob.from_dict(json.loads((folder / JOB_FILE).read_text()))
+    print(f"experiment_runner minify: {task.experiment.experiment_id} ({job.kind} after {job.repro_after}, "
+          f"level {job.repro_level})", flush=True)
+    try:
+        result = minify(task, job)
+    except Exception as exc:  # noqa: BLE001 - the parent records it as the minification's failure
+        result = {"status": "failed", "message": f"{type(exc).__name__}: {str(exc)[:2000]}"}
+    write_result(folder / RESULT_FILE, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""Which records PyTorch's minifier can shrink, how, and where its answers are kept.
+
+A red compiled experiment (verdict FAIL, or status error) is re-run in a process of its own
+under torch._dynamo's repro settings, which dump a `minifier_launcher.py`; the launcher shrinks
+the failing graph to `repro.py`, which is then run in a fresh interpreter to see whether it
+still shows the experiment's symptom. Pure: the parent plans and records, the child
+(`child/minify.py`) does the work.
+
+The answers go to a sidecar file, `minified.jsonl` beside the results file, one line per
+minification keyed by run_id and experiment_id: every experiment keeps exactly one record in
+the results file (which the runner only appends to), and a minification done later (the
+`minify` command) cannot rewrite it. Readers join the newest line of an experiment to its
+record as its `minified` block (`join_minified`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS
+
+SIDECAR = "minified.jsonl"
+# The folder, inside the experiment's own, where the minifier works and its repro is kept.
+FOLDER = "minify"
+JOB_FILE = "minify_job.json"
+RESULT_FILE = "minify_result.json"
+LOG_FILE = "minify.log"
+MINIFIER_LOG = "minifier.log"  # the launcher's output
+CHECK_LOG = "repro_check.log"  # repro.py's output in a fresh interpreter
+WORK_FOLDER = "work"  # the launcher's working folder: its checkpoints and repro.py
+REPRO_FILE = "repro.py"
+
+# Measured on a busy 2-core host (docs/user-guide.md, "Minified repros"): a three-layer model
+# minifies in about 50 s with dynamo's testing backends (no C++), and in 383 s with inductor
+# after AOT (16 nodes to 3 in 14 queries, each compiling C++). A real model's graph holds
+# hundreds of nodes and needs many more queries: half an hour lets most finish, and bounds a run.
+DEFAULT_TIMEOUT_S = 1800.0
+
+# The exception a repro of an accuracy failure raises (torch._dynamo.debug_utils).
+ACCURACY_SYMPTOM = "AccuracyError"
+# Wrappers dynamo and inductor put around a backend's own exception, which the repro (compiling
+# the graph directly) may not raise: the symptom is the innermost named exception.
+WRAPPERS = frozenset({"BackendCompilerFailed", "InductorError"})
+
+# A minification's outcome, as the record schema's `minified.status` lists them.
+STATUSES = ("reproduced", "not_reproduced", "no_launcher", "no_repro", "timeout", "failed")
+
+_STARTED = re.compile(r"Started off with (\d+) nodes")
+_CHECKPOINT = re.compile(r"minified_(\d+)_nodes\.py$")
+# The minifier's progress: each strategy names the graph's size as it stands, each success the new size.
+_SIZE = re.compile(r"\((\d+) nodes, \d+ inputs\)|Went from \d+ to (\d+) nodes")
+# An exception's name where a traceback or a wrapper's message puts one: at the start of a line,
+# or after another's "Name: " (inductor's "InductorError: CppCompileError: ...").
+_EXCEPTION = re.compile(r"(?:^|(?<=Error: )|(?<=Failed: ))(?:[A-Za-z_]\w*\.)*"
+                        r"([A-Z]\w*(?:Error|Exception|Failed|Interrupt))(?=:|$)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class MinifyJob:
+    """What the minifier child is asked: the symptom's kind, dynamo's repro stage and level, and
+    the symptom a repro must show to count as reproducing."""
+
+    kind: str  # "accuracy" or "error"
+    repro_after: str  # "aot" (inductor's graphs after AOT autograd) or "dynamo"
+    repro_level: int  # 4: dump when accuracy fails; 2: dump when compiling or running raises
+    symptom: str  # ACCURACY_SYMPTOM, or the experiment's innermost exception type
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "MinifyJob":
+        return cls(**{k: data[k] for k in ("kind", "repro_after", "repro_level", "symptom")})
+
+
+def exception_names(text: str) -> list[str]:
+    """The exception class names `text` (a traceback, a message) names, in order."""
+    return _EXCEPTION.findall(text or "")
+
+
+def nodes_before(minifier_log: str) -> int | None:
+    """The failing graph's size, as the minifier says it when it starts."""
+    match = _STARTED.search(minifier_log)
+    return int(match.group(1)) if match is not None else None
+
+
+def kept_nodes(minifier_log: str, checkpoints: Path) -> int | None:
+    """The smallest graph the minifier reached, the one its repro.py holds: from its progress
+    lines, and from the checkpoints after-dynamo minification writes (minified_<N>_nodes.py)."""
+    sizes = [int(a or b) for a, b in _SIZE.findall(minifier_log)]
+    sizes += [int(m.group(1)) for p in Path(checkpoints).glob("minified_*_nodes.py")
+              if (m := _CHECKPOINT.search(p.name))]
+    return min(sizes) if sizes else None
+
+
+def error_symptom(error: Mapping[str, Any]) -> str:
+    """An error record's symptom: its exception type, or the exception a wrapper names inside."""
+    names = [str(error.get("type") or "")] + exception_names(str(error.get("message") or ""))
+    inner = [name for name in names if name and name not in WRAPPERS]
+    return inner[-1] if inner else names[0]
+
+
+def plan(record: Mapping[str, Any]) -> MinifyJob | None:
+    """How to minify a record, or None when it is not a red compiled experiment the minifier can
+    shrink: eager, XLA, AOT Inductor (torch.export, no dynamo graph), a PASS, a skip, a timeout.
+
+    Accuracy (verdict FAIL) after AOT at level 4 for inductor, whose graphs AOT autograd makes;
+    after dynamo for other backends. A compile or run error at level 2, which dumps a launcher
+    when compiling or running the graph raises."""
+    experiment = record.get("experiment") or {}
+    backend = experiment.get("dynamo")
+    if (backend is None or experiment.get("xla") is not None
+            or experiment.get("compile_options") in AOT_INDUCTOR_OPTIONS):
+        return None
+    after = "aot" if backend == "inductor" else "dynamo"
+    if record.get("status") == "ok" and record.get("verification_code") == "FAIL":
+        return MinifyJob("accuracy", after, 4, ACCURACY_SYMPTOM)
+    if record.get("status") == "error" and record.get("error"):
+        return MinifyJob("error", after, 2, error_symptom(record["error"]))
+    return None
+
+
+def sidecar_path(results_path: Path) -> Path:
+    return Path(results_path).parent / SIDECAR
+
+
+def sidecar_line(record: Mapping[str, Any], block: Mapping[str, Any]) -> bytes:
+    return (json.dumps({"run_id": record["run_id"], "experiment_id": record["experiment_id"],
+                        "minified": dict(block)}, sort_keys=True) + "\n").encode()
+
+
+def read_minified(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """The newest `minified` block per (run_id, experiment_id) in a sidecar file; torn or foreign
+    lines are passed over (a killed minification leaves none, the parent writes whole lines)."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            found[(entry["run_id"], entry["experiment_id"])] = dict(entry["minified"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def join_minified(records: Iterable[dict[str, Any]], results_path: Path) -> list[dict[str, Any]]:
+    """The records with their `minified` block, from the sidecar beside the results file."""
+    blocks = read_minified(sidecar_path(results_path))
+    return [{**record, "minified": blocks[key]} if (key := (record.get("run_id"), record.get("experiment_id")))
+            in blocks else record for record in records]
+
+
+def minified_block(job: MinifyJob, result: Mapping[str, Any] | None, folder: Path, wall_s: float,
+                   timeout_s: float, relative: Callable[[Path], str]) -> dict[str, Any]:
+    """The `minified` block of a minification that ended (`result`, the child's) or was killed at
+    its budget (None): what it found, how long it took, and where its files are (`relative`
+    makes a path relative to the run's output folder, as the record's artifacts are)."""
+    folder = Path(folder)
+    repro = folder / REPRO_FILE
+    if result is None:
+        try:
+            log = (folder / MINIFIER_LOG).read_text(errors="replace")
+        except OSError:
+            log = ""
+        result = {"status": "timeout", "reproduces": None, "observed": [], "nodes_before": nodes_before(log),
+                  "nodes_after": kept_nodes(log, folder / WORK_FOLDER / "checkpoints"),
+                  "message": f"ran past its budget of {timeout_s:g} s and was killed with every process it started"
+                             + ("; repro.py is the minifier's last checkpoint, not checked" if repro.exists()
+                                else "; it had written no repro.py yet")}
+    return {
+        "status": result.get("status", "failed"),
+        "kind": job.kind, "repro_after": job.repro_after, "repro_level": job.repro_level, "symptom": job.symptom,
+        "reproduces": result.get("reproduces"),
+        "observed": list(result.get("observed") or []),
+        "nodes_before": result.get("nodes_before"), "nodes_after": result.get("nodes_after"),
+        "minify_s": round(wall_s, 3), "timeout_s": timeout_s,
+        "repro": relative(repro) if repro.exists() else None,
+        "log": relative(folder / LOG_FILE),
+        "message": result.get("message"),
+    }

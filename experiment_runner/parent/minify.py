@@ -1,0 +1,180 @@
+"""Minify red experiments: after a run (--minify), or for an earlier run's records (`minify`).
+
+Each minification is a child of its own (`python -m experiment_runner.child.minify`) in a
+new session, so a process group of its own, with the experiment's environment but its own
+inductor cache and temporary folder (the experiment's were removed with its scratch, and a
+cache hit would skip the check the minifier needs), and a time budget: past it, the group and
+every descendant carrying its attempt token are killed, as an experiment is at its timeout.
+Nothing here touches the experiment's record: the answer is a line of the sidecar
+(core/minify.py explains why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from experiment_runner.core.flags import declared
+from experiment_runner.core.minify import (
+    FOLDER,
+    JOB_FILE,
+    LOG_FILE,
+    REPRO_FILE,
+    RESULT_FILE,
+    WORK_FOLDER,
+    minified_block,
+    plan,
+    sidecar_line,
+    sidecar_path,
+)
+from experiment_runner.core.process_groups import kill_experiment
+from experiment_runner.core.protocol import Task, read_result
+from experiment_runner.core.results import ResultsFileError, final_records, iter_records
+from experiment_runner.core.run_config import SessionConfig
+from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, EXIT_USAGE, UsageError
+from experiment_runner.parent.launch.env import child_environment, make_scratch, remove_leftovers
+
+# Settings a user's shell may carry that would make the minifier's own processes (the launcher,
+# the repro check) dump and minify again, or read a cache instead of compiling.
+CLEARED_ENV = ("TORCHDYNAMO_REPRO_AFTER", "TORCHDYNAMO_REPRO_LEVEL", "TORCH_COMPILE_DEBUG_DIR")
+FRESH_COMPILE_ENV = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
+
+
+def minify_record(record: dict[str, Any], output_dir: Path, timeout_s: float) -> dict[str, Any] | None:
+    """Minify one record in a child of its own; its `minified` block, or None when the record is
+    not one the minifier can shrink (core.minify.plan)."""
+    job = plan(record)
+    if job is None:
+        return None
+    experiment_dir = output_dir / (record.get("artifacts") or {}).get("dir", "")
+    folder = (experiment_dir / FOLDER).resolve()
+
+    def relative(path: Path) -> str:
+        return os.path.relpath(path, output_dir.resolve())
+
+    started = time.monotonic()
+    try:
+        task = Task.read(experiment_dir / "task.json")
+    except (OSError, ValueError, KeyError) as exc:
+        return {**minified_block(job, {"status": "failed", "message": f"cannot read the experiment's task "
+                                                                      f"({exc}): no model to minify"},
+                                 folder, 0.0, timeout_s, relative), "repro": None}
+    shutil.rmtree(folder, ignore_errors=True)
+    ours = Task(task.experiment, task.options, str(folder))
+    ours.write()
+    (folder / JOB_FILE).write_text(json.dumps(job.to_dict()))
+    make_scratch(folder)
+    env = child_environment(ours, extra=FRESH_COMPILE_ENV)
+    for name in CLEARED_ENV:
+        env.pop(name, None)
+    with open(folder / LOG_FILE, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "experiment_runner.child.minify", str(ours.task_path)],
+                                cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+            result = read_result(folder / RESULT_FILE) or {
+                "status": "failed", "message": f"the minifier's process exited {proc.returncode} without an answer "
+                                               f"({LOG_FILE} says why)"}
+        except subprocess.TimeoutExpired:
+            result = None  # minified_block says timeout
+        # Killed at its budget, or ended: nothing it started outlives it either way.
+        kill_experiment(proc.pid, ours.attempt_id)
+        proc.wait()
+    if result is None and (folder / WORK_FOLDER / REPRO_FILE).exists():
+        shutil.copyfile(folder / WORK_FOLDER / REPRO_FILE, folder / REPRO_FILE)
+    remove_leftovers(folder)
+    return minified_block(job, result, folder, time.monotonic() - started, timeout_s, relative)
+
+
+def minify_records(records: Iterable[dict[str, Any]], results_path: Path, output_dir: Path, timeout_s: float,
+                   echo: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Minify the red compiled experiments among `records` one by one, each answer appended to the
+    sidecar as it comes (a stopped command keeps the ones done); the blocks, in order."""
+    blocks = []
+    # With --processes, one experiment has a record per process: it is minified once, from its last.
+    latest = {(record["run_id"], record["experiment_id"]): record for record in records}
+    candidates = [record for record in latest.values() if plan(record) is not None]
+    for index, record in enumerate(candidates, start=1):
+        echo(f"minifying [{index}/{len(candidates)}] {record['experiment_id']} (budget {timeout_s:g} s)")
+        block = minify_record(record, output_dir, timeout_s)
+        with open(sidecar_path(results_path), "ab") as sidecar:
+            sidecar.write(sidecar_line(record, block))
+        blocks.append(block)
+        nodes = (f", {block['nodes_after']} of {block['nodes_before']} nodes kept"
+                 if block["nodes_before"] is not None else "")
+        where = f": {output_dir / block['repro']}" if block["repro"] else ""
+        echo(f"  {block['status']} in {block['minify_s']:.0f} s{nodes}{where}"
+             + (f" ({block['message']})" if block["message"] else ""))
+    return blocks
+
+
+def _timeout_option() -> Any:
+    return next(option for option in declared(SessionConfig) if option.name == "minify_timeout")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    timeout = _timeout_option()
+    p = argparse.ArgumentParser(
+        prog="experiment_runner minify",
+        description="Shrink the red compiled experiments of a results file (verdict FAIL or status error) to a "
+                    "repro.py each with PyTorch's minifier, as --minify does after a run, and check that each "
+                    "repro fails the same way in a fresh interpreter. The answers are appended to minified.jsonl "
+                    "beside the results file (the newest line of an experiment is its `minified` block); the "
+                    "records are not changed.")
+    p.add_argument("results", help="a results file (JSONL)")
+    p.add_argument("--experiment-id", action="append", default=[], metavar="ID",
+                   help="only this experiment (repeatable); default: every red compiled experiment of the file's "
+                        "latest run")
+    p.add_argument(timeout.long, type=timeout.flag.parse, default=timeout.default, metavar=timeout.flag.metavar,
+                   help=f"{timeout.flag.help} (default: {timeout.default:g})")
+    p.add_argument("--output-dirname", metavar="DIR",
+                   help="the run's --output-dirname, which the records' artifact paths are relative to "
+                        "(default: the results file's folder)")
+    return p
+
+
+def select(records: Sequence[dict[str, Any]], ids: Sequence[str]) -> list[dict[str, Any]]:
+    """The final record of each experiment (the latest process of each), of the named experiments,
+    else of the file's latest run."""
+    final = list({(r["run_id"], r["experiment_id"]): r for r in final_records(records).values()}.values())
+    if ids:
+        chosen = [r for r in final if r["experiment_id"] in ids]
+        missing = sorted(set(ids) - {r["experiment_id"] for r in chosen})
+        if missing:
+            raise UsageError(f"no record of experiment {missing[0]!r} in the results file")
+        return chosen
+    latest = max((r.get("timestamp") or 0, r["run_id"]) for r in final)[1] if final else None
+    return [r for r in final if r["run_id"] == latest]
+
+
+def main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    timeout = _timeout_option()
+    if timeout.flag.out_of_range(args.minify_timeout):
+        print(f"experiment_runner minify: error: {timeout.long} must be {timeout.flag.wanted}", file=sys.stderr)
+        return EXIT_USAGE
+    results = Path(args.results)
+    output_dir = Path(args.output_dirname) if args.output_dirname else results.parent
+    try:
+        chosen = select(list(iter_records(results)), args.experiment_id)
+    except UsageError as exc:
+        print(f"experiment_runner minify: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ResultsFileError, OSError) as exc:
+        print(f"experiment_runner minify: error: cannot read {results}: {exc}", file=sys.stderr)
+        return EXIT_RESULTS_IO
+    red = [r for r in chosen if plan(r) is not None]
+    if not red:
+        print(f"experiment_runner minify: nothing to minify: none of the {len(chosen)} experiment(s) chosen is a "
+              "compiled one that failed (verdict FAIL or status error)", file=sys.stderr)
+        return EXIT_OK
+    minify_records(red, results, output_dir, args.minify_timeout,
+                   lambda line: print(line, file=sys.stderr, flush=True))
+    return EXIT_OK

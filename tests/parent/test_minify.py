@@ -1,0 +1,227 @@
+"""--minify and the `minify` command end to end, with PyTorch's fault injection.
+
+The relu suite's `mlp` calls torch.relu, which dynamo's relu_*_TESTING_ONLY backends break (no
+C++ compile: cheap on a CPU host); `linear` has no relu and passes. One run of both models on
+both backends is shared by the module; the timeout test minifies the suite's `hang`, which
+hangs with a descendant that left its process group.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import assert_no_process_left, cli_command, cli_env, invoke_cli, marked_processes, new_marker
+
+from experiment_runner.core.matrix import Experiment, ExperimentConfig
+from experiment_runner.core.minify import SIDECAR, join_minified, read_minified
+from experiment_runner.core.options import RunOptions
+from experiment_runner.core.protocol import Task
+from experiment_runner.core.record_schema import record_errors
+from experiment_runner.errors import EXIT_OK, EXIT_USAGE
+from experiment_runner.parent import minify
+
+SUITES = {"EXPERIMENT_RUNNER_SUITES": "relu=relu_suite:ReluSuite"}
+ACCURACY, COMPILE_ERROR = "relu_accuracy_error_TESTING_ONLY", "relu_compile_error_TESTING_ONLY"
+
+
+def experiment_id(model: str, backend: str) -> str:
+    return f"relu/{model}/cpu-None-{backend}-eval-fp32-bsdefault"
+
+
+@pytest.fixture(scope="module")
+def minified_run(tmp_path_factory: pytest.TempPathFactory, cli_cache: Path) -> Path:
+    output = tmp_path_factory.mktemp("minify") / "output"
+    run = invoke_cli(["--suite-name=relu", "--filter=^(linear|mlp)$", "--accelerator=cpu", "--xla=None",
+                      "--test=eval", "--precision=fp32", f"--dynamo={ACCURACY}", f"--dynamo={COMPILE_ERROR}",
+                      "--verify", "--repeat=1", "--warmup-iterations=1", "--iterations-per-run=1", "--minify"],
+                     output, cli_cache, env=SUITES, timeout=900)
+    assert run.returncode == 0, run.stderr
+    return output
+
+
+def records(output: Path) -> dict[str, dict]:
+    lines = [json.loads(line) for line in (output / "results.jsonl").read_text().splitlines()]
+    assert len(lines) == len({r["experiment_id"] for r in lines}), "one record per experiment"
+    return {r["experiment_id"]: r for r in lines}
+
+
+def block_of(output: Path, record: dict) -> dict:
+    return read_minified(output / SIDECAR)[(record["run_id"], record["experiment_id"])]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("backend, symptom", [(ACCURACY, "AccuracyError"), (COMPILE_ERROR, "ReluCompileError")])
+def test_each_failure_kind_gives_a_repro_that_reproduces(minified_run: Path, backend: str, symptom: str) -> None:
+    record = records(minified_run)[experiment_id("mlp", backend)]
+    block = block_of(minified_run, record)
+    assert (block["status"], block["reproduces"], block["symptom"]) == ("reproduced", True, symptom)
+    assert block["repro_after"] == "dynamo" and block["repro_level"] == (4 if backend == ACCURACY else 2)
+    assert symptom in block["observed"]
+    assert block["nodes_after"] < block["nodes_before"]
+    repro = minified_run / block["repro"]
+    assert repro.parent == minified_run / record["artifacts"]["dir"] / "minify"
+    assert f"backend={backend!r}" in repro.read_text()
+    # The record is the experiment's, as measured: minification changed nothing in it.
+    assert (record["status"], record["verification_code"]) == (
+        ("ok", "FAIL") if backend == ACCURACY else ("error", "VERIFIER_DIDNT_RUN"))
+    assert "minified" not in record
+
+
+@pytest.mark.e2e
+def test_a_passing_experiment_is_never_minified(minified_run: Path) -> None:
+    found = records(minified_run)
+    blocks = read_minified(minified_run / SIDECAR)
+    for backend in (ACCURACY, COMPILE_ERROR):
+        record = found[experiment_id("linear", backend)]
+        assert record["verification_code"] == "PASS"
+        assert (record["run_id"], record["experiment_id"]) not in blocks
+        assert not (minified_run / record["artifacts"]["dir"] / "minify").exists()
+    assert len(blocks) == 2
+
+
+@pytest.mark.e2e
+def test_joined_records_follow_the_schema(minified_run: Path) -> None:
+    joined = join_minified(records(minified_run).values(), minified_run / "results.jsonl")
+    assert sum("minified" in r for r in joined) == 2
+    for record in joined:
+        assert record_errors(record) == []
+
+
+def results_of(minified_run: Path, record: dict, output: Path, model_name: str) -> Path:
+    """A results file in `output` holding `record` alone, whose experiment's folder holds its task
+    with another model of the suite: what the `minify` command reloads."""
+    folder = output / "experiment"
+    folder.mkdir(parents=True)
+    task = json.loads((minified_run / record["artifacts"]["dir"] / "task.json").read_text())
+    task["experiment"]["model_name"] = model_name
+    (folder / "task.json").write_text(json.dumps(task))
+    results = output / "results.jsonl"
+    results.write_text(json.dumps({**record, "artifacts": {"dir": "experiment", "log": "experiment/child.log"}})
+                       + "\n")
+    return results
+
+
+@pytest.mark.e2e
+def test_a_repro_that_fails_otherwise_is_kept_and_marked(minified_run: Path, cli_cache: Path,
+                                                         tmp_path: Path) -> None:
+    """The record says the experiment raised another exception than the one its graph raises
+    again: the repro is kept, and marked as not reproducing, with what it raised instead."""
+    record = records(minified_run)[experiment_id("mlp", COMPILE_ERROR)]
+    record = {**record, "error": {**record["error"], "type": "RuntimeError", "message": "a failure elsewhere"}}
+    output = tmp_path / "output"
+    results = results_of(minified_run, record, output, model_name="mlp")
+    run = invoke_cli(["minify", str(results)], output, cli_cache, env=SUITES, timeout=600)
+    assert run.returncode == 0, run.stderr
+    block = block_of(output, record)
+    assert (block["status"], block["reproduces"], block["symptom"]) == ("not_reproduced", False, "RuntimeError")
+    assert "ReluCompileError" in block["observed"] and "not RuntimeError" in block["message"]
+    assert (output / block["repro"]).is_file()
+
+
+@pytest.mark.e2e
+def test_a_minifier_past_its_budget_is_killed_with_its_descendants(minified_run: Path, cli_cache: Path,
+                                                                     tmp_path: Path) -> None:
+    """The minifier reloads a model that starts a descendant in a session of its own (beyond the
+    reach of a process-group kill) and hangs: at the budget, everything goes, and the sidecar
+    says timeout; the results file is not touched."""
+    record = records(minified_run)[experiment_id("mlp", COMPILE_ERROR)]
+    output = tmp_path / "output"
+    results = results_of(minified_run, record, output, model_name="hang")
+    marker = new_marker("minify")
+    proc = subprocess.Popen(cli_command(["minify", str(results), "--minify-timeout=60"], output),
+                            env=cli_env(cli_cache, marker, SUITES), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 300
+    while (proc.poll() is None and time.monotonic() < deadline
+           and not any("SIG_IGN" in line for line in marked_processes(marker))):
+        time.sleep(0.2)
+    escaped = [line for line in marked_processes(marker) if "SIG_IGN" in line]
+    _, err = proc.communicate(timeout=300)
+    assert escaped, f"the hanging model's descendant never ran: {err[-2000:]}"
+    assert proc.returncode == 0, err
+    assert_no_process_left(marker)
+    block = block_of(output, record)
+    assert (block["status"], block["reproduces"], block["repro"]) == ("timeout", None, None)
+    assert block["timeout_s"] == 60 and "killed with every process it started" in block["message"]
+    assert results.read_text().count("\n") == 1
+    assert "timeout" in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("inject, symptom, level", [("accuracy", "AccuracyError", 4),
+                                                    ("compile_error", "CppCompileError", 2)])
+def test_inductor_failures_minify_after_aot(tmp_path: Path, cli_cache: Path, inject: str, symptom: str,
+                                            level: int) -> None:
+    """Inductor's own fault injection (cpp.inject_relu_bug_TESTING_ONLY): minified after AOT, each
+    step compiling C++ (minutes on a small host)."""
+    output = tmp_path / "output"
+    run = invoke_cli(["--suite-name=relu", "--filter=^mlp$", "--accelerator=cpu", "--xla=None", "--test=eval",
+                      "--precision=fp32", "--dynamo=inductor", "--verify", "--repeat=1", "--warmup-iterations=1",
+                      "--iterations-per-run=1", "--minify"],
+                     output, cli_cache, env={**SUITES, "RELU_SUITE_INJECT": inject}, timeout=2400)
+    assert run.returncode == 0, run.stderr
+    record = records(output)[experiment_id("mlp", "inductor")]
+    block = block_of(output, record)
+    assert (block["status"], block["reproduces"], block["symptom"]) == ("reproduced", True, symptom)
+    assert (block["repro_after"], block["repro_level"]) == ("aot", level)
+    assert block["nodes_after"] < block["nodes_before"]
+
+
+def test_the_command_minifies_nothing_where_nothing_is_red(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    results = tmp_path / "results.jsonl"
+    passed = {"run_id": "r", "experiment_id": "s/m/c", "status": "ok", "verification_code": "PASS",
+              "experiment": {"dynamo": "inductor", "xla": None, "compile_options": "default"}}
+    eager_error = {**passed, "experiment_id": "s/e/c", "status": "error", "error": {"type": "RuntimeError"},
+                   "experiment": {**passed["experiment"], "dynamo": None}}
+    results.write_text(json.dumps(passed) + "\n" + json.dumps(eager_error) + "\n")
+    assert minify.main([str(results)]) == EXIT_OK
+    assert "nothing to minify: none of the 2 experiment(s)" in capsys.readouterr().err
+    assert not (tmp_path / SIDECAR).exists()
+    assert minify.main([str(results), "--experiment-id=s/none/c"]) == EXIT_USAGE
+    assert "no record of experiment 's/none/c'" in capsys.readouterr().err
+    assert minify.main([str(results), "--minify-timeout=0"]) == EXIT_USAGE
+    assert "--minify-timeout must be a positive finite number of seconds" in capsys.readouterr().err
+
+
+def test_an_experiment_with_a_record_per_process_is_minified_once(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """--processes=N gives a FAIL experiment N records: its last one is minified, once."""
+    red = {"run_id": "r", "experiment_id": "s/m/c", "status": "ok", "verification_code": "FAIL",
+           "process": {"index": 0}, "experiment": {"dynamo": "inductor", "xla": None, "compile_options": "default"}}
+    last = {**red, "process": {"index": 1}}
+    passed = {**red, "experiment_id": "s/p/c", "verification_code": "PASS"}
+    minified: list[dict] = []
+    block = {"status": "reproduced", "nodes_before": 9, "nodes_after": 2, "minify_s": 1.0, "repro": None,
+             "message": None}
+    monkeypatch.setattr(minify, "minify_record", lambda record, *_: minified.append(record) or block)
+    lines: list[str] = []
+    assert minify.minify_records([red, last, passed], tmp_path / "results.jsonl", tmp_path, 5.0,
+                                 lines.append) == [block]
+    assert minified == [last]
+    assert read_minified(tmp_path / SIDECAR) == {("r", "s/m/c"): block}
+    assert lines[-1].strip() == "reproduced in 1 s, 2 of 9 nodes kept"
+
+
+@pytest.mark.e2e
+def test_a_minifier_that_dies_without_an_answer_is_recorded_as_failed(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The minifier's process ends without writing its answer (here: an interpreter that only
+    exits 1): the block says failed and why, not timeout."""
+    experiment = Experiment("relu", "mlp", ExperimentConfig("cpu", None, None, "inductor", "eval", "fp32"))
+    Task(experiment, RunOptions(), str(tmp_path / "exp")).write()
+    record = {"run_id": "r", "experiment_id": experiment.experiment_id, "status": "ok",
+              "verification_code": "FAIL", "artifacts": {"dir": "exp"},
+              "experiment": {"dynamo": "inductor", "xla": None, "compile_options": "default"}}
+    monkeypatch.setattr(sys, "executable", shutil.which("false"))
+    block = minify.minify_record(record, tmp_path, 60.0)
+    assert block is not None
+    assert (block["status"], block["reproduces"], block["repro"]) == ("failed", None, None)
+    assert block["message"] == "the minifier's process exited 1 without an answer (minify.log says why)"
+    assert block["log"] == "exp/minify/minify.log" and (tmp_path / block["log"]).is_file()
