@@ -19,6 +19,12 @@ step, the oldest environment's runner plans the run flags (`--dry-run`): they mu
 experiment. A step that fails (any non-zero exit of the runner) or outlives --step-timeout is
 skipped; SIGINT or SIGTERM end the step's whole process group and bisect with no verdict.
 
+With `--repro PATH` a step is instead `PYTHON PATH` in a fresh process (a repro.py `--minify`
+wrote, or any script), judged as the minifier judges its repro: good when it exits 0, bad when it
+exits non-zero naming the symptom (the one minified.jsonl recorded for that repro, --symptom, or
+else any non-zero exit), skipped when it fails otherwise or outlives --step-timeout. Only the
+pass -> fail question applies; its output goes to `<output>/<name>/repro.log`.
+
 Exit status: 0 a first bad environment was named; 1 it could not be (the ends do not differ, or
 environments in between could not be judged: the output names the range); 2 bad input or an
 end that cannot run the experiment; 3 a file cannot be read; 130 / 143 stopped by SIGINT /
@@ -37,14 +43,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from experiment_runner.analysis.compare import welch_log_ps
 from experiment_runner.analysis.files import read_small
 from experiment_runner.analysis.loader import Row, load_rows
 from experiment_runner.core.flags import declared
+from experiment_runner.core.minify import SIDECAR, exception_names, read_minified, repro_environment, shows_symptom
 from experiment_runner.core.process_groups import kill_experiment
 from experiment_runner.core.run_config import CONFIGS
 from experiment_runner.errors import (
@@ -116,6 +124,8 @@ class Step:
     p_good: float | None = None
     p_bad: float | None = None
     reason: str = ""
+    seconds: float | None = None  # --repro: how long the repro ran
+    exit_code: int | None = None  # --repro: its exit status (None: it did not end by itself)
 
 
 @dataclass
@@ -160,6 +170,25 @@ def read_environments(pairs: Sequence[str], envs_file: Path | None) -> list[Envi
     return found
 
 
+def call(command: list[str], timeout_s: float, cwd: Path | None = None,
+         env: dict[str, str] | None = None) -> tuple[int | None, str, str]:
+    """Run `command` in its own process group: its exit status (None when it outlived
+    `timeout_s`), stdout and stderr. Its whole group is ended whatever ends the call (the
+    timeout, SIGINT, SIGTERM, an error of ours): no step outlives bisect."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                            cwd=cwd, env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        return None, "", ""
+    finally:
+        running = proc.poll() is None
+        kill_experiment(proc.pid, None, grace_s=STOP_GRACE_S if running else 0.0)
+        if running:
+            proc.communicate()
+
+
 class StepRunner:
     """Runs the experiment in one environment (or reuses its finished records) and reads them."""
 
@@ -194,21 +223,7 @@ class StepRunner:
             raise ReportError(f"cannot write {marker}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
 
     def call(self, command: list[str]) -> tuple[int | None, str, str]:
-        """Run `command` in its own process group: its exit status (None when it outlived the
-        step's timeout), stdout and stderr. Its whole group is ended whatever ends the call
-        (the timeout, SIGINT, SIGTERM, an error of ours): no step outlives bisect."""
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
-        try:
-            out, err = proc.communicate(timeout=self.timeout_s)
-            return proc.returncode, out, err
-        except subprocess.TimeoutExpired:
-            return None, "", ""
-        finally:
-            running = proc.poll() is None
-            kill_experiment(proc.pid, None, grace_s=STOP_GRACE_S if running else 0.0)
-            if running:
-                proc.communicate()
+        return call(command, self.timeout_s)
 
     def planned(self, environment: Environment) -> None:
         """Refuse (exit 2) run flags that select other than one experiment, as the environment's
@@ -246,6 +261,119 @@ class StepRunner:
                                                                                    "MissingDependency")):
             return None, f"{row.error_type}: {(row.error_message or '').splitlines()[0][:160]}"
         return row, ""
+
+
+def minified_symptom(repro: Path) -> tuple[str, Path] | None:
+    """The symptom the minifier checked `repro` for, when it is one of ours: a minified.jsonl in
+    a folder above it whose block names this path (blocks name it relative to that folder).
+    With the sidecar it came from; None for any other script."""
+    target = repro.resolve()
+    for folder in target.parents:
+        sidecar = folder / SIDECAR
+        if not sidecar.is_file():
+            continue
+        for block in reversed(list(read_minified(sidecar).values())):
+            if block.get("repro") and block.get("symptom") and (folder / block["repro"]).resolve() == target:
+                return str(block["symptom"]), sidecar
+    return None
+
+
+class ReproRunner:
+    """Runs a repro script in one environment, in a fresh process, and judges it as the
+    minifier judges its repro (core.minify.shows_symptom): bisect --repro's steps."""
+
+    def __init__(self, repro: Path, symptom: str | None, output: Path, timeout_s: float) -> None:
+        self.repro = repro.resolve()
+        self.symptom = symptom
+        self.output = output
+        self.timeout_s = timeout_s
+
+    def command(self, environment: Environment) -> list[str]:
+        """The step's command line; the interpreter made absolute, as the step runs in its folder."""
+        return [os.path.abspath(shutil.which(environment.python) or environment.python), str(self.repro)]
+
+    def run(self, index: int, environment: Environment) -> Step:
+        """One step: the repro's verdict in `environment`, how long it ran and how it ended. It
+        runs in `<output>/<name>/` (what it writes stays there), its output in repro.log."""
+        folder = self.output / environment.name
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ReportError(f"cannot write {folder}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
+        started = time.monotonic()
+        try:
+            code, out, err = call(self.command(environment), self.timeout_s, cwd=folder,
+                                  env=repro_environment(os.environ))
+        except OSError as exc:
+            return Step(index, environment, "skipped", reason=f"cannot start {environment.python}: "
+                                                              f"{exc.strerror or exc}")
+        seconds = time.monotonic() - started
+        try:
+            (folder / "repro.log").write_text(out + err)
+        except OSError as exc:
+            raise ReportError(f"cannot write {folder / 'repro.log'}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
+        step = Step(index, environment, "skipped", seconds=seconds, exit_code=code)
+        if code is None:
+            step.reason = f"timed out after {self.timeout_s:g} s (--step-timeout); its processes were ended"
+        elif code == 0:
+            step.verdict = "good"
+        elif self.symptom is None:
+            step.verdict, step.reason = "bad", "no symptom to look for: any non-zero exit counts as bad"
+        elif shows_symptom(code, out + err, self.symptom):
+            step.verdict, step.reason = "bad", f"raised {self.symptom}"
+        else:
+            raised = ", ".join(dict.fromkeys(exception_names(out + err))) or "nothing"
+            step.reason = f"exit status {code}, raising {raised}, not {self.symptom}: another failure"
+        return step
+
+
+def narrow(count: int, step: Callable[[int], Step]) -> tuple[int, int]:
+    """Halve the range between a good oldest and a bad newest of `count` environments, running
+    `step` on the untried one nearest the middle; a skipped or undecided one is passed over.
+    The last good and first bad indices."""
+    good, bad = 0, count - 1
+    untried = set(range(1, count - 1))
+    while bad - good > 1:
+        candidates = sorted((i for i in untried if good < i < bad), key=lambda i: (abs(i - (good + bad) / 2), i))
+        if not candidates:
+            break
+        index = candidates[0]
+        untried.discard(index)
+        verdict = step(index).verdict
+        if verdict == "good":
+            good = index
+        elif verdict == "bad":
+            bad = index
+    return good, bad
+
+
+def bisect_repro(environments: list[Environment], runner: ReproRunner, echo: Callable[[str], None] = print
+                 ) -> Bisection:
+    """The first environment in which the repro reproduces, after one in which it runs clean."""
+    result = Bisection(environments)
+
+    def step(index: int) -> Step:
+        done = runner.run(index, environments[index])
+        result.steps.append(done)
+        echo(describe_step(len(result.steps), done))
+        return done
+
+    ends = [step(0), step(len(environments) - 1)]
+    cannot = next(((label, s) for label, s in zip(("oldest", "newest"), ends) if s.verdict == "skipped"), None)
+    if cannot is not None:
+        result.message = f"the {cannot[0]} environment cannot run it: {cannot[1].reason}"
+        return result
+    verdicts = (ends[0].verdict, ends[1].verdict)
+    if verdicts != ("good", "bad"):
+        result.message = "the ends do not differ: " + {
+            ("bad", "bad"): "the repro reproduces in the oldest environment too",
+            ("good", "good"): "the repro runs clean in the newest environment too",
+        }.get(verdicts, "the repro reproduces in the oldest environment and runs clean in the newest "
+                        "(a fail -> pass change; bisect looks for pass -> fail)")
+        return result
+    result.last_good, result.first_bad = narrow(len(environments), step)
+    result.skipped_between = list(range(result.last_good + 1, result.first_bad))
+    return result
 
 
 def judge(question: str, row: Row, good: Row, bad: Row, alpha: float) -> tuple[str, float | None, float | None]:
@@ -317,26 +445,16 @@ def bisect(environments: list[Environment], runner: StepRunner, question: str, a
     if why:
         result.message = why
         return result
-    good, bad = 0, len(environments) - 1
-    untried = set(range(1, len(environments) - 1))
-    while bad - good > 1:
-        candidates = sorted((i for i in untried if good < i < bad), key=lambda i: (abs(i - (good + bad) / 2), i))
-        if not candidates:
-            break
-        index = candidates[0]
-        untried.discard(index)
-        done = step(index)
-        if done.verdict == "good":
-            good = index
-        elif done.verdict == "bad":
-            bad = index
-    result.last_good, result.first_bad = good, bad
-    result.skipped_between = list(range(good + 1, bad))
+    result.last_good, result.first_bad = narrow(len(environments), step)
+    result.skipped_between = list(range(result.last_good + 1, result.first_bad))
     return result
 
 
 def describe_step(number: int, step: Step) -> str:
     head = f"step {number}: {step.environment.name} ({step.environment.python}): {step.verdict}"
+    if step.seconds is not None:
+        ended = "no exit" if step.exit_code is None else f"exit {step.exit_code}"
+        return f"{head}; {ended} in {step.seconds:.1f} s" + (f" ({step.reason})" if step.reason else "")
     if step.row is None:
         return f"{head} ({step.reason})"
     figures = [f"status {step.row.status}", f"verification {step.row.verification_code}"]
@@ -348,7 +466,9 @@ def describe_step(number: int, step: Step) -> str:
     return f"{head}; {', '.join(figures)}"
 
 
-def render(result: Bisection, runner: StepRunner) -> str:
+def render(result: Bisection, output: Path, again: Callable[[Environment], list[str]]) -> str:
+    """The answer: the first bad environment (or the range, or why nothing was bisected), and
+    the command (`again`) that runs each end again."""
     envs = result.environments
     out = []
     if result.message:
@@ -361,9 +481,11 @@ def render(result: Bisection, runner: StepRunner) -> str:
                        f"it may be in {names}, which could not be judged (skipped or undecided)")
         else:
             out.append(f"bisect: first bad environment: {first_bad.name}; last good: {last_good.name}")
-        out.append(f"{len(result.steps)} step(s), records in {runner.output}")
+        seconds = [s.seconds for s in result.steps if s.seconds is not None]
+        out.append(f"{len(result.steps)} step(s) in {sum(seconds):.1f} s, each step's repro.log in {output}"
+                   if seconds else f"{len(result.steps)} step(s), records in {output}")
         for label, env in (("good", last_good), ("bad", first_bad)):
-            out.append(f"  to see the {label} end again: {shlex.join(runner.command(env, runner.processes))}")
+            out.append(f"  to see the {label} end again: {shlex.join(again(env))}")
     skipped = [s for s in result.steps if s.verdict == "skipped"]
     if skipped:
         out.append("skipped: " + "; ".join(f"{s.environment.name} ({s.reason})" for s in skipped))
@@ -376,7 +498,10 @@ DESCRIPTION = __doc__.split("\n\n", 1)[0] + """
         --accelerator=cuda --xla=None --dynamo=inductor --test=eval --precision=bf16
 
 The run flags after `--` must name one experiment (an anchored --filter and one value of every
-dimension: the line `history` and `compare` print for a change, without its leading command)."""
+dimension: the line `history` and `compare` print for a change, without its leading command).
+Or bisect a script, a repro.py `--minify` wrote say, in place of the experiment:
+
+    experiment_runner bisect --envs builds.txt --repro output/EXPERIMENT/minify/repro.py"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -385,13 +510,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", action="append", default=[], metavar="NAME=PYTHON",
                    help="an environment, oldest first (repeatable): a name and its Python interpreter")
     p.add_argument("--envs", type=Path, metavar="FILE", help="environments, one `NAME PYTHON` per line, oldest first")
-    p.add_argument("--question", choices=QUESTIONS, default="time",
-                   help="what changed: time (a step of at least --min-change), status (ok -> not ok) or "
-                        "verification (PASS -> not PASS)")
-    p.add_argument("--processes", type=int, default=DEFAULT_PROCESSES, metavar="N",
-                   help="fresh processes per step (default %(default)s)")
-    p.add_argument("--min-change", type=float, default=0.05, help="smallest time change the ends must show")
-    p.add_argument("--alpha", type=float, default=0.01, help="significance level of each judgement")
+    p.add_argument("--repro", type=Path, metavar="PATH",
+                   help="bisect a script instead of an experiment: each step runs PYTHON PATH in a fresh process; "
+                        "good when it exits 0, bad when it exits non-zero naming the symptom (no run flags, "
+                        "--question, --processes, --min-change or --alpha)")
+    p.add_argument("--symptom", metavar="TYPE",
+                   help="with --repro: the exception type a bad step names (default: the one minified.jsonl "
+                        "recorded for a repro --minify wrote, else any non-zero exit is bad)")
+    p.add_argument("--question", choices=QUESTIONS,
+                   help="what changed: time (a step of at least --min-change; the default), status (ok -> not ok) "
+                        "or verification (PASS -> not PASS)")
+    p.add_argument("--processes", type=int, metavar="N",
+                   help=f"fresh processes per step (default {DEFAULT_PROCESSES})")
+    p.add_argument("--min-change", type=float, help="smallest time change the ends must show (default 0.05)")
+    p.add_argument("--alpha", type=float, help="significance level of each judgement (default 0.01)")
     p.add_argument("--output", type=Path, default=Path("bisect"), help="where the steps' records go")
     p.add_argument("--step-timeout", type=float, default=DEFAULT_STEP_TIMEOUT_S, metavar="SECONDS",
                    help="end a step (its whole process group) after this long and skip it (default %(default)g)")
@@ -400,34 +532,74 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# The flags of an experiment's bisection, which --repro refuses: a script has no run flags to pass,
+# one process per step, and only the pass -> fail question.
+EXPERIMENT_ONLY = ("question", "processes", "min_change", "alpha")
+
+
+def repro_runner(args: argparse.Namespace, flags: Sequence[str]) -> tuple[ReproRunner, str]:
+    """The runner of `bisect --repro`, and a line saying which symptom makes a step bad and why."""
+    given = [f"--{name.replace('_', '-')}" for name in EXPERIMENT_ONLY if getattr(args, name) is not None]
+    if flags or given:
+        what = "run flags after `--` do" if flags else f"{given[0]} does"
+        raise ReportError(f"--repro bisects a script, not an experiment: {what} not apply (a step runs "
+                          "PYTHON PATH once; good is exit 0, bad is the symptom)")
+    if not args.repro.is_file():
+        raise ReportError(f"--repro {args.repro}: no such file")
+    if args.symptom is not None:
+        symptom, source = args.symptom, "--symptom"
+    elif (found := minified_symptom(args.repro)) is not None:
+        symptom, source = found[0], f"the minifier's check of this repro ({found[1]})"
+    else:
+        symptom, source = None, ""
+    line = (f"bisect --repro: a step is bad when {args.repro} exits non-zero naming {symptom} (from {source})"
+            if symptom else f"bisect --repro: a step is bad on any non-zero exit of {args.repro} (no symptom: "
+                            "not a repro minified.jsonl names, and no --symptom)")
+    return ReproRunner(args.repro, symptom, args.output, args.step_timeout), line
+
+
 @analysis_command("bisect")
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     flags = args.run_flags[1:] if args.run_flags[:1] == ["--"] else args.run_flags
-    if not flags:
-        raise ReportError("give the experiment's run flags after `--` (the line `history` prints for a change)")
-    owned = owned_flag(flags)
-    if owned is not None:
-        raise ReportError(owned)
-    if args.processes < 2:
-        raise ReportError("--processes must be at least 2: a step is judged on per-process medians")
-    if not (0.0 < args.alpha < 1.0 and math.isfinite(args.min_change) and args.min_change >= 0):
-        raise ReportError("--alpha must be in (0, 1) and --min-change a number >= 0")
     if not (math.isfinite(args.step_timeout) and args.step_timeout > 0):
         raise ReportError("--step-timeout must be a positive number of seconds")
-    if args.question == "verification" and "--verify" not in flags:
-        flags = [*flags, "--verify"]  # the question needs a verification code
+    if args.repro is not None:
+        repro, symptom_line = repro_runner(args, flags)
+    elif args.symptom is not None:
+        raise ReportError("--symptom applies to --repro only: an experiment's step is judged on its record")
+    else:
+        if not flags:
+            raise ReportError("give the experiment's run flags after `--` (the line `history` prints for a change)")
+        owned = owned_flag(flags)
+        if owned is not None:
+            raise ReportError(owned)
+        question = args.question or "time"
+        processes = DEFAULT_PROCESSES if args.processes is None else args.processes
+        alpha = 0.01 if args.alpha is None else args.alpha
+        min_change = 0.05 if args.min_change is None else args.min_change
+        if processes < 2:
+            raise ReportError("--processes must be at least 2: a step is judged on per-process medians")
+        if not (0.0 < alpha < 1.0 and math.isfinite(min_change) and min_change >= 0):
+            raise ReportError("--alpha must be in (0, 1) and --min-change a number >= 0")
+        if question == "verification" and "--verify" not in flags:
+            flags = [*flags, "--verify"]  # the question needs a verification code
+        runner = StepRunner(flags, args.output, processes, args.step_timeout)
     environments = read_environments(args.env, args.envs)
-    runner = StepRunner(flags, args.output, args.processes, args.step_timeout)
     quiet = args.format == "json"
+    echo: Callable[[str], None] = (lambda line: None) if quiet else print
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        result = bisect(environments, runner, args.question, args.alpha, args.min_change,
-                        echo=(lambda line: None) if quiet else print)
-    except KeyboardInterrupt as exc:  # the step's process group is ended already (StepRunner.call)
+        if args.repro is not None:
+            echo(symptom_line)
+            result = bisect_repro(environments, repro, echo=echo)
+        else:
+            result = bisect(environments, runner, question, alpha, min_change, echo=echo)
+    except KeyboardInterrupt as exc:  # the step's process group is ended already (call)
         signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        again = "start again: a repro's steps are rerun" if args.repro is not None else "resume"
         print(f"experiment_runner bisect: stopped by {signal.Signals(signum).name}: no verdict; finished steps "
-              f"are kept in {args.output} (rerun the same command to resume)", file=sys.stderr)
+              f"are kept in {args.output} (rerun the same command to {again})", file=sys.stderr)
         return 128 + signum
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -437,14 +609,18 @@ def main(argv: Sequence[str]) -> int:
             "last_good": None if result.last_good is None else environments[result.last_good].name,
             "first_bad": None if result.first_bad is None else environments[result.first_bad].name,
             "undetermined": [environments[i].name for i in result.skipped_between], "message": result.message,
+            "symptom": repro.symptom if args.repro is not None else None,
             "steps": [{"environment": s.environment.name, "verdict": s.verdict, "reason": s.reason,
                        "median_s": s.row.median_per_iter_time_s if s.row else None,
                        "process_medians": list(s.row.process_medians) if s.row else None,
-                       "status": s.row.status if s.row else None, "p_good": s.p_good, "p_bad": s.p_bad}
+                       "status": s.row.status if s.row else None, "p_good": s.p_good, "p_bad": s.p_bad,
+                       "seconds": s.seconds, "exit_code": s.exit_code}
                       for s in result.steps],
         }, indent=2))
+    elif args.repro is not None:
+        sys.stdout.write(render(result, args.output, repro.command))
     else:
-        sys.stdout.write(render(result, runner))
+        sys.stdout.write(render(result, args.output, lambda env: runner.command(env, runner.processes)))
     if result.message:
         return EXIT_USAGE if "cannot run" in result.message else EXIT_UNDETERMINED
     return EXIT_UNDETERMINED if result.skipped_between else EXIT_OK

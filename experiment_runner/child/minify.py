@@ -32,6 +32,7 @@ from experiment_runner.core.minify import (
     exception_names,
     kept_nodes,
     nodes_before,
+    shows_symptom,
 )
 from experiment_runner.core.protocol import Task, write_result
 
@@ -109,7 +110,7 @@ def minify(task: Task, job: MinifyJob) -> dict[str, Any]:
     code, output = run_logged([sys.executable, str(repro)], folder / "check", folder / CHECK_LOG)
     result["check_s"] = time.perf_counter() - t0
     observed = exception_names(output)
-    reproduces = code != 0 and job.symptom in observed
+    reproduces = shows_symptom(code, output, job.symptom)
     result.update(status="reproduced" if reproduces else "not_reproduced", reproduces=reproduces,
                   observed=sorted(set(observed)), repro_exit_code=code,
                   message=None if reproduces else f"repro.py in a fresh interpreter exited {code}, raising "

@@ -46,6 +46,11 @@ ACCURACY_SYMPTOM = "AccuracyError"
 # the graph directly) may not raise: the symptom is the innermost named exception.
 WRAPPERS = frozenset({"BackendCompilerFailed", "InductorError"})
 
+# Settings a user's shell may carry that would make a repro's process (or the minifier's own: the
+# launcher, the check) dump and minify again, or read a cache instead of compiling.
+CLEARED_ENV = ("TORCHDYNAMO_REPRO_AFTER", "TORCHDYNAMO_REPRO_LEVEL", "TORCH_COMPILE_DEBUG_DIR")
+FRESH_COMPILE_ENV = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
+
 # A minification's outcome, as the record schema's `minified.status` lists them.
 STATUSES = ("reproduced", "not_reproduced", "no_launcher", "no_repro", "timeout", "failed")
 
@@ -80,6 +85,17 @@ class MinifyJob:
 def exception_names(text: str) -> list[str]:
     """The exception class names `text` (a traceback, a message) names, in order."""
     return _EXCEPTION.findall(text or "")
+
+
+def shows_symptom(exit_code: int, output: str, symptom: str) -> bool:
+    """Whether a repro's run reproduced: it exited non-zero and its output names `symptom`. One
+    rule for the minifier's self-check and for `bisect --repro`, so both call the same run red."""
+    return exit_code != 0 and symptom in exception_names(output)
+
+
+def repro_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` for a repro's process: compiling afresh, never dumping and minifying again."""
+    return {**{k: v for k, v in env.items() if k not in CLEARED_ENV}, **FRESH_COMPILE_ENV}
 
 
 def nodes_before(minifier_log: str) -> int | None:

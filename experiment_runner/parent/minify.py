@@ -31,6 +31,7 @@ from experiment_runner.core.minify import (
     WORK_FOLDER,
     minified_block,
     plan,
+    repro_environment,
     sidecar_line,
     sidecar_path,
 )
@@ -40,12 +41,6 @@ from experiment_runner.core.results import ResultsFileError, final_records, iter
 from experiment_runner.core.run_config import SessionConfig
 from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, EXIT_USAGE, UsageError
 from experiment_runner.parent.launch.env import child_environment, make_scratch, remove_leftovers
-
-# Settings a user's shell may carry that would make the minifier's own processes (the launcher,
-# the repro check) dump and minify again, or read a cache instead of compiling.
-CLEARED_ENV = ("TORCHDYNAMO_REPRO_AFTER", "TORCHDYNAMO_REPRO_LEVEL", "TORCH_COMPILE_DEBUG_DIR")
-FRESH_COMPILE_ENV = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
-
 
 def minify_record(record: dict[str, Any], output_dir: Path, timeout_s: float) -> dict[str, Any] | None:
     """Minify one record in a child of its own; its `minified` block, or None when the record is
@@ -71,9 +66,7 @@ def minify_record(record: dict[str, Any], output_dir: Path, timeout_s: float) ->
     ours.write()
     (folder / JOB_FILE).write_text(json.dumps(job.to_dict()))
     make_scratch(folder)
-    env = child_environment(ours, extra=FRESH_COMPILE_ENV)
-    for name in CLEARED_ENV:
-        env.pop(name, None)
+    env = repro_environment(child_environment(ours))
     with open(folder / LOG_FILE, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "experiment_runner.child.minify", str(ours.task_path)],
                                 cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
