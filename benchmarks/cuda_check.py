@@ -215,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-cli", action="store_true", help="skip the end-to-end CLI experiments")
     parser.add_argument("--real-model", metavar="SUITE/MODEL",
-                        help="also run PyTorch's CUDA dashboard configurations on this model (timm/mobilenetv3_large_100)")
+                        help="also run PyTorch's CUDA dashboard configurations on this model "
+                             "(timm/mobilenetv3_large_100)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print(json.dumps({"error": "CUDA is not available"}))

@@ -385,7 +385,8 @@ def write(args: argparse.Namespace) -> tuple[list[Path], dict[Path, str]]:
             path.write_text(text)
         return list(files), {args.output / name: why for name, why in left_out.items()}
     except OSError as exc:
-        raise ReportError(f"cannot write {exc.filename or args.output}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
+        raise ReportError(f"cannot write {exc.filename or args.output}: {exc.strerror or exc}",
+                          EXIT_RESULTS_IO) from None
 
 
 def _check_target(path: Path, folder: Path) -> None:

@@ -201,8 +201,8 @@ def test_a_training_runs_graph_breaks_without_the_harness_count_are_said_to_be_t
            "not the harness's (replayed only with --verify)" in out, out
     assert not any("not the harness's" in line for line in out if "inference" in line), out
 
-    trained["measurements"]["graph_breaks"].update(harness_count=want, harness_count_method="replayed with optimizer "
-                                                   "Adam(lr=0.01, capturable=True, foreach=True), the harness's on cuda")
+    method = "replayed with optimizer Adam(lr=0.01, capturable=True, foreach=True), the harness's on cuda"
+    trained["measurements"]["graph_breaks"].update(harness_count=want, harness_count_method=method)
     (tmp_path / "replayed").mkdir()
     code, out = pytorch(capsys, results(tmp_path / "replayed", [trained, record(MODELS[0], "eval")]))
     assert not any(f"{MODELS[0]}: graph_breaks" in line for line in out), out

@@ -37,7 +37,8 @@ def test_the_golden_run_exports_byte_for_byte(tmp_path: Path) -> None:
     names = sorted(str(p.relative_to(folder)) for p in folder.rglob("*.csv"))
     assert names == sorted(str(p.relative_to(EXPORT)) for p in EXPORT.rglob("*.csv"))
     # The dashboard configurations' accuracy CSVs where PyTorch's CI jobs write them.
-    assert {"cpu_inductor_torchbench/inference_torchbench.csv", "inductor_torchbench/inference_torchbench.csv"} <= set(names)
+    assert {"cpu_inductor_torchbench/inference_torchbench.csv",
+            "inductor_torchbench/inference_torchbench.csv"} <= set(names)
     for name in names:
         check_golden(folder / name, EXPORT / name)
     check_golden(export(tmp_path, "pytorch-benchmark"), EXPORT / "pytorch_benchmark.json")

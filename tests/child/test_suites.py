@@ -78,7 +78,8 @@ def ok_record(run: Run, suite: str, model: str) -> dict:
     assert record["status"] == "ok", record["error"]
     assert record["model"]["suite_name"] == suite and record["model"]["model_name"] == model
     assert record["experiment"]["batch_size"] == 1
-    assert record["experiment"]["precision"] == "bf16", "the reference's eval precision, bf16, is the default and recorded"
+    assert record["experiment"]["precision"] == "bf16", \
+        "the reference's eval precision, bf16, is the default and recorded"
     assert len(record["metrics"]["per_iter_time"]) == 2
     return record
 
