@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from experiment_runner.analysis.expected import SHIPPED, read_expected  # noqa: E402
+from experiment_runner.analysis.expected import SHIPPED, read_expected, shipped_commit  # noqa: E402
 from experiment_runner.core import dashboards  # noqa: E402
 
 SUITES = ("torchbench", "huggingface", "timm")
@@ -83,10 +83,23 @@ def read(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+def others(row: dict[str, Any]) -> str:
+    """The model's count in the other training jobs' files, each with its commit: the same step
+    (the optimizer differs for inductor's few SGD models only) counted at other PyTorch commits,
+    which shows how far a count moves with the torch a file was written with."""
+    found = []
+    for job in dashboards.training_jobs():
+        name = dashboards.dashboards()[job].expected_file(row["suite"], "train")
+        value = expected_rows(job, row["suite"]).get(row["model"], {}).get("graph_breaks")
+        if job != row["job"] and value is not None:
+            found.append(f"{job} {value} (@{(shipped_commit(name) or '?')[:8]})")
+    return ", ".join(found)
+
+
 def markdown(path: Path) -> None:
     rows = read(path)
-    print("| job | suite | model | ours (replayed) | PyTorch's | equal | optimizer replayed | s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| job | suite | model | ours (replayed) | PyTorch's | equal | optimizer replayed | s | the other jobs' files |")
+    print("|---|---|---|---|---|---|---|---|---|")
     agree: dict[tuple[str, str], list[bool]] = {}
     for r in rows:
         theirs = expected_rows(r["job"], r["suite"]).get(r["model"], {}).get("graph_breaks")
@@ -97,7 +110,7 @@ def markdown(path: Path) -> None:
         agree.setdefault((r["job"], r["suite"]), []).append(equal)
         optimizer = r["method"].removeprefix("replayed with optimizer ").split(", the harness's")[0]
         print(f"| {r['job']} | {r['suite']} | {r['model']} | {r['harness_count']} | {theirs} | "
-              f"{'yes' if equal else '**no**'} | {optimizer} | {r['seconds']} |")
+              f"{'yes' if equal else '**no**'} | {optimizer} | {r['seconds']} | {others(r)} |")
     print()
     for (job, suite), found in sorted(agree.items()):
         print(f"- {job} {suite}: graph breaks equal for {sum(found)} of {len(found)}")
