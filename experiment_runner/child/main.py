@@ -198,8 +198,14 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
                 # After verification: the replay resets dynamo, which drops the timed step's code.
                 with phase(timings, "harness_graph_breaks_s"):
                     write_phase(task, "counting graph breaks as the harness")
-                    count, method = harness_graph_break_count(harness)
-                    breaks.update(harness_count=count, harness_count_method=method)
+                    try:
+                        count, method = harness_graph_break_count(harness)
+                    except MemoryError:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - a count must not discard the verdict
+                        breaks["harness_count_error"] = f"{type(exc).__name__}: {str(exc)[:1000]}"
+                    else:
+                        breaks.update(harness_count=count, harness_count_method=method)
     except ModelSkipped as exc:
         result.update(status="skipped", error={"type": "ModelSkipped", "message": str(exc)})
     except BaseException as exc:  # noqa: BLE001 - every failure must become data

@@ -183,6 +183,25 @@ def test_a_training_run_with_the_harness_step_always_replays_it_with_the_jobs_op
     assert 0 < counts["whole"] < counts["breaks"]
 
 
+@pytest.mark.e2e  # run_task describes the host (uname)
+def test_a_replay_that_raises_leaves_the_verdict_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPERIMENT_RUNNER_SUITES", "graph_break=graph_break_suite:GraphBreakSuite")
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "support"))
+
+    def broken(harness: ExperimentHarness) -> tuple[int, str]:
+        raise RuntimeError("replay broke")
+
+    monkeypatch.setattr("experiment_runner.child.main.harness_graph_break_count", broken)
+    config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="eager", test="eval",
+                              precision="fp32", batch_size=2)
+    result = run_task(Task(Experiment("graph_break", "breaks", config), RunOptions(verify=True, repeat=1),
+                           str(tmp_path)))
+    breaks = result["metrics"]["graph_breaks"]
+    assert result["status"] == "ok" and result["verification_code"] == "PASS", result["error"]
+    assert breaks["harness_count_error"] == "RuntimeError: replay broke"
+    assert "harness_count" not in breaks
+
+
 @pytest.mark.e2e  # AOT Inductor runs the C++ compiler
 def test_aot_inductor_exports_compiles_and_loads_on_first_call(tmp_path):
     torch.manual_seed(0)
