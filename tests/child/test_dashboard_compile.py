@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from benchmark_models.model import BenchmarkModel
+from benchmark_models.timm_models import scaled_loss
 from benchmark_models.training import TrainingRecipe
 from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.child.harness import AotInductorModule, AotPackage, ExperimentHarness, input_signature
@@ -74,8 +75,8 @@ class OracleStep:
     (benchmarks/dynamo common.py and torchbench.py: forward_and_backward_pass, written out here
     independently of the replay): the count to match."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer | None, own_loss: bool) -> None:
-        self.optimizer, self.own_loss = optimizer, own_loss
+    def __init__(self, optimizer: torch.optim.Optimizer | None, loss: str) -> None:
+        self.optimizer, self.loss = optimizer, loss
 
     @torch._disable_dynamo(recursive=True)
     def zero_grad(self, mod: nn.Module) -> None:
@@ -85,7 +86,11 @@ class OracleStep:
             self.optimizer.zero_grad(True)
 
     def compute_loss(self, pred: torch.Tensor) -> torch.Tensor:
-        return pred[0].sum() if self.own_loss else torch._dynamo.testing.reduce_to_scalar_loss(pred)
+        if self.loss == "own":  # huggingface's: pred[0]
+            return pred[0].sum()
+        if self.loss == "scaled":  # timm's scaled_compute_loss
+            return torch._dynamo.testing.reduce_to_scalar_loss(pred) / 1000.0
+        return torch._dynamo.testing.reduce_to_scalar_loss(pred)
 
     def forward_and_backward_pass(self, mod: nn.Module, inputs: list, collect_outputs: bool = True) -> object:
         cloned = torch._dynamo.utils.clone_inputs(inputs)
@@ -110,11 +115,11 @@ def make_optimizer(kind: str, module: nn.Module) -> torch.optim.Optimizer | None
     return torch.optim.Adam(module.parameters(), lr=0.01, capturable=True, foreach=True)
 
 
-def oracle_count(breaks: bool, kind: str, own_loss: bool) -> int:
+def oracle_count(breaks: bool, kind: str, loss: str) -> int:
     torch.manual_seed(0)
     module = Breaking(breaks)
     # Compiled as the harness compiles its model_iter_fn: the bound method.
-    step = torch.compile(OracleStep(make_optimizer(kind, module), own_loss).forward_and_backward_pass, backend="eager")
+    step = torch.compile(OracleStep(make_optimizer(kind, module), loss).forward_and_backward_pass, backend="eager")
     torch._dynamo.reset()
     before = sum(torch._dynamo.utils.counters["graph_break"].values())
     inputs = [torch.randn(2, 4)]  # run_n_iterations passes the same inputs to every call
@@ -123,16 +128,26 @@ def oracle_count(breaks: bool, kind: str, own_loss: bool) -> int:
     return sum(torch._dynamo.utils.counters["graph_break"].values()) - before
 
 
-@pytest.mark.parametrize("breaks, kind, own_loss", [
-    (False, "none", False), (False, "SGD", False), (False, "Adam", False), (True, "Adam", False), (False, "none", True),
+# Each loss as its suite builds the model: huggingface's own loss (recipe model_own), the reduction,
+# and timm's scaled_compute_loss models (mobilevit_s), whose suite loss is a helper a few calls deep
+# around the same skipped reduce_to_scalar_loss, the recipe carrying the harness's scale.
+LOSSES = {
+    "own": dict(recipe=TrainingRecipe(loss="model_own", optimizer=None, lr=0.0), loss=lambda pred: pred[0].sum()),
+    "reduce": dict(recipe=TrainingRecipe(loss="mean_per_output", optimizer=None, lr=0.0)),
+    "scaled": dict(recipe=TrainingRecipe(loss="mean_of_first_output", optimizer=None, lr=0.0, loss_scale=0.001),
+                   loss=scaled_loss),
+}
+
+
+@pytest.mark.parametrize("breaks, kind, loss", [
+    (False, "none", "reduce"), (False, "SGD", "reduce"), (False, "Adam", "reduce"), (True, "Adam", "reduce"),
+    (False, "none", "own"), (False, "SGD", "scaled"), (True, "none", "scaled"),
 ])
-def test_the_harness_training_graph_break_count_is_its_steps_frame_for_frame(breaks, kind, own_loss):
-    expected = oracle_count(breaks, kind, own_loss)
+def test_the_harness_training_graph_break_count_is_its_steps_frame_for_frame(breaks, kind, loss):
+    expected = oracle_count(breaks, kind, loss)
     torch.manual_seed(0)
     module = Breaking(breaks)
-    model = BenchmarkModel(module=module, args=(torch.randn(2, 4),), batch_size=2,
-                           recipe=TrainingRecipe(loss="mean_per_output", optimizer=None, lr=0.0),
-                           loss=(lambda pred: pred[0].sum()) if own_loss else None)
+    model = BenchmarkModel(module=module, args=(torch.randn(2, 4),), batch_size=2, **LOSSES[loss])
     assert harness_training_graph_breaks(model, make_optimizer(kind, module), contextlib.nullcontext, 2) == expected
     # The step breaks whatever the model does (backward and the harness's skipped calls).
     assert expected > 0

@@ -150,12 +150,13 @@ def harness_training_graph_breaks(model: "BenchmarkModel", optimizer: "torch.opt
     `Tensor.backward`, `reduce_to_scalar_loss` (skipped too) where the suite's loss calls it, and
     the optimizer's step (SGD's disabled, Adam's traced, with breaks of its own). A break inside a
     nested call also breaks every frame it resumes in, so the step is replayed call for call,
-    loss included (`compute_loss` calls `reduce_to_scalar_loss` directly, timm's step takes the
-    first output first), with the given optimizer (the one the harness takes on the CI job's
-    device; with none it zeroes the module's gradients instead). The inputs
-    are cloned in one call, as the harness clones its single inputs object (keyword inputs where
-    the model takes them, else positional); `collect_results` is passed no prediction, as two of
-    the three suites pass it: its arguments do not change where the step breaks.
+    loss included (`compute_loss` calls `reduce_to_scalar_loss` directly, scaled by the recipe,
+    unless the recipe's loss is the model's own; timm's step takes the first output first), with
+    the given optimizer (the one the harness takes on the CI job's device; with none it zeroes the
+    module's gradients instead). The inputs are cloned in one call, as the harness clones its
+    single inputs object (keyword inputs where the model takes them, else positional);
+    `collect_results` is passed no prediction, as two of the three suites pass it: its arguments
+    do not change where the step breaks.
     """
     import torch
     from torch._dynamo.testing import collect_results, reduce_to_scalar_loss
@@ -163,9 +164,14 @@ def harness_training_graph_breaks(model: "BenchmarkModel", optimizer: "torch.opt
 
     inputs: Any = model.kwargs if model.kwargs and not model.args else list(model.args)
     extra_kwargs = model.kwargs if model.args else {}
+    # The harness's compute_loss is the model's own loss only where the recipe's is (huggingface's
+    # pred[0]); otherwise it calls reduce_to_scalar_loss itself (timm's scaled_compute_loss divides
+    # it), and a suite's loss helper (timm's scaled_loss, three calls deep) would break three more
+    # frames on that skipped function than the harness's one.
+    own_loss = model.loss is not None and model.recipe.loss == "model_own"
 
     def compute_loss(pred: Any) -> Any:
-        if model.loss is not None:
+        if own_loss:
             return model.loss(pred)
         loss = reduce_to_scalar_loss(pred)
         return loss if model.recipe.loss_scale == 1.0 else loss * model.recipe.loss_scale
@@ -186,7 +192,7 @@ def harness_training_graph_breaks(model: "BenchmarkModel", optimizer: "torch.opt
                 pred = model.run_forward(mod, tuple(args), kwargs)
             else:
                 pred = mod(*args, **kwargs)
-            if model.loss is None and model.recipe.loss == "mean_of_first_output" and isinstance(pred, tuple):
+            if not own_loss and model.recipe.loss == "mean_of_first_output" and isinstance(pred, tuple):
                 pred = pred[0]
             loss = compute_loss(pred)
         loss.backward()
