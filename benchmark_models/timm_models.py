@@ -10,19 +10,15 @@ Batch sizes are its lists' (data/timm.json), divided as timm_models.yaml says.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 from benchmark_models.base import DataFileSuite, LoadRequest, harness_batch_size
 from benchmark_models.model import BenchmarkModel
 from benchmark_models.optional import require
-from benchmark_models.training import recipe_for, reduce_first_output
+from benchmark_models.training import recipe_for
 
 # timm_models.py's scaled_compute_loss divides the reduced loss by this ("loss values need zoom out").
 LOSS_SCALE_DOWN = 1000.0
-
-
-def scaled_loss(output: Any) -> Any:
-    return reduce_first_output(output) / LOSS_SCALE_DOWN
 
 
 class TimmSuite(DataFileSuite):
@@ -47,7 +43,9 @@ class TimmSuite(DataFileSuite):
         # Random pixel values in [0, 255], normalized, as images would be.
         pixels = torch.randint(256, (batch_size, *data_config["input_size"]), device=request.device).float()
         images = (pixels - pixels.mean()) / pixels.std()
-        scaled = request.model_name in self._data["rules"]["scaled_compute_loss"]
+        recipe = recipe_for(self.name, request.model_name)
+        if request.model_name in self._data["rules"]["scaled_compute_loss"]:
+            # The recipe carries the scale, as the harness recipe does, so it is applied once.
+            recipe = replace(recipe, loss_scale=1 / LOSS_SCALE_DOWN)
         return BenchmarkModel(module=module, args=(images,), batch_size=batch_size, source=self.source,
-                              recipe=recipe_for(self.name, request.model_name),
-                              loss=scaled_loss if scaled else None)
+                              recipe=recipe)

@@ -11,7 +11,6 @@ import torch
 from torch import nn
 
 from benchmark_models.model import BenchmarkModel
-from benchmark_models.timm_models import scaled_loss
 from benchmark_models.training import TrainingRecipe
 from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.child.harness import AotInductorModule, AotPackage, ExperimentHarness, input_signature
@@ -129,13 +128,11 @@ def oracle_count(breaks: bool, kind: str, loss: str) -> int:
 
 
 # Each loss as its suite builds the model: huggingface's own loss (recipe model_own), the reduction,
-# and timm's scaled_compute_loss models (mobilevit_s), whose suite loss is a helper a few calls deep
-# around the same skipped reduce_to_scalar_loss, the recipe carrying the harness's scale.
+# and timm's scaled_compute_loss models (mobilevit_s), the recipe carrying the harness's scale.
 LOSSES = {
     "own": dict(recipe=TrainingRecipe(loss="model_own", optimizer=None, lr=0.0), loss=lambda pred: pred[0].sum()),
     "reduce": dict(recipe=TrainingRecipe(loss="mean_per_output", optimizer=None, lr=0.0)),
-    "scaled": dict(recipe=TrainingRecipe(loss="mean_of_first_output", optimizer=None, lr=0.0, loss_scale=0.001),
-                   loss=scaled_loss),
+    "scaled": dict(recipe=TrainingRecipe(loss="mean_of_first_output", optimizer=None, lr=0.0, loss_scale=0.001)),
 }
 
 

@@ -236,3 +236,15 @@ def test_the_harness_recipe_is_its_init_optimizer_loss_scale_and_accuracy_mode(s
     assert recipe.optimizer_spec == optimizer
     assert recipe.checked_in_train_mode is train_mode
     assert recipe.loss_spec(model_own=suite == "huggingface") == loss
+
+
+@pytest.mark.parametrize("harness", [False, True], ids=["own recipe", "harness recipe"])
+def test_a_scaled_compute_loss_model_is_scaled_once(harness: bool) -> None:
+    """timm's scaled_compute_loss divides the reduced loss by 1000, once, under either recipe
+    (the suite's own loss and the harness recipe's scale once multiplied to 1e-6)."""
+    model = get_suite("timm").load(LoadRequest("mobilevit_s", "train", "cpu", "cpu", "fp32", batch_size=1))
+    if harness:
+        model.recipe = harness_recipe(model.recipe, "timm", "mobilevit_s", "cpu", "inductor")
+    output = torch.full((2, 3), 5.0)
+    assert model.compute_loss(output).item() == pytest.approx(reduce_to_scalar_loss(output).item() / 1000)
+    assert model.recipe.loss_spec(model.loss is not None) == "mean_of_first_output*0.001"

@@ -165,9 +165,8 @@ def harness_training_graph_breaks(model: "BenchmarkModel", optimizer: "torch.opt
     inputs: Any = model.kwargs if model.kwargs and not model.args else list(model.args)
     extra_kwargs = model.kwargs if model.args else {}
     # The harness's compute_loss is the model's own loss only where the recipe's is (huggingface's
-    # pred[0]); otherwise it calls reduce_to_scalar_loss itself (timm's scaled_compute_loss divides
-    # it), and a suite's loss helper (timm's scaled_loss, three calls deep) would break three more
-    # frames on that skipped function than the harness's one.
+    # pred[0]); otherwise it calls reduce_to_scalar_loss itself: a suite's loss helper calling it a
+    # few calls deeper would break more frames on that skipped function than the harness's one.
     own_loss = model.loss is not None and model.recipe.loss == "model_own"
 
     def compute_loss(pred: Any) -> Any:
