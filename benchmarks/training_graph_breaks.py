@@ -10,19 +10,22 @@ For each model it builds the harness object the child builds for `--dashboard=JO
 after verification, which replays the suite's forward_and_backward_pass with the optimizer the CUDA
 job takes. Graph breaks come from tracing, not the backend, so the count is the experiment's; the
 device is not: a model whose trace differs on the CPU (a CUDA-only kernel path) differs here too.
-Each model appends one JSON line to --out (a rerun skips the models it holds); --markdown prints the
-table and the agreement.
+Each model appends one JSON line to --out (a rerun skips the models it holds): the count, the
+reasons dynamo gave (`counters["graph_break"]`, run with TORCH_LOGS=graph_breaks for each break's
+source line) and the library versions; --markdown prints the table and the agreement.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import re
 import sys
 import tempfile
 import time
 import traceback
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +41,26 @@ def expected_rows(job: str, suite: str) -> dict[str, dict[str, str]]:
     return read_expected(SHIPPED / name) if name and (SHIPPED / name).exists() else {}
 
 
+def versions() -> dict[str, str]:
+    """The libraries a count depends on (a library's own frames can break), where they import."""
+    found = {}
+    for name in ("torch", "timm", "transformers"):
+        try:
+            found[name] = importlib.import_module(name).__version__
+        except Exception as exc:  # noqa: BLE001 - a library the suite does not need may not import
+            found[name] = f"not imported: {type(exc).__name__}"
+    return found
+
+
 def count(suite: str, model: str, job: str) -> dict[str, Any]:
-    """The child's own count for one model, or the error that stopped it."""
+    """The child's own count for one model, with the reasons dynamo gave for each break and the
+    library versions, or the error that stopped it."""
     from experiment_runner.child.devices import runtime_for
     from experiment_runner.child.harness import ExperimentHarness
     from experiment_runner.child.main import harness_graph_break_count
     from experiment_runner.core.matrix import Experiment, ExperimentConfig
     from experiment_runner.core.options import RunOptions
+    from torch._dynamo.utils import counters
 
     wanted = dashboards.dashboards()[job]
     run = wanted.run("train")
@@ -56,8 +72,10 @@ def count(suite: str, model: str, job: str) -> dict[str, Any]:
         harness = ExperimentHarness(Experiment(suite, model, config), RunOptions(verify=True), runtime_for(config),
                                     Path(artifacts))
         try:
+            before = Counter(counters["graph_break"])
             found, method = harness_graph_break_count(harness)
-            return {"harness_count": found, "method": method, "seconds": round(time.monotonic() - started, 1)}
+            return {"harness_count": found, "method": method, "seconds": round(time.monotonic() - started, 1),
+                    "reasons": dict(Counter(counters["graph_break"]) - before), "versions": versions()}
         except Exception as exc:  # noqa: BLE001 - one model's failure is a row, not the end of the sweep
             return {"error": f"{type(exc).__name__}: {str(exc)[:300]}",
                     "where": traceback.format_exc().strip().splitlines()[-1][:300]}
