@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from experiment_runner.core.minify import RESULT_FILE, join_minified  # noqa: E402
+from experiment_runner.core.minify import DEFAULT_TIMEOUT_S, RESULT_FILE, join_minified  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 # One model per suite with torch.relu (aten.relu) in its forward, small enough to minify in a
@@ -34,7 +34,6 @@ HERE = Path(__file__).resolve().parent
 # AlexNet's layers end in ReLU.
 CASES = (("torchbench", "alexnet", 2), ("timm", "repvgg_a2", 2), ("huggingface", "T5Small", 1))
 INJECTIONS = ("accuracy", "compile_error")
-DEFAULT_TIMEOUT_S = 3600
 
 
 def case_folder(out: Path, suite: str, model: str, inject: str) -> Path:
@@ -70,14 +69,12 @@ def row(folder: Path) -> dict[str, Any] | None:
         child = {}
     shrink, check = child.get("launcher_s"), child.get("check_s")
     total = block.get("minify_s")
-    return {"case": folder.name, "experiment_id": record["experiment_id"],
-            "outcome": record.get("verification_code") if record["status"] == "ok"
+    return {"outcome": record.get("verification_code") if record["status"] == "ok"
             else f"{record['status']} ({(record.get('error') or {}).get('type')})",
             "status": block.get("status", "not minified (yet)"), "symptom": block.get("symptom"),
-            "level": f"after {block.get('repro_after')}, level {block.get('repro_level')}" if block else None,
             "nodes_before": block.get("nodes_before"), "nodes_after": block.get("nodes_after"),
             "dump_s": None if None in (total, shrink, check) else total - shrink - check,
-            "shrink_s": shrink, "check_s": check, "minify_s": total, "repro": block.get("repro")}
+            "shrink_s": shrink, "check_s": check, "minify_s": total}
 
 
 def seconds(value: float | None) -> str:
