@@ -294,12 +294,15 @@ def flatten(record: dict[str, Any], file_name: str, folder: Path | None = None) 
 
 
 def _minified_said(block: Any) -> str | None:
-    """A `minified` block in words: `reproduced, 4 of 15 nodes kept`."""
+    """A `minified` block in words: `reproduced, 4 of 15 nodes kept`, or for a minification killed at
+    its budget what its last checkpoint showed: `timeout, checkpoint reproduces, 90 of 1091 nodes kept`."""
     if not isinstance(block, dict):
         return None
     nodes = (f", {block['nodes_after']} of {block['nodes_before']} nodes kept"
              if isinstance(block.get("nodes_before"), int) and isinstance(block.get("nodes_after"), int) else "")
-    return f"{block.get('status')}{nodes}"
+    checkpoint = ({True: ", checkpoint reproduces", False: ", checkpoint does not reproduce"}
+                  .get(block.get("reproduces"), "") if block.get("status") == "timeout" else "")
+    return f"{block.get('status')}{checkpoint}{nodes}"
 
 
 def _minified_repro(block: Any, folder: Path | None) -> str | None:

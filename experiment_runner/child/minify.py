@@ -7,7 +7,8 @@ under torch._dynamo's repro settings, which dump `minifier_launcher.py` when the
 shows; (2) the launcher runs in its own interpreter (it compiles again) and shrinks the graph,
 leaving `repro.py` in its working folder; (3) `repro.py` runs in a fresh interpreter, and
 its exceptions say whether it reproduces. The result goes to RESULT_FILE; the parent turns
-it into the record's `minified` block, and kills this process group at its time budget.
+it into the record's `minified` block, and kills this process group at its time budget. With
+`--check`, step (3) alone, on the last checkpoint of a minification killed at its budget.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from experiment_runner.core.minify import (
     CHECK_LOG,
+    CHECK_RESULT_FILE,
     JOB_FILE,
     MINIFIER_LOG,
     REPRO_FILE,
@@ -104,33 +106,42 @@ def minify(task: Task, job: MinifyJob) -> dict[str, Any]:
         result.update(status="no_repro", message=f"the launcher exited {code} without writing {REPRO_FILE} "
                                                  "(minifier.log says why)")
         return result
-    repro = folder / REPRO_FILE  # beside the logs; its checkpoints (inputs) stay in the work folder
-    shutil.copyfile(work / REPRO_FILE, repro)
-    t0 = time.perf_counter()
-    code, output = run_logged([sys.executable, str(repro)], folder / "check", folder / CHECK_LOG)
-    result["check_s"] = time.perf_counter() - t0
-    observed = exception_names(output)
-    reproduces = shows_symptom(code, output, job.symptom)
-    result.update(status="reproduced" if reproduces else "not_reproduced", reproduces=reproduces,
-                  observed=sorted(set(observed)), repro_exit_code=code,
-                  message=None if reproduces else f"repro.py in a fresh interpreter exited {code}, raising "
-                                                  f"{', '.join(dict.fromkeys(observed)) or 'nothing'}, not "
-                                                  f"{job.symptom}")
+    # beside the logs; its checkpoints (inputs) stay in the work folder
+    shutil.copyfile(work / REPRO_FILE, folder / REPRO_FILE)
+    checked = check(folder, job)
+    result.update(checked, status="reproduced" if checked["reproduces"] else "not_reproduced")
     return result
 
 
+def check(folder: Path, job: MinifyJob) -> dict[str, Any]:
+    """Run the folder's repro.py in a fresh interpreter: whether it shows the job's symptom."""
+    t0 = time.perf_counter()
+    code, output = run_logged([sys.executable, str(folder / REPRO_FILE)], folder / "check", folder / CHECK_LOG)
+    observed = exception_names(output)
+    reproduces = shows_symptom(code, output, job.symptom)
+    return {"reproduces": reproduces, "observed": sorted(set(observed)), "repro_exit_code": code,
+            "check_s": time.perf_counter() - t0,
+            "message": None if reproduces else f"repro.py in a fresh interpreter exited {code}, raising "
+                                               f"{', '.join(dict.fromkeys(observed)) or 'nothing'}, not "
+                                               f"{job.symptom}"}
+
+
 def main(argv: list[str] | None = None) -> int:
+    """`TASK_PATH`: minify, the answer in RESULT_FILE. `--check TASK_PATH`: only check the folder's
+    repro.py (the checkpoint a minification killed at its budget left), the answer in CHECK_RESULT_FILE."""
     argv = sys.argv[1:] if argv is None else argv
-    task = Task.read(Path(argv[0]))
+    checking = argv[0] == "--check"
+    task = Task.read(Path(argv[-1]))
     folder = Path(task.artifacts_dir)
     job = MinifyJob.from_dict(json.loads((folder / JOB_FILE).read_text()))
-    print(f"experiment_runner minify: {task.experiment.experiment_id} ({job.kind} after {job.repro_after}, "
-          f"level {job.repro_level})", flush=True)
+    print(f"experiment_runner minify: {'checking the last checkpoint of ' if checking else ''}"
+          f"{task.experiment.experiment_id} ({job.kind} after {job.repro_after}, level {job.repro_level})",
+          flush=True)
     try:
-        result = minify(task, job)
+        result = check(folder, job) if checking else minify(task, job)
     except Exception as exc:  # noqa: BLE001 - the parent records it as the minification's failure
-        result = {"status": "failed", "message": f"{type(exc).__name__}: {str(exc)[:2000]}"}
-    write_result(folder / RESULT_FILE, result)
+        result = {"status": "failed", "reproduces": None, "message": f"{type(exc).__name__}: {str(exc)[:2000]}"}
+    write_result(folder / (CHECK_RESULT_FILE if checking else RESULT_FILE), result)
     return 0
 
 

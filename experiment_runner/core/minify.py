@@ -28,6 +28,7 @@ SIDECAR = "minified.jsonl"
 FOLDER = "minify"
 JOB_FILE = "minify_job.json"
 RESULT_FILE = "minify_result.json"
+CHECK_RESULT_FILE = "checkpoint_check.json"  # the check of a killed minification's last checkpoint
 LOG_FILE = "minify.log"
 MINIFIER_LOG = "minifier.log"  # the launcher's output
 CHECK_LOG = "repro_check.log"  # repro.py's output in a fresh interpreter
@@ -38,6 +39,10 @@ REPRO_FILE = "repro.py"
 # (alexnet's 47 nodes, repvgg_a2's 1377, T5Small's 1091) minifies after AOT in 8 to 44 minutes,
 # each query compiling C++; an hour lets those finish, and bounds a run.
 DEFAULT_TIMEOUT_S = 3600.0
+# The share of a budget kept to check the last checkpoint of a minification that ran past the rest:
+# a real model's repro runs once in a fresh interpreter in well under a minute (T5Small's 90-node
+# checkpoint: 39 s), and a checked repro, even a larger one, is what a user can act on.
+CHECK_SHARE = 0.1
 
 # The exception a repro of an accuracy failure raises (torch._dynamo.debug_utils).
 ACCURACY_SYMPTOM = "AccuracyError"
@@ -173,10 +178,13 @@ def join_minified(records: Iterable[dict[str, Any]], results_path: Path) -> list
 
 
 def minified_block(job: MinifyJob, result: Mapping[str, Any] | None, folder: Path, wall_s: float,
-                   timeout_s: float, relative: Callable[[Path], str]) -> dict[str, Any]:
-    """The `minified` block of a minification that ended (`result`, the child's) or was killed at
-    its budget (None): what it found, how long it took, and where its files are (`relative`
-    makes a path relative to the run's output folder, as the record's artifacts are)."""
+                   timeout_s: float, relative: Callable[[Path], str], killed_at_s: float | None = None,
+                   checked: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The `minified` block of a minification that ended (`result`, the child's) or was killed
+    (None) at `killed_at_s` of its budget, with the check of the last checkpoint it left
+    (`checked`: the child's `--check` answer, or None where it gave none): what it found, how long
+    it took, and where its files are (`relative` makes a path relative to the run's output folder,
+    as the record's artifacts are)."""
     folder = Path(folder)
     repro = folder / REPRO_FILE
     if result is None:
@@ -184,11 +192,13 @@ def minified_block(job: MinifyJob, result: Mapping[str, Any] | None, folder: Pat
             log = (folder / MINIFIER_LOG).read_text(errors="replace")
         except OSError:
             log = ""
-        result = {"status": "timeout", "reproduces": None, "observed": [], "nodes_before": nodes_before(log),
+        checked = dict(checked or {})
+        result = {"status": "timeout", "reproduces": checked.get("reproduces"),
+                  "observed": checked.get("observed") or [], "nodes_before": nodes_before(log),
                   "nodes_after": kept_nodes(log, folder / WORK_FOLDER / "checkpoints"),
-                  "message": f"ran past its budget of {timeout_s:g} s and was killed with every process it started"
-                             + ("; repro.py is the minifier's last checkpoint, not checked" if repro.exists()
-                                else "; it had written no repro.py yet")}
+                  "message": f"ran past {timeout_s if killed_at_s is None else killed_at_s:g} s of its budget of "
+                             f"{timeout_s:g} s and was killed with every process it started; "
+                             + _checkpoint_said(repro.exists(), checked, job)}
     return {
         "status": result.get("status", "failed"),
         "kind": job.kind, "repro_after": job.repro_after, "repro_level": job.repro_level, "symptom": job.symptom,
@@ -200,3 +210,15 @@ def minified_block(job: MinifyJob, result: Mapping[str, Any] | None, folder: Pat
         "log": relative(folder / LOG_FILE),
         "message": result.get("message"),
     }
+
+
+def _checkpoint_said(written: bool, checked: Mapping[str, Any], job: MinifyJob) -> str:
+    """What a killed minification left, in words: its last checkpoint and what checking it showed."""
+    if not written:
+        return "it had written no repro.py yet"
+    if checked.get("reproduces") is True:
+        return f"repro.py is the minifier's last checkpoint, and it reproduces {job.symptom} in a fresh interpreter"
+    if checked.get("reproduces") is False:
+        return f"repro.py is the minifier's last checkpoint, and it does not reproduce: {checked.get('message')}"
+    return (f"repro.py is the minifier's last checkpoint, not checked: "
+            f"{checked.get('message') or 'its check gave no answer'}")

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from experiment_runner.core import dashboards, matrix
 from experiment_runner.core.flags import Flag, option, required
+from experiment_runner.core.minify import CHECK_SHARE as MINIFY_CHECK_SHARE
 from experiment_runner.core.minify import DEFAULT_TIMEOUT_S as DEFAULT_MINIFY_TIMEOUT_S
 from experiment_runner.core.options import COMPILE_TIME_DOC, MATRIX, MEASUREMENT, VERIFICATION, RunOptions
 
@@ -247,8 +248,9 @@ class SessionConfig:
         "answer is a `minified` block in minified.jsonl beside the results file, never a change to the record "
         "(the `minify` command does the same for an earlier run)", VERIFICATION, kind="switch"))
     minify_timeout: float = option(DEFAULT_MINIFY_TIMEOUT_S, Flag(
-        "seconds per experiment's minification (dump, shrink, check); then its process group and every "
-        "descendant are killed and its `minified` block says timeout, keeping the last checkpoint as repro.py",
+        f"seconds per experiment's minification (dump, shrink, check); past {1 - MINIFY_CHECK_SHARE:g} of them the "
+        "process group and every descendant are killed, the last checkpoint is kept as repro.py and checked in "
+        "the rest, and the `minified` block says timeout",
         VERIFICATION, parse=float, metavar="SECONDS", low=0, low_open=True,
         wanted="a positive finite number of seconds"))
 

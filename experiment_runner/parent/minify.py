@@ -3,8 +3,9 @@
 Each minification is a child of its own (`python -m experiment_runner.child.minify`) in a
 new session, so a process group of its own, with the experiment's environment but its own
 inductor cache and temporary folder (the experiment's were removed with its scratch, and a
-cache hit would skip the check the minifier needs), and a time budget: past it, the group and
-every descendant carrying its attempt token are killed, as an experiment is at its timeout.
+cache hit would skip the check the minifier needs), and a time budget: past all but
+CHECK_SHARE of it, the group and every descendant carrying its attempt token are killed, as an
+experiment is at its timeout, and the last checkpoint it left is checked (`--check`) in the rest.
 Nothing here touches the experiment's record: the answer is a line of the sidecar
 (core/minify.py explains why).
 """
@@ -23,6 +24,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from experiment_runner.core.flags import declared
 from experiment_runner.core.minify import (
+    CHECK_RESULT_FILE,
+    CHECK_SHARE,
     FOLDER,
     JOB_FILE,
     LOG_FILE,
@@ -66,24 +69,41 @@ def minify_record(record: dict[str, Any], output_dir: Path, timeout_s: float) ->
     ours.write()
     (folder / JOB_FILE).write_text(json.dumps(job.to_dict()))
     make_scratch(folder)
-    env = repro_environment(child_environment(ours))
-    with open(folder / LOG_FILE, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "experiment_runner.child.minify", str(ours.task_path)],
-                                cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            proc.wait(timeout=timeout_s)
-            result = read_result(folder / RESULT_FILE) or {
-                "status": "failed", "message": f"the minifier's process exited {proc.returncode} without an answer "
-                                               f"({LOG_FILE} says why)"}
-        except subprocess.TimeoutExpired:
-            result = None  # minified_block says timeout
-        # Killed at its budget, or ended: nothing it started outlives it either way.
-        kill_experiment(proc.pid, ours.attempt_id)
-        proc.wait()
-    if result is None and (folder / WORK_FOLDER / REPRO_FILE).exists():
+    result, checked = None, None
+    killed_at_s = timeout_s * (1 - CHECK_SHARE)
+    exit_code = run_child(ours, [], killed_at_s)
+    if exit_code is not None:
+        result = read_result(folder / RESULT_FILE) or {
+            "status": "failed", "message": f"the minifier's process exited {exit_code} without an answer "
+                                           f"({LOG_FILE} says why)"}
+    elif (folder / WORK_FOLDER / REPRO_FILE).exists():
+        # Killed at its share of the budget: its last checkpoint, checked in the rest.
         shutil.copyfile(folder / WORK_FOLDER / REPRO_FILE, folder / REPRO_FILE)
+        rest = timeout_s - (time.monotonic() - started)
+        exit_code = run_child(ours, ["--check"], rest)
+        checked = read_result(folder / CHECK_RESULT_FILE) if exit_code is not None else {
+            "message": f"its check ran past the rest of the budget ({rest:.0f} s) and was killed"}
     remove_leftovers(folder)
-    return minified_block(job, result, folder, time.monotonic() - started, timeout_s, relative)
+    return minified_block(job, result, folder, time.monotonic() - started, timeout_s, relative, killed_at_s,
+                          checked)
+
+
+def run_child(task: Task, options: list[str], timeout_s: float) -> int | None:
+    """Run the minifier's process on `task` in a session of its own, its output appended to the
+    log; its exit code, or None when it ran past `timeout_s`. Ended or killed, nothing it started
+    outlives it."""
+    with open(Path(task.artifacts_dir) / LOG_FILE, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "experiment_runner.child.minify", *options,
+                                 str(task.task_path)], cwd=task.artifacts_dir,
+                                env=repro_environment(child_environment(task)), stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code: int | None = proc.wait(timeout=max(timeout_s, 0.0))
+        except subprocess.TimeoutExpired:
+            code = None
+        kill_experiment(proc.pid, task.attempt_id)
+        proc.wait()
+    return code
 
 
 def minify_records(records: Iterable[dict[str, Any]], results_path: Path, output_dir: Path, timeout_s: float,

@@ -334,14 +334,22 @@ def test_a_folder_is_read_as_its_results_files_and_failures_name_their_logs(
     assert "nightly/2025-01-02/runs/r/llama/child.log" in failures
 
 
+@pytest.mark.parametrize("block, said", [
+    ({"status": "reproduced", "nodes_before": 15, "nodes_after": 4}, "reproduced, 4 of 15 nodes kept"),
+    ({"status": "timeout", "reproduces": True, "nodes_before": 1091, "nodes_after": 90},
+     "timeout, checkpoint reproduces, 90 of 1091 nodes kept"),
+    ({"status": "timeout", "reproduces": False, "nodes_before": 47, "nodes_after": 9},
+     "timeout, checkpoint does not reproduce, 9 of 47 nodes kept"),
+])
 def test_minified_repros_are_named_from_the_sidecar(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+                                                   monkeypatch: pytest.MonkeyPatch, block: dict, said: str) -> None:
     """A red experiment's minification (minified.jsonl beside the results file) is listed with its
-    repro.py; an experiment without one is not, and the records are read as they are."""
+    repro.py, and for one killed at its budget, whether its last checkpoint reproduces; an
+    experiment without one is not, and the records are read as they are."""
     first, second = (json.loads(line) for line in RESULTS.read_text().splitlines()[:2])
     failed = {**first, "status": "ok", "verification_code": "FAIL"}
     (tmp_path / "results.jsonl").write_text(json.dumps(failed) + "\n" + json.dumps(second) + "\n")
-    block = {"status": "reproduced", "nodes_before": 15, "nodes_after": 4, "repro": "runs/r/exp/minify/repro.py"}
+    block = {**block, "repro": "runs/r/exp/minify/repro.py"}
     (tmp_path / "minified.jsonl").write_text(json.dumps({"run_id": failed["run_id"],
                                                          "experiment_id": failed["experiment_id"],
                                                          "minified": block}) + "\n")
@@ -352,7 +360,7 @@ def test_minified_repros_are_named_from_the_sidecar(tmp_path: Path, capsys: pyte
                        1)[1].split("\n\n", 1)[0].splitlines()[2:]
     assert len(listed) == 1
     assert listed[0].split()[0] == first["model"]["model_name"]
-    assert "FAIL" in listed[0] and "reproduced, 4 of 15 nodes kept" in listed[0]
+    assert "FAIL" in listed[0] and said in listed[0]
     assert listed[0].endswith("runs/r/exp/minify/repro.py")
 
 

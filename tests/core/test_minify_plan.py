@@ -113,3 +113,26 @@ def test_a_killed_minification_says_timeout_and_keeps_its_last_checkpoint(tmp_pa
 
 def test_the_schema_lists_every_outcome() -> None:
     assert tuple(record_schema()["properties"]["minified"]["properties"]["status"]["enum"]) == STATUSES
+
+
+@pytest.mark.parametrize("checked, reproduces, said", [
+    ({"reproduces": True, "observed": ["AccuracyError"]}, True,
+     "last checkpoint, and it reproduces AccuracyError in a fresh interpreter"),
+    ({"reproduces": False, "observed": [], "message": "repro.py in a fresh interpreter exited 0, raising nothing, "
+                                                      "not AccuracyError"}, False,
+     "last checkpoint, and it does not reproduce: repro.py in a fresh interpreter exited 0"),
+    ({"message": "its check ran past the rest of the budget (6 s) and was killed"}, None,
+     "last checkpoint, not checked: its check ran past the rest of the budget"),
+])
+def test_a_killed_minification_says_what_checking_its_last_checkpoint_showed(
+        tmp_path: Path, checked: dict, reproduces: bool | None, said: str) -> None:
+    folder = tmp_path / "minify"
+    folder.mkdir()
+    (folder / REPRO_FILE).write_text("# checkpoint\n")
+    job = MinifyJob("accuracy", "aot", 4, "AccuracyError")
+    block = minified_block(job, None, folder, 60.0, 60.0, lambda p: p.name, 54.0, checked)
+    assert (block["status"], block["reproduces"], block["observed"]) == (
+        "timeout", reproduces, checked.get("observed", []))
+    assert block["message"].startswith("ran past 54 s of its budget of 60 s and was killed")
+    assert said in block["message"]
+    jsonschema.validate(json.loads(json.dumps(block)), record_schema()["properties"]["minified"])

@@ -19,7 +19,7 @@ import pytest
 from conftest import assert_no_process_left, cli_command, cli_env, invoke_cli, marked_processes, new_marker
 
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
-from experiment_runner.core.minify import SIDECAR, join_minified, read_minified
+from experiment_runner.core.minify import REPRO_FILE, SIDECAR, WORK_FOLDER, join_minified, read_minified
 from experiment_runner.core.options import RunOptions
 from experiment_runner.core.protocol import Task
 from experiment_runner.core.record_schema import record_errors
@@ -225,3 +225,42 @@ def test_a_minifier_that_dies_without_an_answer_is_recorded_as_failed(tmp_path: 
     assert (block["status"], block["reproduces"], block["repro"]) == ("failed", None, None)
     assert block["message"] == "the minifier's process exited 1 without an answer (minify.log says why)"
     assert block["log"] == "exp/minify/minify.log" and (tmp_path / block["log"]).is_file()
+
+
+CHECKPOINTS = {
+    "reproduces": ("class AccuracyError(Exception):\n    pass\n\n\nraise AccuracyError('the graph differs')\n",
+                   True, "it reproduces AccuracyError in a fresh interpreter"),
+    "runs clean": ("print('no failure here')\n", False,
+                   "it does not reproduce: repro.py in a fresh interpreter exited 0, raising nothing"),
+    "hangs": ("import threading\n\nthreading.Event().wait()\n", None,
+              "not checked: its check ran past the rest of the budget"),
+}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("case", CHECKPOINTS)
+def test_the_last_checkpoint_of_a_killed_minifier_is_checked_in_the_rest_of_its_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    """The minifier's process writes a checkpoint repro.py, then hangs: at its share of the budget
+    it is killed, and the checkpoint is run in a fresh interpreter by the real `--check` in the
+    rest. The block keeps status timeout and says whether the checkpoint reproduces."""
+    source, reproduces, said = CHECKPOINTS[case]
+    experiment = Experiment("relu", "mlp", ExperimentConfig("cpu", None, None, "inductor", "eval", "fp32"))
+    Task(experiment, RunOptions(), str(tmp_path / "exp")).write()
+    record = {"run_id": "r", "experiment_id": experiment.experiment_id, "status": "ok",
+              "verification_code": "FAIL", "artifacts": {"dir": "exp"},
+              "experiment": {"dynamo": "inductor", "xla": None, "compile_options": "default"}}
+    (tmp_path / "checkpoint.py").write_text(source)
+    minifier = tmp_path / "minifier"
+    minifier.write_text(f"#!/bin/sh\n[ \"$3\" = --check ] && exec {sys.executable} \"$@\"\n"
+                        f"mkdir -p {WORK_FOLDER} && cp {tmp_path / 'checkpoint.py'} {WORK_FOLDER}/{REPRO_FILE}\n"
+                        "exec sleep 3600\n")
+    minifier.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(minifier))
+    monkeypatch.setattr(minify, "CHECK_SHARE", 0.5)
+    block = minify.minify_record(record, tmp_path, 16.0)
+    assert block is not None
+    assert (block["status"], block["reproduces"], block["repro"]) == ("timeout", reproduces, "exp/minify/repro.py")
+    assert block["message"].startswith("ran past 8 s of its budget of 16 s and was killed")
+    assert said in block["message"]
+    assert (tmp_path / block["repro"]).read_text() == source
