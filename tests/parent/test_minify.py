@@ -134,7 +134,7 @@ def test_a_minifier_past_its_budget_is_killed_with_its_descendants(minified_run:
     output = tmp_path / "output"
     results = results_of(minified_run, record, output, model_name="hang")
     marker = new_marker("minify")
-    proc = subprocess.Popen(cli_command(["minify", str(results), "--minify-timeout=60"], output),
+    proc = subprocess.Popen(cli_command(["minify", str(results), "--minify-timeout=40"], output),
                             env=cli_env(cli_cache, marker, SUITES), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     deadline = time.monotonic() + 300
@@ -148,7 +148,7 @@ def test_a_minifier_past_its_budget_is_killed_with_its_descendants(minified_run:
     assert_no_process_left(marker)
     block = block_of(output, record)
     assert (block["status"], block["reproduces"], block["repro"]) == ("timeout", None, None)
-    assert block["timeout_s"] == 60 and "killed with every process it started" in block["message"]
+    assert block["timeout_s"] == 40 and "killed with every process it started" in block["message"]
     assert results.read_text().count("\n") == 1
     assert "timeout" in err
 
@@ -258,9 +258,9 @@ def test_the_last_checkpoint_of_a_killed_minifier_is_checked_in_the_rest_of_its_
     minifier.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(minifier))
     monkeypatch.setattr(minify, "CHECK_SHARE", 0.5)
-    block = minify.minify_record(record, tmp_path, 16.0)
+    block = minify.minify_record(record, tmp_path, 8.0)
     assert block is not None
     assert (block["status"], block["reproduces"], block["repro"]) == ("timeout", reproduces, "exp/minify/repro.py")
-    assert block["message"].startswith("ran past 8 s of its budget of 16 s and was killed")
+    assert block["message"].startswith("ran past 4 s of its budget of 8 s and was killed")
     assert said in block["message"]
     assert (tmp_path / block["repro"]).read_text() == source
