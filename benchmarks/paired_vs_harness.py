@@ -201,6 +201,9 @@ def main() -> int:
     parser.add_argument("--training", action="store_true",
                         help="a training step on both sides (the harness's --training --amp), not inference")
     parser.add_argument("--rounds", type=int, default=1, help="times each model runs on both sides")
+    parser.add_argument("--first-round", type=int, default=1,
+                        help="the number of the first round, for a run taken in pieces: round N runs the "
+                             "harness first where N is odd, as one run would")
     parser.add_argument("--with-paired", action="store_true",
                         help="also run ours with --speedup=paired and an eager experiment (paired and isolated)")
     parser.add_argument("--adaptive-pairs", action="store_true",
@@ -217,6 +220,8 @@ def main() -> int:
     adaptive = (("--adaptive-pairs",) if args.adaptive_pairs else ()) + tuple(
         f"--{flag}={value}" for flag, value in (("pairs-half-width", args.pairs_half_width),
                                                 ("max-pairs", args.max_pairs)) if value is not None)
+    if args.first_round < 1:
+        parser.error("--first-round must be 1 or more")
     if args.torchbench is None and any(model.suite == "torchbench" for model in args.model):
         parser.error("torchbench models need --torchbench, a pytorch/benchmark checkout")
     repo = str(Path(__file__).resolve().parents[1])
@@ -230,7 +235,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows: dict[Model, list[dict[str, float]]] = {model: [] for model in args.model}
     with tempfile.TemporaryDirectory() as scratch:
-        for round_ in range(1, args.rounds + 1):
+        for round_ in range(args.first_round, args.first_round + args.rounds):
             for model in args.model:
                 out = Path(args.keep or scratch) / f"round{round_}"
                 out.mkdir(parents=True, exist_ok=True)
