@@ -26,5 +26,6 @@ rm -rf "$venv"
 "$venv/bin/python" -m pip install --quiet -c "$pins" numpy tqdm tabulate pytest pytest-timeout pytest-xdist jsonschema psutil
 "$venv/bin/python" -c "import torch, torch_xla; print('xla: torch', torch.__version__, 'torch_xla', torch_xla.__version__)"
 
-echo "xla: PJRT_DEVICE=CPU pytest -m xla tests/child/test_xla.py tests/core/test_reference_keys.py"
-PJRT_DEVICE=CPU "$venv/bin/python" -m pytest -m xla tests/child/test_xla.py tests/core/test_reference_keys.py
+tests="tests/child/test_xla.py tests/child/test_xla_forkserver.py tests/core/test_reference_keys.py"
+echo "xla: PJRT_DEVICE=CPU pytest -m xla $tests"
+PJRT_DEVICE=CPU "$venv/bin/python" -m pytest -m xla $tests

@@ -197,7 +197,7 @@ def _serve_requests(requests_fd: int, replies_fd: int, wake_r: int, wake_w: int,
 def redo_torch_xla_environment() -> None:
     """What `import torch_xla` (2.9) writes into os.environ, done again over the child's own
     variables, in the same order; each step only adds what the environment lacks. Missing
-    one shows in tests/child/test_xla.py, which compares whole environments."""
+    one shows in tests/child/test_xla_forkserver.py, which compares whole environments."""
     import torch_xla
     from torch_xla import runtime
     from torch_xla.experimental import plugins

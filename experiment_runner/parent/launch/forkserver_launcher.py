@@ -76,7 +76,7 @@ READ_AT_USE = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CUDA_VI
                          "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER"})
 # ... and in a server that imported torch_xla 2.9, these too: the PJRT device and XLA_FLAGS
 # are read when the runtime starts (the first device use), the dump, dtype and
-# functionalization variables when first consulted (tests/child/test_xla.py proves each).
+# functionalization variables when first consulted (tests/child/test_xla_forkserver.py proves each).
 # torch_xla's import adds defaults to XLA_FLAGS (and TF_CPP_MIN_LOG_LEVEL); the child redoes
 # that over its own values (child/forkserver.py).
 # PT_XLA_DEBUG makes torch_xla's import create a trace file of the process's own: such
