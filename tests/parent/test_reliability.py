@@ -27,6 +27,10 @@ pytestmark = pytest.mark.e2e
 LAUNCHERS = ("forkserver", "subprocess")
 COMMON = ("--suite-name=faulty", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=1",
           "--warmup-iterations=0")
+# A timeout these tests wait out: long enough for a child to reach its hang on a loaded host.
+# A fresh interpreter imports torch first (seconds, tens of seconds under load); a child forked
+# from the warm fork server starts where the server left off, and its timeout starts at the fork.
+HANG_TIMEOUT_S = {"forkserver": 15, "subprocess": 45}
 
 
 def stubborn_alive(marker: str) -> bool:
@@ -94,8 +98,8 @@ def test_resume_after_sigkill_never_records_the_killed_attempts_result(launcher:
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_death_in_float64_verification_keeps_the_timings(launcher: str, run_cli) -> None:
-    run = run_cli(*COMMON, "--filter=^verify_(segfault|hang)$", "--verify", "--subprocess-timeout=40",
-                  f"--launcher={launcher}")
+    run = run_cli(*COMMON, "--filter=^verify_(segfault|hang)$", "--verify",
+                  f"--subprocess-timeout={HANG_TIMEOUT_S[launcher]}", f"--launcher={launcher}")
     assert run.returncode == 0, run.stderr
     records = {model: rs[0] for model, rs in records_by_model(run.results_path).items()}
     for model, death in (("verify_segfault", "(crashed)"), ("verify_hang", "(timeout)")):
@@ -161,8 +165,9 @@ def test_sigkilled_runner_leaves_no_process_not_even_a_setsid_one(launcher: str,
 def test_timeout_kills_a_descendant_that_left_the_group(launcher: str, tmp_path: Path, cli_cache: Path) -> None:
     out = tmp_path / "out"
     results = out / "results.jsonl"
-    proc, marker = start_cli([*COMMON, "--filter=^escape_hang$", "--filter=^quick_", "--subprocess-timeout=45",
-                              f"--launcher={launcher}"], out, cli_cache)
+    proc, marker = start_cli([*COMMON, "--filter=^escape_hang$", "--filter=^quick_",
+                              f"--subprocess-timeout={HANG_TIMEOUT_S[launcher]}", f"--launcher={launcher}"],
+                             out, cli_cache)
     wait_for(lambda: stubborn_alive(marker), what="the escaped grandchild")
     wait_for(lambda: results.exists() and b"escape_hang" in results.read_bytes(), what="the timeout record")
     assert proc.poll() is None  # still running the quick models: the run's own cleanup has not come yet
