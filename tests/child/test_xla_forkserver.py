@@ -1,8 +1,9 @@
 """The XLA fork server for real (torch_xla on the CPU PJRT device, no mocks): a child forked
 from it is the child a fresh interpreter would be, whatever torch_xla settings it asks for.
 
-Run in the XLA environment with the rest of the `xla` tests (.ci/xla.sh); a file of its own so
-that its two workers share the XLA stage's time evenly.
+Run in the XLA environment with the rest of the `xla` tests (.ci/xla.sh). A file of its own
+because pytest-xdist keeps a file on one worker: split from test_xla.py, the XLA stage's two
+workers share its time evenly.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ def test_forked_xla_children_get_what_fresh_interpreters_get(tmp_path, cli_cache
                                  "EXPERIMENT_RUNNER_ATTEMPT"):
                 p["environment"].pop(run_specific)
         fresh_env, forked_env = fresh_probes[name]["environment"], probe["environment"]
-        assert forked_env == fresh_env, {k: (forked_env.get(k), fresh_env.get(k)) for k in set(forked_env) | set(fresh_env)
+        assert forked_env == fresh_env, {k: (forked_env.get(k), fresh_env.get(k))
+                                         for k in set(forked_env) | set(fresh_env)
                                          if forked_env.get(k) != fresh_env.get(k)}
         assert probe == fresh_probes[name]
         assert probe["runtime_started_before_first_use"] is False
