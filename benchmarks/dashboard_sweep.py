@@ -42,8 +42,8 @@ SUITES = ("torchbench", "huggingface", "timm")
 
 
 def run_piece(suite: str, output: Path, names: list[str], pattern: str | None, timeout_s: int,
-              half_width: float | None, training: bool) -> float:
-    """One run of a suite in the given configurations; the seconds it took."""
+              half_width: float | None, training: bool) -> tuple[float, int]:
+    """One run of a suite in the given configurations: the seconds it took and its exit status."""
     command = [sys.executable, "-m", "experiment_runner", f"--suite-name={suite}",
                *(f"--dashboard={name}" for name in names),
                *(["--accelerator=cpu", "--test=train"] if training else []),
@@ -53,8 +53,8 @@ def run_piece(suite: str, output: Path, names: list[str], pattern: str | None, t
                # at most the harness's 30 pairs, fewer once the speedup's interval is that tight
                *(["--adaptive-pairs", f"--pairs-half-width={half_width}", "--max-pairs=30"] if half_width else [])]
     started = time.monotonic()
-    subprocess.run(command, check=False)
-    return time.monotonic() - started
+    code = subprocess.run(command, check=False).returncode
+    return time.monotonic() - started, code
 
 
 def latest(output: Path) -> list[Exported]:
@@ -135,10 +135,14 @@ def main() -> int:
         print("\n".join(tables(args.output)))
         return 0
     for suite in args.suite or SUITES:
-        seconds = run_piece(suite, args.output, args.dashboard or ["cpu_inductor"], args.pattern, args.timeout,
-                            args.adaptive_pairs, args.training)
+        seconds, code = run_piece(suite, args.output, args.dashboard or ["cpu_inductor"], args.pattern,
+                                  args.timeout, args.adaptive_pairs, args.training)
         print(f"dashboard_sweep: {suite}: {seconds:.0f} s, load average {os.getloadavg()[0]:.2f} at the end",
               file=sys.stderr)
+        if code != 0:
+            # an interrupted run (or refused flags): the next suite would not run as asked either
+            print(f"dashboard_sweep: {suite}: the run exited {code}; stopping", file=sys.stderr)
+            return code
     return 0
 
 
