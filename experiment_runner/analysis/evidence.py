@@ -30,6 +30,11 @@ FIELDS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("accelerator model", ("experiment", "accelerator_model"), "env"),
     ("threads", ("environment", "cpu", "threads"), "env"),
     ("cpu launcher", ("environment", "cpu", "cpu_launcher"), "env"),
+    # hosts a fleet names alike ("AMD EPYC") can differ in the kernels torch takes on them
+    ("cpu", ("environment", "cpu", "cpuid"), "env"),
+    ("cpu isa", ("environment", "cpu", "isa"), "env"),
+    ("aten capability", ("environment", "cpu", "aten_capability"), "env"),
+    ("mkldnn bf16", ("environment", "cpu", "mkldnn_bf16"), "env"),
     ("graph breaks", ("measurements", "graph_breaks", "total"), "exact"),
     ("unique graphs", ("measurements", "graph_breaks", "unique_graphs"), "exact"),
     ("compiled frames", ("measurements", "dynamo_compile", "frames"), "exact"),
@@ -65,7 +70,7 @@ def _get(record: dict[str, Any], path: tuple[str, ...]) -> Any:
         if not isinstance(value, dict):
             return None
         value = value.get(key)
-    return value
+    return tuple(value) if isinstance(value, list) else value  # hashable: events group by differences
 
 
 def differences(before: dict[str, Any], after: dict[str, Any]) -> list[Difference]:

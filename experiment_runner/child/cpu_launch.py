@@ -1,4 +1,5 @@
-"""CPU hygiene inside the child: the thread count, and `--cpu-launcher=run_cpu`.
+"""CPU hygiene inside the child: the thread count, `--cpu-launcher=run_cpu`, and what the
+record says about the processor's kernels.
 
 `run_cpu` applies what PyTorch's own CPU launcher (`python -m torch.backends.xeon.run_cpu`)
 computes, through its `_Launcher`: the physical cores to pin to (intersected with our
@@ -16,7 +17,7 @@ import os
 import sys
 from typing import Any
 
-from experiment_runner.core.cpus import affinity_cpus, default_threads, physical_cores
+from experiment_runner.core.cpus import affinity_cpus, cpu_identity, default_threads, physical_cores
 from experiment_runner.core.options import RunOptions
 
 # Set in the re-executed child: what run_cpu applied, as JSON (also tells it not to do it again).
@@ -65,3 +66,18 @@ def set_threads(options: RunOptions) -> dict[str, Any]:
         "run_cpu": applied,
         "ld_preload": os.environ.get("LD_PRELOAD") or None,
     }
+
+
+def describe_cpu() -> dict[str, Any]:
+    """The processor and the kernels torch takes on it: /proc/cpuinfo's identity and ISA flags,
+    ATen's vector capability (DEFAULT, AVX2, AVX512, ...), and whether oneDNN runs bf16 matrix
+    products (without it autocast's bf16 takes the scalar reference gemm): two hosts that both
+    say "AMD EPYC" can differ eighty-fold on a bf16 training step."""
+    import torch
+
+    try:
+        mkldnn_bf16: bool | None = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        mkldnn_bf16 = None
+    return {**cpu_identity(), "aten_capability": torch.backends.cpu.get_cpu_capability(),
+            "mkldnn_bf16": mkldnn_bf16}

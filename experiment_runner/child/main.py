@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from experiment_runner.child import paired
-from experiment_runner.child.cpu_launch import RUN_CPU_ENV, reexec_under_run_cpu, set_threads, wants_run_cpu
+from experiment_runner.child.cpu_launch import (
+    RUN_CPU_ENV,
+    describe_cpu,
+    reexec_under_run_cpu,
+    set_threads,
+    wants_run_cpu,
+)
 from experiment_runner.child.devices import DeviceRuntime, runtime_for
 from experiment_runner.child.harness import (
     ExperimentHarness,
@@ -115,7 +121,7 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
 
             import_plugins()
         with phase(timings, "setup_s"):
-            result["environment"]["cpu"] = set_threads(task.options)
+            result["environment"]["cpu"] = {**set_threads(task.options), **describe_cpu()}
             device = runtime_for(config)
             result["accelerator_model"] = device.accelerator_model()
             apply_matmul_precision(task.options)

@@ -15,6 +15,17 @@ from pathlib import Path
 
 _SYS_CPU = Path("/sys/devices/system/cpu")
 
+# /proc/cpuinfo flags that decide which CPU kernels PyTorch takes: ATen's vector code (AVX2,
+# AVX-512), oneDNN's bf16/int8/fp16 paths (AVX-512 BF16/VNNI/FP16, AVX-NE-CONVERT, AMX) and their
+# Arm counterparts. Without AVX-512 BW/VL/DQ or AVX-NE-CONVERT (torch's mkldnn_bf16_device_check)
+# a bf16 matrix product runs in PyTorch's scalar reference gemm, some 80 times slower than float32
+# (docs/benchmarks/dashboard.md), so a record must say.
+KERNEL_ISA_FLAGS: tuple[str, ...] = (
+    "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx512_bf16",
+    "avx512_fp16", "avx_vnni", "avx_ne_convert", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16",
+    "asimd", "asimddp", "sve", "sve2", "bf16", "i8mm",
+)
+
 
 def affinity_cpus() -> list[int]:
     """The logical CPUs this process may run on (its affinity mask)."""
@@ -36,6 +47,25 @@ def physical_cores(cpus: list[int]) -> int | None:
         except OSError:
             return None
     return len(cores) or None
+
+
+def cpu_identity(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, object]:
+    """The processor, from the first entry of /proc/cpuinfo: its name, its vendor, family,
+    model and stepping (a virtual machine often names every generation alike, "AMD EPYC"),
+    and which of KERNEL_ISA_FLAGS it has. None for what the file does not say."""
+    try:
+        first = cpuinfo.read_text().split("\n\n", 1)[0]
+    except OSError:
+        first = ""
+    fields = {key.strip(): value.strip() for key, _, value in
+              (line.partition(":") for line in first.splitlines()) if key.strip()}
+    cpuid = [fields.get(k) for k in ("vendor_id", "cpu family", "model", "stepping")]
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    return {
+        "model_name": fields.get("model name"),
+        "cpuid": ("{} family {} model {} stepping {}".format(*cpuid) if all(cpuid) else None),
+        "isa": [flag for flag in KERNEL_ISA_FLAGS if flag in flags] if flags else None,
+    }
 
 
 def default_threads() -> int:

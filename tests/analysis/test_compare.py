@@ -535,3 +535,20 @@ def test_a_change_of_where_the_samples_come_from_is_evidence() -> None:
     isolated, pairs = ({"measurements": {"samples_from": kind}} for kind in ("isolated", "pairs"))
     assert [str(d) for d in differences(isolated, pairs)] == ["samples from isolated -> pairs"]
     assert differences(pairs, pairs) == []
+
+
+def test_two_hosts_a_fleet_names_alike_are_told_apart_by_their_kernels() -> None:
+    """Both hosts say "AMD EPYC"; one lacks AVX-512 BF16, so its bf16 matrix products take torch's
+    reference gemm: the evidence says so, as environment, and such differences group into events."""
+    from experiment_runner.analysis.evidence import differences
+
+    def record(model: int, isa: list[str], bf16: bool) -> dict[str, object]:
+        return {"experiment": {"accelerator_model": "AMD EPYC"},
+                "environment": {"cpu": {"cpuid": f"AuthenticAMD family 25 model {model} stepping 1", "isa": isa,
+                                        "aten_capability": "AVX2", "mkldnn_bf16": bf16}}}
+
+    found = differences(record(1, ["avx2", "fma"], False), record(17, ["avx2", "fma", "avx512_bf16"], True))
+    assert [str(d) for d in found] == [
+        "cpu AuthenticAMD family 25 model 1 stepping 1 -> AuthenticAMD family 25 model 17 stepping 1",
+        "cpu isa ('avx2', 'fma') -> ('avx2', 'fma', 'avx512_bf16')", "mkldnn bf16 False -> True"]
+    assert all(d.environment for d in found) and len({tuple(found)}) == 1  # hashable, so events can group them

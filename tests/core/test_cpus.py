@@ -7,7 +7,14 @@ import time
 
 import pytest
 
-from experiment_runner.core.cpus import HostLoadSample, affinity_cpus, default_threads, judge_noisy, physical_cores
+from experiment_runner.core.cpus import (
+    HostLoadSample,
+    affinity_cpus,
+    cpu_identity,
+    default_threads,
+    judge_noisy,
+    physical_cores,
+)
 
 
 def test_default_threads_are_the_physical_cores_of_the_affinity_mask():
@@ -17,6 +24,46 @@ def test_default_threads_are_the_physical_cores_of_the_affinity_mask():
     assert default_threads() == (physical or len(cpus))
     assert physical is None or 1 <= physical <= len(cpus)
     assert physical_cores([cpus[0]]) in (None, 1)
+
+
+# Two processors a virtual machine names alike: Zen 3 (no AVX-512) and Zen 4 (AVX-512 BF16), the
+# first entries of their /proc/cpuinfo cut to the fields read; then an Arm server's, which has
+# no model name and lists its ISA under "Features".
+ZEN3 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 1
+model name\t: AMD EPYC
+stepping\t: 1
+flags\t\t: fpu sse2 avx fma avx2 sha_ni
+
+processor\t: 1
+flags\t\t: avx512f avx512_bf16
+"""
+ZEN4 = ZEN3.replace("model\t\t: 1", "model\t\t: 17").replace(
+    "avx2 sha_ni", "avx2 avx512f avx512dq avx512bw avx512vl avx512_vnni avx512_bf16 sha_ni", 1)
+ARM = """processor\t: 0
+BogoMIPS\t: 243.75
+Features\t: fp asimd crc32 asimddp sve sve2 bf16 i8mm
+CPU implementer\t: 0x41
+"""
+
+
+@pytest.mark.parametrize("text, model_name, cpuid, isa", [
+    (ZEN3, "AMD EPYC", "AuthenticAMD family 25 model 1 stepping 1", ["avx2", "fma"]),
+    (ZEN4, "AMD EPYC", "AuthenticAMD family 25 model 17 stepping 1",
+     ["avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx512_bf16"]),
+    (ARM, None, None, ["asimd", "asimddp", "sve", "sve2", "bf16", "i8mm"]),
+    ("", None, None, None),
+])
+def test_the_processor_is_told_apart_by_its_cpuid_and_kernel_flags(tmp_path, text, model_name, cpuid, isa):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(text)
+    assert cpu_identity(cpuinfo) == {"model_name": model_name, "cpuid": cpuid, "isa": isa}
+
+
+def test_an_unreadable_cpuinfo_says_nothing_rather_than_guessing(tmp_path):
+    assert cpu_identity(tmp_path / "absent") == {"model_name": None, "cpuid": None, "isa": None}
 
 
 @pytest.mark.e2e

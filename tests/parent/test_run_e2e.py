@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from experiment_runner.core.compiler_caches import PRECOMPILED_HEADERS, inductor_tmp_folder
+from experiment_runner.core.cpus import cpu_identity
 from experiment_runner.core.results import iter_records
 
 pytestmark = pytest.mark.e2e
@@ -187,6 +188,12 @@ def test_calibrated_samples_threads_run_cpu_and_a_noisy_neighbour_are_recorded(e
     cpu = record["environment"]["cpu"]
     assert cpu["threads"] == 1 and cpu["threads_source"] == "--threads"
     assert cpu["cpu_launcher"] == "run_cpu" and len(cpu["run_cpu"]["cores"]) == 1, cpu
+    # the processor as this host's /proc/cpuinfo and torch describe it
+    import torch
+
+    assert {k: cpu[k] for k in ("model_name", "cpuid", "isa")} == cpu_identity(), cpu
+    assert cpu["aten_capability"] == torch.backends.cpu.get_cpu_capability(), cpu
+    assert cpu["mkldnn_bf16"] is torch.ops.mkldnn._is_mkldnn_bf16_supported(), cpu
     ours = record["measurements"]
     load = ours["host_load"]
     assert load["others_cpu_share"] > 0.05 and ours["noisy_host"] is True, load
