@@ -37,6 +37,7 @@ from experiment_runner.child.harness import (
 from experiment_runner.child.instrument.dynamo import harness_graph_breaks, harness_training_graph_breaks
 from experiment_runner.child.instrument.pipeline import Instrumentation
 from experiment_runner.core import dashboards
+from experiment_runner.core.logs import WORKER_HEADER
 from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS
 from experiment_runner.core.options import PAIRED_METHODS
 from experiment_runner.child.plugins import import_plugins
@@ -254,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             os.environ[RUN_CPU_ENV] = json.dumps({"error": f"{type(exc).__name__}: {exc}"[:500]})
     # The log's first line says whose it is: logs get copied around, and --print-subprocess
     # interleaves them with the parent's progress lines.
-    print(f"experiment_runner worker: {task.experiment.experiment_id}", flush=True)
+    print(f"{WORKER_HEADER}{task.experiment.experiment_id}", flush=True)
     result = run_task(task, on_timed=lambda interim: publish_result(task, interim, final=False))
     publish_result(task, result)
     return 0 if result["status"] in ("ok", "skipped") else 1

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from experiment_runner.core import dashboards
+from experiment_runner.core.logs import last_words
 from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS, Experiment, uses_cuda_graphs
 from experiment_runner.core.options import RunOptions
 from experiment_runner.core.protocol import read_phase
@@ -137,7 +138,9 @@ def classify_death(outcome: ChildOutcome, timeout_s: float | None) -> tuple[str,
     if rc is None and outcome.launcher_note:
         error.update(type="LauncherDied", message=outcome.launcher_note)
     elif rc is not None and rc < 0:
-        error.update(type="Signal", message=f"the child died from signal {error['signal']}")
+        words = last_words(outcome.log_tail)
+        error.update(type="Signal", message=f"the child died from signal {error['signal']}"
+                                            + (f" after printing: {words}" if words else ""))
     else:
         error.update(type="Exit", message=f"the child exited with status {rc} without a result")
     return "crashed", error

@@ -111,7 +111,7 @@ def test_fork_server_death_says_so() -> None:
 def test_a_crash_stack_in_the_log_tail_keeps_its_innermost_frame(tmp_path) -> None:
     """faulthandler prints the innermost frame first: a plain tail would keep only the outermost
     ones (a forked child's stack is deeper), so the whole dump is kept."""
-    from experiment_runner.core.logs import LOG_TAIL_LINES, read_log_tail
+    from experiment_runner.core.logs import LAST_WORDS_MAX_LINES, LOG_TAIL_LINES, read_log_tail
 
     frames = [f'  File "/srv/runner/frame_{i}.py", line {i} in f{i}' for i in range(25)]
     log = tmp_path / "child.log"
@@ -119,8 +119,24 @@ def test_a_crash_stack_in_the_log_tail_keeps_its_innermost_frame(tmp_path) -> No
                                                   "Current thread 0x1 (most recent call first):",
                                                   '  File "/srv/models/faulty.py", line 7 in forward',
                                                   *frames, "", "Extension modules: torch._C"]) + "\n")
-    tail = read_log_tail(log)
-    assert tail.startswith("Fatal Python error") and "faulty.py" in tail and tail.endswith("torch._C")
+    tail = read_log_tail(log).splitlines()
+    # the dump whole, after at most LAST_WORDS_MAX_LINES lines printed just before it
+    words = ["noise"] * LAST_WORDS_MAX_LINES
+    assert tail[:LAST_WORDS_MAX_LINES + 1] == words + ["Fatal Python error: Segmentation fault"]
+    assert "faulty.py" in tail[LAST_WORDS_MAX_LINES + 3] and tail[-1].endswith("torch._C")
+    dump = log.read_text().splitlines()[100:]
+    # glibc's message before the dump is its cause: kept, and named in the record's message; the
+    # child's header line is not a cause, nor is what a blank line separates from the dump
+    for before, words in ((["experiment_runner worker: timm/repvgg_a2/x", "corrupted size vs. prev_size"],
+                           "corrupted size vs. prev_size"),
+                          (["experiment_runner worker: timm/repvgg_a2/x"], ""),
+                          (["a warning", ""], "")):
+        log.write_text("\n".join(["noise"] * 100 + before + dump) + "\n")
+        tail = read_log_tail(log)
+        assert tail.startswith(f"{words}\nFatal Python error" if words else "Fatal Python error"), tail
+        outcome = ChildOutcome(result=None, returncode=-signal.SIGABRT, log_tail=tail)
+        message = classify_death(outcome, None)[1]["message"]
+        assert message == "the child died from signal SIGABRT" + (f" after printing: {words}" if words else "")
     log.write_text("\n".join(f"line {i}" for i in range(100)) + "\n")
     assert read_log_tail(log).splitlines() == [f"line {i}" for i in range(100 - LOG_TAIL_LINES, 100)]
 

@@ -89,6 +89,10 @@ def test_segfault_is_a_crash_with_its_signal(runs) -> None:
     assert record["error"]["signal"] == "SIGSEGV"
     assert record["error"]["returncode"] == -11
     assert "Extension modules" in record["error"]["traceback_tail"]  # the tail of faulthandler's dump
+    # what the native code printed before the dump (faulty_suite.NATIVE_LAST_WORDS) is the cause
+    words = "free(): invalid pointer"
+    assert record["error"]["message"] == f"the child died from signal SIGSEGV after printing: {words}"
+    assert record["error"]["traceback_tail"].startswith(f"{words}\nFatal Python error: Segmentation")
     assert record["error"]["last_phase"] == "warm-up"
     log = (runs[1].output_dir / record["artifacts"]["log"]).read_text()
     assert "Fatal Python error: Segmentation fault" in log and "in _segfault" in log

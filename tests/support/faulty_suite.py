@@ -27,6 +27,8 @@ TRACE_DIR_ENV = "FAULTY_TRACE_DIR"
 PACE_S = 0.004
 # Where models that behave differently on a retry count their attempts.
 STATE_DIR_ENV = "FAULTY_STATE_DIR"
+# What the segfault model prints before it dies, as a native library's last words.
+NATIVE_LAST_WORDS = "free(): invalid pointer"
 # A grandchild that survives SIGTERM: only a SIGKILL to the whole group ends it.
 _STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
 
@@ -82,6 +84,8 @@ def _exhaust_memory(_: Any) -> Any:
 
 
 def _segfault(_: Any) -> Any:
+    # as glibc does before it aborts: its own message, straight to file descriptor 2
+    os.write(2, NATIVE_LAST_WORDS.encode() + b"\n")
     os.kill(os.getpid(), signal.SIGSEGV)
 
 
