@@ -14,7 +14,8 @@ interrupted piece resumes, and the sweep is taken in pieces of an hour or two) w
 `--dashboard=... --verify --speedup=harness` at the batch size of PyTorch's accuracy runs, which
 wrote the expected files (`accuracy_batch_size` in experiment_runner/core/dashboards.json).
 `--markdown` reads the records: one row per model and configuration (our verdict and graph breaks,
-PyTorch's, the paired speedup, compile time, the compiled run's peak memory (on CPU the harness's
+PyTorch's, where the counts differ PyTorch's other files of the suite that count as we do, the
+paired speedup, compile time, the compiled run's peak memory (on CPU the harness's
 memory ratio is CUDA's allocator alone, and a paired run has no eager peak of its own), seconds, the
 cause of a failure), then
 per configuration and suite how many of the models both have agree, the acceptance figures of
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from experiment_runner.analysis.expected import SHIPPED, read_expected  # noqa: E402
+from experiment_runner.analysis.expected import PYTORCH_FILE, SHIPPED, read_expected  # noqa: E402
 from experiment_runner.analysis.export import Exported, exported  # noqa: E402
 from experiment_runner.analysis.loader import runs_of  # noqa: E402
 from experiment_runner.analysis.report import read_rows  # noqa: E402
@@ -78,14 +79,27 @@ def _number(value: Any, digits: int) -> str:
     return f"{value:.{digits}f}" if isinstance(value, (int, float)) and value else ""
 
 
+def same_breaks_in(expected_file: str, model: str, breaks: str) -> str:
+    """PyTorch's other files of the same suite and mode (inference or training) that count the
+    model's graph breaks as ours: a count that differs from its own job's file but equals the
+    file of a job that runs the same step points at the file, not at the run."""
+    named = PYTORCH_FILE.fullmatch(expected_file)
+    if named is None:
+        return ""
+    suffix = f"_{named['test_config'].rsplit('_', 1)[1]}_{named['mode']}.csv"
+    same = [path.name.removesuffix(suffix) for path in sorted(SHIPPED.glob(f"*{suffix}"))
+            if path.name != expected_file and read_expected(path).get(model, {}).get("graph_breaks") == breaks]
+    return ", ".join(same)
+
+
 def tables(output: Path) -> list[str]:
     """The per-model table, then the agreement per configuration and suite."""
     items = [i for i in latest(output) if i.expected_file is not None]
     expected_files = {name: read_expected(SHIPPED / name)
                       for name in {str(i.expected_file) for i in items} if (SHIPPED / name).is_file()}
     lines = ["| suite | model | configuration | batch | ours: accuracy / graph breaks | PyTorch's file | agrees "
-             "| speedup | compile (s) | peak memory (GB) | seconds | cause |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| the same breaks in | speedup | compile (s) | peak memory (GB) | seconds | cause |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     agreement: dict[str, list[tuple[bool, bool]]] = {}
     for item in items:
         ours = item.accuracy()
@@ -96,6 +110,8 @@ def tables(output: Path) -> list[str]:
             same = (ours["accuracy"] == theirs["accuracy"], str(ours["graph_breaks"]) == theirs["graph_breaks"])
             agreement.setdefault(str(item.expected_file).removesuffix(".csv"), []).append(same)
             agrees = "yes" if all(same) else ("breaks differ" if same[0] else "accuracy differs")
+        elsewhere = "" if theirs and str(ours["graph_breaks"]) == theirs["graph_breaks"] else same_breaks_in(
+            str(item.expected_file), str(item.row.model), str(ours["graph_breaks"]))
         pytorchs = f"{theirs['accuracy']} / {theirs['graph_breaks']}" if theirs else ""
         perf = item.performance() or {}
         record = item.record
@@ -103,7 +119,7 @@ def tables(output: Path) -> list[str]:
         lines.append(
             f"| {item.row.suite} | {item.row.model} | {item.dashboard} | {item.row.batch_size} "
             f"| {ours['accuracy']} / {ours['graph_breaks']} "
-            f"| {pytorchs} | {agrees} "
+            f"| {pytorchs} | {agrees} | {elsewhere} "
             f"| {_number(perf.get('speedup'), 2)} | {_number(item.row.compile_time_s, 0)} "
             f"| {_number(perf.get('dynamo_peak_mem'), 2)} | {_number(wall, 0)} "
             f"| {'' if record.get('status') == 'ok' else cause(record)} |")
