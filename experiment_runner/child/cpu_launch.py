@@ -71,8 +71,8 @@ def set_threads(options: RunOptions) -> dict[str, Any]:
 def describe_cpu() -> dict[str, Any]:
     """The processor and the kernels torch takes on it: /proc/cpuinfo's identity and ISA flags,
     ATen's vector capability (DEFAULT, AVX2, AVX512, ...), and whether oneDNN runs bf16 matrix
-    products (without it autocast's bf16 takes the scalar reference gemm): two hosts that both
-    say "AMD EPYC" can differ eighty-fold on a bf16 training step."""
+    products (without it autocast's bf16 takes the scalar reference gemm): on two hosts that both
+    say "AMD EPYC" one bf16 matrix product took 23.6 s and 0.062 s (docs/benchmarks/dashboard.md)."""
     import torch
 
     try:
