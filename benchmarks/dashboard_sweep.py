@@ -25,6 +25,7 @@ issue 37. The agreement is check-expected's own reading (export's mapping, the s
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import subprocess
 import sys
@@ -79,6 +80,12 @@ def _number(value: Any, digits: int) -> str:
     return f"{value:.{digits}f}" if isinstance(value, (int, float)) and value else ""
 
 
+@functools.cache
+def shipped(name: str) -> dict[str, dict[str, str]]:
+    """A shipped expected file's rows by model, read once however many rows ask."""
+    return read_expected(SHIPPED / name)
+
+
 def same_breaks_in(expected_file: str, model: str, breaks: str) -> str:
     """PyTorch's other files of the same suite and mode (inference or training) that count the
     model's graph breaks as ours: a count that differs from its own job's file but equals the
@@ -88,15 +95,14 @@ def same_breaks_in(expected_file: str, model: str, breaks: str) -> str:
         return ""
     suffix = f"_{named['test_config'].rsplit('_', 1)[1]}_{named['mode']}.csv"
     same = [path.name.removesuffix(suffix) for path in sorted(SHIPPED.glob(f"*{suffix}"))
-            if path.name != expected_file and read_expected(path).get(model, {}).get("graph_breaks") == breaks]
+            if path.name != expected_file and shipped(path.name).get(model, {}).get("graph_breaks") == breaks]
     return ", ".join(same)
 
 
 def tables(output: Path) -> list[str]:
     """The per-model table, then the agreement per configuration and suite."""
     items = [i for i in latest(output) if i.expected_file is not None]
-    expected_files = {name: read_expected(SHIPPED / name)
-                      for name in {str(i.expected_file) for i in items} if (SHIPPED / name).is_file()}
+    expected_files = {name: shipped(name) for name in {str(i.expected_file) for i in items} if (SHIPPED / name).is_file()}
     lines = ["| suite | model | configuration | batch | ours: accuracy / graph breaks | PyTorch's file | agrees "
              "| the same breaks in | speedup | compile (s) | peak memory (GB) | seconds | cause |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -121,8 +121,8 @@ def test_a_crash_stack_in_the_log_tail_keeps_its_innermost_frame(tmp_path) -> No
                                                   *frames, "", "Extension modules: torch._C"]) + "\n")
     tail = read_log_tail(log).splitlines()
     # the dump whole, after at most LAST_WORDS_MAX_LINES lines printed just before it
-    words = ["noise"] * LAST_WORDS_MAX_LINES
-    assert tail[:LAST_WORDS_MAX_LINES + 1] == words + ["Fatal Python error: Segmentation fault"]
+    printed = ["noise"] * LAST_WORDS_MAX_LINES
+    assert tail[:LAST_WORDS_MAX_LINES + 1] == printed + ["Fatal Python error: Segmentation fault"]
     assert "faulty.py" in tail[LAST_WORDS_MAX_LINES + 3] and tail[-1].endswith("torch._C")
     dump = log.read_text().splitlines()[100:]
     # glibc's message before the dump is its cause: kept, and named in the record's message; the
