@@ -8,7 +8,8 @@ float64 and the experiment see identical weights and inputs:
    (NONDETERMINISTIC_EAGER_RUN), unless the data lists the model as nondeterministic;
 2. the experiment itself (its dynamo backend, its precision): the very step that was timed where
    the child hands it over (a compiled inference step whose model kept the state it was loaded
-   with; run first, then dropped), otherwise a fresh copy compiled anew;
+   with; run first, then dropped), otherwise a fresh copy compiled anew, from a reset dynamo,
+   under the inductor settings of PyTorch's accuracy runs (fresh_compile);
 3. compare experiment against eager → PASS or FAIL, first without the float64 reference
    (closeness.DEFERRED); only where a leaf's verdict needs it (the scalar and RMSE rules),
 4. eager in float64, the ground truth those rules need (if it fails or does not fit, every
@@ -27,15 +28,17 @@ output to a loss: the loss is whatever the step returns.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import gc
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from experiment_runner.core import dashboards
+from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS
 from experiment_runner.core.record import phase
 from verifier import memory
 from verifier.closeness import DEFERRED, Comparison, ReferenceNeeded, compare, identical
@@ -154,6 +157,34 @@ def run_once(harness: Subject, precision: str, compiled: bool) -> Any:
                      "params": params, "buffers": dict(model.module.named_buffers())})
 
 
+def compile_settings(harness: Subject) -> dict[str, Any] | None:
+    """The inductor settings the experiment's fresh copy compiles under, or None where its run
+    compiles nothing: the timed step run again, an eager experiment, AOT Inductor (it loads the
+    timed step's package)."""
+    config = harness.config
+    if harness.timed_step is not None or config.dynamo is None or config.compile_options in AOT_INDUCTOR_OPTIONS:
+        return None
+    return dashboards.accuracy_inductor_config()
+
+
+@contextlib.contextmanager
+def fresh_compile(settings: dict[str, Any] | None) -> Iterator[None]:
+    """Compile under `settings` (PyTorch's accuracy runs': random ops fall back to aten's, so a
+    compiled train-mode dropout draws eager's masks from the same seed; inductor's own lowering
+    draws others, and a correct step FAILs). dynamo is reset first: the fresh copy's step has
+    the timed step's code object, whose cached compile, made without the settings, would
+    otherwise pass its guards and serve it."""
+    if settings is None:
+        yield
+        return
+    import torch
+    import torch._inductor.config
+
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(settings):
+        yield
+
+
 def run_timed_step(harness: Subject) -> Any:
     """The timed step once more from the seeded RNG state, what to compare; the step is dropped,
     and the timed model with it, before the eager runs need the memory."""
@@ -180,6 +211,9 @@ def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Ve
             "compiled_run": "timed step" if harness.timed_step is not None else "fresh copy"}
     if harness.timed_step is None and harness.fresh_copy_reason:
         base["fresh_copy_reason"] = harness.fresh_copy_reason
+    settings = compile_settings(harness)
+    if settings is not None:
+        base["inductor_config"] = settings
     result = None
     if harness.timed_step is not None:
         with phase(timings, "verify_compiled_s"):
@@ -213,7 +247,7 @@ def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Ve
                               f"(about {fits.without_reference / memory.GIB:.1f} GiB more even without the "
                               "float64 reference)"})
     if result is None:
-        with phase(timings, "verify_compiled_s"):
+        with phase(timings, "verify_compiled_s"), fresh_compile(settings):
             result = run_once(harness, precision, compiled=True)
             gc.collect()
     rules = {"tolerance": policy.tolerance, "cosine": policy.cosine,

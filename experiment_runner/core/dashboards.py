@@ -134,6 +134,12 @@ def harness_iterations() -> int:
     return int(_data()["graph_breaks"]["iterations"])
 
 
+def accuracy_inductor_config() -> dict[str, Any]:
+    """The inductor settings the harness's accuracy runs compile under (random ops fall back to
+    aten's, so a compiled step draws eager's dropout masks from the same seed)."""
+    return dict(_data()["accuracy_inductor_config"]["settings"])
+
+
 def accuracy_batch_size(suite: str) -> int | None:
     """The batch size PyTorch's accuracy runs (the ones its expected files come from) use for a
     suite of ours; None for a suite the harness does not run."""

@@ -105,6 +105,15 @@ class NanAtFirst(Mlp):
         return first_element_nan(self.layers(x))
 
 
+class Dropping(Mlp):
+    """Dropout between its layers: in train mode each step draws masks from the seeded RNG, which a
+    compiled step reproduces only where it draws them as eager does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Dropout(0.5), nn.Linear(32, 4))
+
+
 class Stats:
     """A plain class: an output type the comparison does not know how to walk."""
 
@@ -148,6 +157,7 @@ MODELS: dict[str, type[nn.Module]] = {
     "opaque_output": OpaqueOutput,
     "dies_in_fp64": DiesInFloat64,
     "skipped_by_data": Mlp,
+    "tiny_dropout": Dropping,
 }
 
 

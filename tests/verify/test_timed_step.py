@@ -13,6 +13,7 @@ from benchmark_models.model import BenchmarkModel
 from conftest import dummy_harness
 from experiment_runner.child.harness import ExperimentHarness, reusable_timed_step, state_versions
 from verifier import verify_experiment
+from verifier.run import compile_settings
 
 
 def timed(harness: ExperimentHarness) -> ExperimentHarness:
@@ -87,3 +88,17 @@ def test_only_a_compiled_inference_step_serves(tmp_path, test, dynamo, options):
     harness = dummy_harness(tmp_path, test, dynamo, options)
     model = BenchmarkModel(module=Counting(None).eval(), args=(torch.randn(2, 4),), batch_size=2)
     assert reusable_timed_step(harness, state_versions(model.module), model) is not None
+
+
+@pytest.mark.parametrize("test, dynamo, options, timed, compiles", [
+    ("train", "inductor", "default", False, True),
+    ("eval", "inductor", "max-autotune", False, True),  # a model that changed its state while timed
+    ("eval", "inductor", "default", True, False),  # the timed step serves: nothing is compiled
+    ("eval", None, "default", False, False),  # eager: nothing to compile
+    ("eval", "inductor", "aot-inductor", False, False),  # loads the timed step's package
+])
+def test_a_fresh_copy_compiles_under_the_harness_s_accuracy_settings(tmp_path, test, dynamo, options, timed,
+                                                                      compiles):
+    harness = dummy_harness(tmp_path, test, dynamo, options)
+    harness.timed_step = (lambda: None) if timed else None
+    assert compile_settings(harness) == ({"fallback_random": True} if compiles else None)

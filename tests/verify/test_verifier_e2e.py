@@ -14,16 +14,19 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
+import torch
+
+from experiment_runner.core import dashboards
 
 pytestmark = pytest.mark.e2e
 
 SUPPORT = Path(__file__).parents[1] / "support"
 sys.path.insert(0, str(SUPPORT))
 
-from verifier_plugin import SUITE_NAME, VERIFIER_DATA  # noqa: E402
+from verifier_plugin import SUITE_NAME, VERIFIER_DATA, Dropping  # noqa: E402
 
 Records = dict[tuple[str, str | None, str], dict[str, Any]]
 
@@ -59,6 +62,7 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> Records:
     # The acceptance command of issue 12, with a loss-scaling backend and with inductor.
     found += run_cli(tmp, "dummy", "--test=train", "--dynamo=verifier_loss_x1_5", "--dynamo=inductor",
                      suite="dummy")
+    found += run_cli(tmp, "dropout", "--filter=^tiny_dropout$", "--dynamo=inductor", "--test=train")
     by_key: Records = {}
     for record in found:
         tolerance = (record["verification"] or {}).get("tolerance")
@@ -80,6 +84,7 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> Records:
     (("nan_at_first", "verifier_nan", "eval"), "PASS"),
     (("dummy", "verifier_loss_x1_5", "train"), "FAIL"),
     (("dummy", "inductor", "train"), "PASS"),
+    (("tiny_dropout", "inductor", "train"), "PASS"),
     (("eager_broken", "eager", "eval"), "EAGER_FAILED"),
     (("opaque_output", "eager", "eval"), "EXCEPTION_RAISED"),
     (("jitter", "eager", "eval"), "NONDETERMINISTIC_EAGER_RUN"),
@@ -150,6 +155,36 @@ def test_inductor_training_compares_loss_gradients_and_parameters(records: Recor
     details = records[("dummy", "inductor", "train")]["verification"]["details"]
     assert details["reference"] == "float64" and details["failed_paths"] == []
     assert details["leaves"] == 2 + 2 * 6  # loss, output, 6 gradients, 6 updated parameters
+
+
+def test_a_train_mode_dropout_compiled_afresh_draws_eagers_masks(records: Records):
+    """The verifier compiles its fresh copy anew, as PyTorch's accuracy runs compile, with random
+    ops falling back to aten's: the compiled step's dropout draws eager's masks from the same seed."""
+    details = records[("tiny_dropout", "inductor", "train")]["verification"]["details"]
+    assert details["compiled_run"] == "fresh copy" and details["failed_paths"] == []
+    assert details["inductor_config"] == dashboards.accuracy_inductor_config() == {"fallback_random": True}
+    reused = records[("tiny_mlp", "verifier_identity", "eval")]["verification"]["details"]
+    assert reused["compiled_run"] == "timed step" and "inductor_config" not in reused
+
+
+def test_the_dropout_model_tells_the_two_ways_of_drawing_apart():
+    """The PASS above rests on the setting: inductor's own random lowering draws other masks than
+    eager's from the same seed (in this process, as the child would without it)."""
+    module, x = Dropping().train(), torch.randn(8, 16)
+
+    def drawn(fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        torch.manual_seed(0)
+        return fn(x)
+
+    eager = drawn(module)
+    torch._dynamo.reset()
+    own = drawn(torch.compile(module, backend="inductor"))
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(dashboards.accuracy_inductor_config()):
+        fallen = drawn(torch.compile(module, backend="inductor"))
+    torch._dynamo.reset()
+    assert torch.equal(fallen, eager)
+    assert not torch.allclose(own, eager)
 
 
 def test_nan_where_eager_has_none_fails_and_says_so(records: Records):
