@@ -8,8 +8,9 @@ float64 and the experiment see identical weights and inputs:
    (NONDETERMINISTIC_EAGER_RUN), unless the data lists the model as nondeterministic;
 2. the experiment itself (its dynamo backend, its precision): the very step that was timed where
    the child hands it over (a compiled inference step whose model kept the state it was loaded
-   with; run first, then dropped), otherwise a fresh copy compiled anew, from a reset dynamo,
-   under the inductor settings of PyTorch's accuracy runs (fresh_compile);
+   with; run first, then dropped, and set aside if it drew random numbers), otherwise a fresh
+   copy compiled anew, from a reset dynamo, under the inductor settings of PyTorch's accuracy
+   runs (fresh_compile);
 3. compare experiment against eager → PASS or FAIL, first without the float64 reference
    (closeness.DEFERRED); only where a leaf's verdict needs it (the scalar and RMSE rules),
 4. eager in float64, the ground truth those rules need (if it fails or does not fit, every
@@ -158,11 +159,10 @@ def run_once(harness: Subject, precision: str, compiled: bool) -> Any:
 
 
 def compile_settings(harness: Subject) -> dict[str, Any] | None:
-    """The inductor settings the experiment's fresh copy compiles under, or None where its run
-    compiles nothing: the timed step run again, an eager experiment, AOT Inductor (it loads the
-    timed step's package)."""
+    """The inductor settings a fresh copy of the experiment compiles under, or None where it
+    compiles nothing: an eager experiment, AOT Inductor (it loads the timed step's package)."""
     config = harness.config
-    if harness.timed_step is not None or config.dynamo is None or config.compile_options in AOT_INDUCTOR_OPTIONS:
+    if config.dynamo is None or config.compile_options in AOT_INDUCTOR_OPTIONS:
         return None
     return dashboards.accuracy_inductor_config()
 
@@ -185,14 +185,26 @@ def fresh_compile(settings: dict[str, Any] | None) -> Iterator[None]:
         yield
 
 
-def run_timed_step(harness: Subject) -> Any:
-    """The timed step once more from the seeded RNG state, what to compare; the step is dropped,
-    and the timed model with it, before the eager runs need the memory."""
+# Why a timed step that was run once more is not the experiment's run after all.
+DRAWS_RANDOM_NUMBERS = ("the timed step draws random numbers, compiled to draw them its own way, not as eager "
+                        "does (fresh_compile)")
+
+
+def run_timed_step(harness: Subject) -> Any | None:
+    """The timed step once more from the seeded RNG state: what to compare, or None where the run
+    moved a torch generator. A step that draws random numbers was compiled without the accuracy
+    runs' settings, so its draws are not eager's (a model that samples noise in eval mode); a fresh
+    copy compiled under them is judged instead. The step is dropped, and the timed model with it,
+    before the eager runs need the memory."""
+    import torch
+
     step, harness.timed_step = harness.timed_step, None
     harness.device.reset_rng(harness.options.seed)
+    before = harness.device.rng_states()
     out = harness.device.run_iteration(step)
     harness.device.synchronize()
-    out = snapshot(out)
+    drew = any(not torch.equal(a, b) for a, b in zip(before, harness.device.rng_states()))
+    out = None if drew else snapshot(out)
     del step
     gc.collect()
     return out
@@ -205,19 +217,23 @@ def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Ve
     if policy.skip_reason is not None:
         return Verification("VERIFIER_SKIPPED", details={"reason": policy.skip_reason, **policy.describe()})
     reference = reference_harness(harness)
-    base = {**policy.describe(),
-            "iterations": iterations(harness),
-            "eager_device": reference.device.torch_device,
-            "compiled_run": "timed step" if harness.timed_step is not None else "fresh copy"}
-    if harness.timed_step is None and harness.fresh_copy_reason:
-        base["fresh_copy_reason"] = harness.fresh_copy_reason
-    settings = compile_settings(harness)
-    if settings is not None:
-        base["inductor_config"] = settings
     result = None
     if harness.timed_step is not None:
         with phase(timings, "verify_compiled_s"):
             result = run_timed_step(harness)
+        if result is None:
+            harness.fresh_copy_reason = DRAWS_RANDOM_NUMBERS
+    base = {**policy.describe(),
+            "iterations": iterations(harness),
+            "eager_device": reference.device.torch_device,
+            "compiled_run": "timed step" if result is not None else "fresh copy"}
+    settings = None
+    if result is None:
+        if harness.fresh_copy_reason:
+            base["fresh_copy_reason"] = harness.fresh_copy_reason
+        settings = compile_settings(harness)
+        if settings is not None:
+            base["inductor_config"] = settings
     try:
         with phase(timings, "verify_eager_s"):
             gc.collect()

@@ -30,6 +30,10 @@ class Device(Protocol):
 
     def synchronize(self) -> None: ...
 
+    def rng_states(self) -> list[Any]:
+        """The states of the generators a step draws from, to compare before and after one."""
+        ...
+
     def reset_peak_memory(self) -> None:
         """Start a new resident high-water mark (verifier/memory.py measures the eager run with it)."""
         ...

@@ -114,6 +114,15 @@ class Dropping(Mlp):
         self.layers = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Dropout(0.5), nn.Linear(32, 4))
 
 
+class Noisy(Mlp):
+    """Adds uniform noise to its output in any mode, as a model that samples does: a compiled step
+    draws eager's noise from the same seed only where it draws it as eager does."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.layers(x)
+        return out + torch.rand(out.shape, device=out.device)
+
+
 class Stats:
     """A plain class: an output type the comparison does not know how to walk."""
 
@@ -158,6 +167,7 @@ MODELS: dict[str, type[nn.Module]] = {
     "dies_in_fp64": DiesInFloat64,
     "skipped_by_data": Mlp,
     "tiny_dropout": Dropping,
+    "tiny_noise": Noisy,
 }
 
 

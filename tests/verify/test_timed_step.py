@@ -13,7 +13,7 @@ from benchmark_models.model import BenchmarkModel
 from conftest import dummy_harness
 from experiment_runner.child.harness import ExperimentHarness, reusable_timed_step, state_versions
 from verifier import verify_experiment
-from verifier.run import compile_settings
+from verifier.run import DRAWS_RANDOM_NUMBERS, compile_settings
 
 
 def timed(harness: ExperimentHarness) -> ExperimentHarness:
@@ -90,15 +90,25 @@ def test_only_a_compiled_inference_step_serves(tmp_path, test, dynamo, options):
     assert reusable_timed_step(harness, state_versions(model.module), model) is not None
 
 
-@pytest.mark.parametrize("test, dynamo, options, timed, compiles", [
-    ("train", "inductor", "default", False, True),
-    ("eval", "inductor", "max-autotune", False, True),  # a model that changed its state while timed
-    ("eval", "inductor", "default", True, False),  # the timed step serves: nothing is compiled
-    ("eval", None, "default", False, False),  # eager: nothing to compile
-    ("eval", "inductor", "aot-inductor", False, False),  # loads the timed step's package
+@pytest.mark.parametrize("test, dynamo, options, compiles", [
+    ("train", "inductor", "default", True),
+    ("eval", "inductor", "max-autotune", True),
+    ("eval", None, "default", False),  # eager: nothing to compile
+    ("eval", "inductor", "aot-inductor", False),  # loads the timed step's package
 ])
-def test_a_fresh_copy_compiles_under_the_harness_s_accuracy_settings(tmp_path, test, dynamo, options, timed,
-                                                                      compiles):
-    harness = dummy_harness(tmp_path, test, dynamo, options)
-    harness.timed_step = (lambda: None) if timed else None
-    assert compile_settings(harness) == ({"fallback_random": True} if compiles else None)
+def test_a_fresh_copy_compiles_under_the_harness_s_accuracy_settings(tmp_path, test, dynamo, options, compiles):
+    assert compile_settings(dummy_harness(tmp_path, test, dynamo, options)) == (
+        {"fallback_random": True} if compiles else None)
+
+
+def test_a_timed_step_that_draws_random_numbers_is_not_the_compiled_run(tmp_path, verifier_runs):
+    """A step that moved the seeded generator drew what it was compiled to draw, not eager's: a
+    fresh copy compiled under the accuracy runs' settings is judged, and the record says why."""
+    harness = timed(dummy_harness(tmp_path))
+    step = harness.timed_step
+    harness.timed_step = lambda: step() + torch.rand(())
+    verification = verify_experiment(harness)
+    assert verification["code"] == "PASS" and ("fp32", True) in verifier_runs
+    details = verification["details"]
+    assert details["compiled_run"] == "fresh copy" and details["fresh_copy_reason"] == DRAWS_RANDOM_NUMBERS
+    assert details["inductor_config"] == {"fallback_random": True} and harness.timed_step is None

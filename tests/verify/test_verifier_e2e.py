@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from experiment_runner.core import dashboards
+from verifier.run import DRAWS_RANDOM_NUMBERS
 
 pytestmark = pytest.mark.e2e
 
@@ -63,6 +64,7 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> Records:
     found += run_cli(tmp, "dummy", "--test=train", "--dynamo=verifier_loss_x1_5", "--dynamo=inductor",
                      suite="dummy")
     found += run_cli(tmp, "dropout", "--filter=^tiny_dropout$", "--dynamo=inductor", "--test=train")
+    found += run_cli(tmp, "noise", "--filter=^tiny_noise$", "--dynamo=inductor", "--test=eval")
     by_key: Records = {}
     for record in found:
         tolerance = (record["verification"] or {}).get("tolerance")
@@ -85,6 +87,7 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> Records:
     (("dummy", "verifier_loss_x1_5", "train"), "FAIL"),
     (("dummy", "inductor", "train"), "PASS"),
     (("tiny_dropout", "inductor", "train"), "PASS"),
+    (("tiny_noise", "inductor", "eval"), "PASS"),
     (("eager_broken", "eager", "eval"), "EAGER_FAILED"),
     (("opaque_output", "eager", "eval"), "EXCEPTION_RAISED"),
     (("jitter", "eager", "eval"), "NONDETERMINISTIC_EAGER_RUN"),
@@ -165,6 +168,15 @@ def test_a_train_mode_dropout_compiled_afresh_draws_eagers_masks(records: Record
     assert details["inductor_config"] == dashboards.accuracy_inductor_config() == {"fallback_random": True}
     reused = records[("tiny_mlp", "verifier_identity", "eval")]["verification"]["details"]
     assert reused["compiled_run"] == "timed step" and "inductor_config" not in reused
+
+
+def test_a_timed_step_that_draws_random_numbers_is_set_aside_for_a_fresh_compile(records: Records):
+    """An inference step that samples noise was timed as inductor compiles it (its own generator):
+    run once more, it moves the seeded generator, so the verifier judges a fresh copy compiled
+    under the accuracy runs' settings instead, whose noise is eager's."""
+    details = records[("tiny_noise", "inductor", "eval")]["verification"]["details"]
+    assert details["compiled_run"] == "fresh copy" and details["fresh_copy_reason"] == DRAWS_RANDOM_NUMBERS
+    assert details["inductor_config"] == {"fallback_random": True}
 
 
 def test_the_dropout_model_tells_the_two_ways_of_drawing_apart():

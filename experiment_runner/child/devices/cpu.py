@@ -76,6 +76,13 @@ class DeviceRuntime:
         np.random.seed(seed % 2**32)
         torch.manual_seed(seed)
 
+    def rng_states(self) -> list[Any]:
+        """The states of the torch generators a step on this device draws from (the verifier
+        compares them before and after a step to tell whether it drew random numbers)."""
+        import torch
+
+        return [torch.random.get_rng_state()]
+
     def reset_peak_memory(self) -> None:
         """Reset the kernel's resident high-water mark (Linux: "5" into /proc/self/clear_refs),
         so `timed_peak_rss_bytes` covers the timed runs, not model loading and compilation.

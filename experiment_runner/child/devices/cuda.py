@@ -29,6 +29,9 @@ class CudaRuntime(DeviceRuntime):
     def synchronize(self) -> None:
         self.cuda.synchronize()
 
+    def rng_states(self) -> list[Any]:
+        return [*super().rng_states(), self.cuda.get_rng_state()]
+
     def start_device_clock(self) -> Callable[[], float]:
         """CUDA events around the queued work: kernel time without the host's launch overhead."""
         start, end = self.cuda.Event(enable_timing=True), self.cuda.Event(enable_timing=True)
