@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from experiment_runner.analysis.expected import SHIPPED, read_expected, shipped_commit  # noqa: E402
+from experiment_runner.analysis.expected import SHIPPED, read_expected, shipped_source  # noqa: E402
 from experiment_runner.core import dashboards  # noqa: E402
 
 SUITES = ("torchbench", "huggingface", "timm")
@@ -110,7 +110,7 @@ def others(row: dict[str, Any]) -> str:
         name = dashboards.dashboards()[job].expected_file(row["suite"], "train")
         value = expected_rows(job, row["suite"]).get(row["model"], {}).get("graph_breaks")
         if job != row["job"] and value is not None:
-            found.append(f"{job} {value} (@{(shipped_commit(name) or '?')[:8]})")
+            found.append(f"{job} {value} (@{shipped_source(name) or '?'})")
     return ", ".join(found)
 
 

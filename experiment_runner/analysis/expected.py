@@ -171,10 +171,15 @@ PYTORCH_FILE = re.compile(r"(?P<test_config>.+_(?:torchbench|huggingface|timm))_
 DEVICE_WORDS = {"cuda": "CUDA", "cpu": "the CPU"}
 
 
-def shipped_commit(name: str) -> str | None:
-    """The pytorch/pytorch commit a shipped expected file was taken from."""
+def shipped_source(name: str) -> str | None:
+    """Where a shipped expected file was taken from, as a line names it: its commit, and the fork
+    whose copy it is where pytorch/pytorch's stored file was older (SOURCES.json's `copies`)."""
     sources = json.loads((SHIPPED / "SOURCES.json").read_text())
-    return sources["files"].get(name)
+    commit = sources["files"].get(name)
+    if commit is None:
+        return None
+    fork = sources.get("copies", {}).get(name)
+    return commit[:12] + (f" ({fork}'s copy)" if fork else "")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -279,12 +284,12 @@ def check_pytorch(items: Sequence[Exported], list_absent: bool = False) -> int:
     changed = 0
     for name, members in sorted(groups.items()):
         label = name.removesuffix(".csv")
-        commit = shipped_commit(name)
-        if commit is None:
+        source = shipped_source(name)
+        if source is None:
             print(f"{label}: no expected file shipped for it ({name}); give one with --expected")
             continue
         notes = other_device(label, name, members)
-        changed += check(label, accuracy_rows(members), SHIPPED / name, f"PyTorch's {name} @ {commit[:12]}",
+        changed += check(label, accuracy_rows(members), SHIPPED / name, f"PyTorch's {name} @ {source}",
                          updatable=False, unchecked=not_checked(members), list_absent=list_absent, notes=notes,
                          break_notes=own_counts(members))
         other_batch(label, members)

@@ -63,7 +63,10 @@ def results(tmp_path: Path, records: list[dict[str, Any]]) -> str:
 
 
 def commit(name: str) -> str:
-    return json.loads((SHIPPED / "SOURCES.json").read_text())["files"][name][:12]
+    """How a summary line names a shipped file's source: its commit, and the fork for a copy."""
+    sources = json.loads((SHIPPED / "SOURCES.json").read_text())
+    fork = sources.get("copies", {}).get(name)
+    return sources["files"][name][:12] + (f" ({fork}'s copy)" if fork else "")
 
 
 def both_tests(tmp_path: Path, train_code: str = "PASS", accelerator: str = "cuda") -> str:
@@ -89,6 +92,8 @@ def test_inference_and_training_are_each_checked_against_their_own_file(
     assert code == 0, out
     for name in ("inductor_timm_inference.csv", "inductor_timm_training.csv"):
         assert f"checked against PyTorch's {name} @ {commit(name)}: as expected;" in summary(out, name), out
+    assert "(paolodedios/pytorch's copy)" in summary(out, "inductor_timm_training.csv")
+    assert "'s copy" not in summary(out, "inductor_timm_inference.csv")
     assert not any("accuracy" in line or "graph_breaks" in line or "device" in line for line in out), out
 
     code, out = pytorch(capsys, both_tests(tmp_path, train_code="FAIL"))
@@ -141,12 +146,14 @@ def test_export_writes_each_run_where_the_ci_job_writes_it(tmp_path: Path) -> No
         "inductor_timm/inference_timm_models.csv", "inductor_timm/training_timm_models.csv",
         "inductor_timm_models_bfloat16_inference_cuda_accuracy.csv",
         "inductor_timm_models_amp_training_cuda_accuracy.csv"}
-    for name, breaks in (("inductor_timm/training_timm_models.csv", "8"),
-                         ("inductor_timm_models_amp_training_cuda_accuracy.csv", "8"),
-                         ("inductor_timm/inference_timm_models.csv", "0")):
+    trained = read_expected(SHIPPED / "inductor_timm_training.csv")
+    for name, breaks in (("inductor_timm/training_timm_models.csv", [trained[m]["graph_breaks"] for m in MODELS]),
+                         ("inductor_timm_models_amp_training_cuda_accuracy.csv",
+                          [trained[m]["graph_breaks"] for m in MODELS]),
+                         ("inductor_timm/inference_timm_models.csv", ["0"] * len(MODELS))):
         rows = list(csv.DictReader((out / name).read_text().splitlines()))
         assert [(r["dev"], r["name"], r["accuracy"], r["graph_breaks"]) for r in rows] == [
-            ("cuda", m, "pass", breaks) for m in MODELS], name
+            ("cuda", m, "pass", b) for m, b in zip(MODELS, breaks)], name
 
 
 @pytest.mark.parametrize("experiment", [
