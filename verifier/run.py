@@ -190,9 +190,9 @@ DRAWS_RANDOM_NUMBERS = ("the timed step draws random numbers, compiled to draw t
                         "does (fresh_compile)")
 
 
-def run_timed_step(harness: Subject) -> Any | None:
-    """The timed step once more from the seeded RNG state: what to compare, or None where the run
-    moved a torch generator. A step that draws random numbers was compiled without the accuracy
+def run_timed_step(harness: Subject) -> tuple[bool, Any]:
+    """The timed step once more from the seeded RNG state: (True, what to compare), or (False,
+    None) where the run moved a torch generator (a step may itself return None). A step that draws random numbers was compiled without the accuracy
     runs' settings, so its draws are not eager's (a model that samples noise in eval mode); a fresh
     copy compiled under them is judged instead. The step is dropped, and the timed model with it,
     before the eager runs need the memory."""
@@ -207,7 +207,7 @@ def run_timed_step(harness: Subject) -> Any | None:
     out = None if drew else snapshot(out)
     del step
     gc.collect()
-    return out
+    return not drew, out
 
 
 def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Verification:
@@ -217,18 +217,18 @@ def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Ve
     if policy.skip_reason is not None:
         return Verification("VERIFIER_SKIPPED", details={"reason": policy.skip_reason, **policy.describe()})
     reference = reference_harness(harness)
-    result = None
+    served, result = False, None
     if harness.timed_step is not None:
         with phase(timings, "verify_compiled_s"):
-            result = run_timed_step(harness)
-        if result is None:
+            served, result = run_timed_step(harness)
+        if not served:
             harness.fresh_copy_reason = DRAWS_RANDOM_NUMBERS
     base = {**policy.describe(),
             "iterations": iterations(harness),
             "eager_device": reference.device.torch_device,
-            "compiled_run": "timed step" if result is not None else "fresh copy"}
+            "compiled_run": "timed step" if served else "fresh copy"}
     settings = None
-    if result is None:
+    if not served:
         if harness.fresh_copy_reason:
             base["fresh_copy_reason"] = harness.fresh_copy_reason
         settings = compile_settings(harness)
@@ -262,7 +262,7 @@ def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Ve
             **base, "reason": "the verification would not fit in the memory this host has available "
                               f"(about {fits.without_reference / memory.GIB:.1f} GiB more even without the "
                               "float64 reference)"})
-    if result is None:
+    if not served:
         with phase(timings, "verify_compiled_s"), fresh_compile(settings):
             result = run_once(harness, precision, compiled=True)
             gc.collect()

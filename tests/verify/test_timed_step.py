@@ -112,3 +112,15 @@ def test_a_timed_step_that_draws_random_numbers_is_not_the_compiled_run(tmp_path
     details = verification["details"]
     assert details["compiled_run"] == "fresh copy" and details["fresh_copy_reason"] == DRAWS_RANDOM_NUMBERS
     assert details["inductor_config"] == {"fallback_random": True} and harness.timed_step is None
+
+
+def test_a_timed_step_that_returns_nothing_is_still_the_compiled_run(tmp_path, verifier_runs):
+    """None is a step's output like any other: judged against eager's (and wrong here), not taken
+    for a step that drew random numbers and set aside for a fresh copy that would pass."""
+    harness = timed(dummy_harness(tmp_path))
+    step = harness.timed_step
+    harness.timed_step = lambda: (step(), None)[1]
+    verification = verify_experiment(harness)
+    details = verification["details"]
+    assert details["compiled_run"] == "timed step" and "fresh_copy_reason" not in details, details
+    assert verification["code"] == "FAIL" and not any(compiled for _, compiled in verifier_runs)
