@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="compare every PyTorch dashboard configuration of the run (--dashboard) with PyTorch's "
                              "own expected file for it, shipped with this tool: inference records with its "
                              "<TEST_CONFIG>_inference.csv, training records with its <TEST_CONFIG>_training.csv (each "
-                             "line names the file and its pytorch/pytorch commit)")
+                             "line names the file and its commit, and the fork for a fork's copy)")
     p.add_argument("--group", metavar="NAME",
                    help="which compiler, suite, dtype, mode and device, as export names its CSVs "
                         "(inductor_torchbench_float32_inference_cpu); needed when the run has several")
