@@ -150,6 +150,8 @@ def test_driver_killed_then_resume_loses_and_duplicates_nothing(two_nodes, tmp_p
     driver.kill()
     driver.communicate()
     assert_no_process_left(marker, within_s=30)  # Ray ends the dead driver's tasks; their children follow
+    # The running task's worker went with its driver: nothing on the node removed its folder.
+    assert list(two_nodes.node_tmp.glob("experiment_runner-*"))
     before = read_records(results)
 
     proc, _ = run((*args, "--resume"), output, cli_cache, two_nodes.address)
@@ -159,6 +161,8 @@ def test_driver_killed_then_resume_loses_and_duplicates_nothing(two_nodes, tmp_p
     assert Counter(r["experiment_id"] for r in after) == Counter({r["experiment_id"]: 1 for r in after})
     assert sorted(r["model"]["model_name"] for r in after) == [f"nap_0{i}" for i in range(6)]
     assert {r["run_id"] for r in after} == {before[0]["run_id"]} and {r["status"] for r in after} == {"ok"}
+    # The killed tasks' folders on the nodes (with their scratch) went with the resumed run's tasks.
+    assert sorted(p.name for p in two_nodes.node_tmp.glob("experiment_runner-*")) == []
 
 
 @pytest.mark.parametrize("launcher", ["forkserver", "subprocess"])

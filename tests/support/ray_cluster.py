@@ -111,6 +111,10 @@ class LocalRayCluster:
 
     def __enter__(self) -> "LocalRayCluster":
         self.temp = tempfile.mkdtemp(prefix="er-ray-", dir="/tmp")  # short: Ray's socket paths have a limit
+        # The nodes' temp dir (their tasks' folders), the cluster's own: gone with it, and a test can
+        # see what a run left there.
+        self.node_tmp = Path(self.temp) / "t"
+        self.node_tmp.mkdir()
         port = _free_port()
         self.address = f"127.0.0.1:{port}"
         try:
@@ -137,7 +141,7 @@ class LocalRayCluster:
                    "--node-ip-address=127.0.0.1", f"--num-cpus={self.num_cpus}", "--num-gpus=0",
                    "--object-store-memory=100000000", "--disable-usage-stats",
                    f"--resources={json.dumps({'experiment_slot': self.slots})}"]
-        env = {**os.environ, **CLUSTER_ENV, **self.env, **(extra_env or {})}
+        env = {**os.environ, **CLUSTER_ENV, "TMPDIR": str(self.node_tmp), **self.env, **(extra_env or {})}
         with open(log, "wb") as handle:
             proc = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)

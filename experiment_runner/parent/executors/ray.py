@@ -21,7 +21,6 @@ import dataclasses
 import logging
 import os
 import socket
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ from experiment_runner.errors import UsageError
 from experiment_runner.parent.executors.interface import Job, forwarded_environment
 from experiment_runner.parent.launch.env import remove_leftovers
 from experiment_runner.parent.launch.forkserver_launcher import ForkServerLauncher
+from experiment_runner.parent.launch.node_folder import node_folder
 from experiment_runner.parent.launch.subprocess_launcher import SubprocessLauncher
 
 SLOT = "experiment_slot"
@@ -143,19 +143,20 @@ def run_on_node(task: dict[str, Any], extra_env: dict[str, str], timeout_s: floa
     Cancelling the task raises KeyboardInterrupt here (between bytecodes: the launchers wait in
     short slices so that it lands at once), and the launcher kills the experiment and what it
     started on the way out; a worker that dies takes the child with it (the launcher asks Linux
-    for a parent-death signal).
+    for a parent-death signal), and the next task on the node removes the folder it left
+    (launch/node_folder.py).
     """
     where = node_description()
     yield where
-    with tempfile.TemporaryDirectory(prefix="experiment_runner-") as folder:
-        local = Task.from_dict({**task, "artifacts_dir": folder})
+    with node_folder() as folder:
+        local = Task.from_dict({**task, "artifacts_dir": str(folder)})
         env = dict(extra_env)
         if where["cuda_visible_devices"] is not None:
             env["CUDA_VISIBLE_DEVICES"] = where["cuda_visible_devices"]
-        log = Path(folder) / "child.log"
+        log = folder / "child.log"
         outcome = node_launcher(launcher, timeout_s, extra_env, preload_dynamo).launch(local, log, env)
-        remove_leftovers(Path(folder))
-        files, left = collect_files(Path(folder))
+        remove_leftovers(folder)
+        files, left = collect_files(folder)
         yield {"outcome": dataclasses.asdict(outcome), "files": files, "left_on_node": left}
 
 
