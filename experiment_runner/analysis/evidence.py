@@ -35,6 +35,9 @@ FIELDS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("cpu isa", ("environment", "cpu", "isa"), "env"),
     ("aten capability", ("environment", "cpu", "aten_capability"), "env"),
     ("mkldnn bf16", ("environment", "cpu", "mkldnn_bf16"), "env"),
+    # the CPU allocator: a preloaded one, or glibc malloc's settings, move a training step by a tenth or more
+    ("ld_preload", ("environment", "cpu", "ld_preload"), "env"),
+    ("malloc env", ("environment", "cpu", "malloc_env"), "env"),
     ("graph breaks", ("measurements", "graph_breaks", "total"), "exact"),
     ("unique graphs", ("measurements", "graph_breaks", "unique_graphs"), "exact"),
     ("compiled frames", ("measurements", "dynamo_compile", "frames"), "exact"),
@@ -70,7 +73,14 @@ def _get(record: dict[str, Any], path: tuple[str, ...]) -> Any:
         if not isinstance(value, dict):
             return None
         value = value.get(key)
-    return tuple(value) if isinstance(value, list) else value  # hashable: events group by differences
+    return value
+
+
+def _hashable(value: Any) -> Any:
+    """A field's value as a Difference holds it: events group by differences."""
+    if isinstance(value, dict):
+        return tuple(sorted(value.items()))
+    return tuple(value) if isinstance(value, list) else value
 
 
 def differences(before: dict[str, Any], after: dict[str, Any]) -> list[Difference]:
@@ -78,7 +88,7 @@ def differences(before: dict[str, Any], after: dict[str, Any]) -> list[Differenc
     the ops whose self time moved most when both have per-op profiles."""
     found = []
     for label, path, kind in FIELDS:
-        old, new = _get(before, path), _get(after, path)
+        old, new = _hashable(_get(before, path)), _hashable(_get(after, path))
         if kind == "scale":
             if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (old, new)) or old <= 0:
                 continue

@@ -65,7 +65,16 @@ def set_threads(options: RunOptions) -> dict[str, Any]:
         "cpu_launcher": options.cpu_launcher if applied is not None else "none",
         "run_cpu": applied,
         "ld_preload": os.environ.get("LD_PRELOAD") or None,
+        "malloc_env": malloc_env(),
     }
+
+
+def malloc_env() -> dict[str, str] | None:
+    """glibc malloc's settings from the environment (GLIBC_TUNABLES, MALLOC_*), or None: they move a
+    CPU training step as much as a preloaded allocator does (a fixed mmap threshold took a tenth
+    off DistilBert's, docs/timing.md), so two records that differ in them are not one population."""
+    found = {k: v for k, v in sorted(os.environ.items()) if k == "GLIBC_TUNABLES" or k.startswith("MALLOC_")}
+    return found or None
 
 
 def describe_cpu() -> dict[str, Any]:

@@ -552,3 +552,20 @@ def test_two_hosts_a_fleet_names_alike_are_told_apart_by_their_kernels() -> None
         "cpu AuthenticAMD family 25 model 1 stepping 1 -> AuthenticAMD family 25 model 17 stepping 1",
         "cpu isa ('avx2', 'fma') -> ('avx2', 'fma', 'avx512_bf16')", "mkldnn bf16 False -> True"]
     assert all(d.environment for d in found) and len({tuple(found)}) == 1  # hashable, so events can group them
+
+
+def test_the_cpu_allocator_s_settings_are_environment() -> None:
+    """A preloaded allocator or glibc malloc's settings took a tenth or more off CPU training steps
+    (docs/timing.md): two records that differ in them differ in their environment."""
+    from experiment_runner.analysis.evidence import differences
+
+    def record(preload: str | None, malloc: dict[str, str] | None) -> dict[str, object]:
+        return {"environment": {"cpu": {"ld_preload": preload, "malloc_env": malloc}}}
+
+    found = differences(record(None, None),
+                        record("/usr/lib/libjemalloc.so", {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=33554432"}))
+    assert [str(d) for d in found] == [
+        "ld_preload None -> /usr/lib/libjemalloc.so",
+        "malloc env None -> (('GLIBC_TUNABLES', 'glibc.malloc.mmap_threshold=33554432'),)"]
+    assert all(d.environment for d in found) and len({tuple(found)}) == 1
+    assert differences(record(None, {"MALLOC_ARENA_MAX": "2"}), record(None, {"MALLOC_ARENA_MAX": "2"})) == []

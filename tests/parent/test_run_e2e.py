@@ -167,7 +167,8 @@ def test_calibrated_samples_threads_run_cpu_and_a_noisy_neighbour_are_recorded(e
     run: the record says which count, threads and cores it used, and that the host was noisy."""
     neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        proc = cli(env, "--suite-name=dummy", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=10",
+        tuned = {**env, "GLIBC_TUNABLES": "glibc.malloc.trim_threshold=268435456", "MALLOC_ARENA_MAX": "2"}
+        proc = cli(tuned, "--suite-name=dummy", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--repeat=10",
                    "--threads=1", "--cpu-launcher=run_cpu", "--noisy-host-share=0.05", f"--output-dirname={tmp_path}")
     finally:
         neighbour.kill()
@@ -188,6 +189,7 @@ def test_calibrated_samples_threads_run_cpu_and_a_noisy_neighbour_are_recorded(e
     cpu = record["environment"]["cpu"]
     assert cpu["threads"] == 1 and cpu["threads_source"] == "--threads"
     assert cpu["cpu_launcher"] == "run_cpu" and len(cpu["run_cpu"]["cores"]) == 1, cpu
+    assert cpu["malloc_env"] == {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=268435456", "MALLOC_ARENA_MAX": "2"}
     # the processor as this host's /proc/cpuinfo and torch describe it
     import torch
 
