@@ -192,10 +192,11 @@ DRAWS_RANDOM_NUMBERS = ("the timed step draws random numbers, compiled to draw t
 
 def run_timed_step(harness: Subject) -> tuple[bool, Any]:
     """The timed step once more from the seeded RNG state: (True, what to compare), or (False,
-    None) where the run moved a torch generator (a step may itself return None). A step that draws random numbers was compiled without the accuracy
-    runs' settings, so its draws are not eager's (a model that samples noise in eval mode); a fresh
-    copy compiled under them is judged instead. The step is dropped, and the timed model with it,
-    before the eager runs need the memory."""
+    None) where the run moved a torch generator (a step may itself return None). A step that
+    draws random numbers was compiled without the accuracy runs' settings, so its draws are not
+    eager's (a model that samples noise in eval mode); a fresh copy compiled under them is judged
+    instead. The step is dropped, and the timed model with it, before the eager runs need the
+    memory."""
     import torch
 
     step, harness.timed_step = harness.timed_step, None
