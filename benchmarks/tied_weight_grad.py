@@ -5,7 +5,8 @@ autograd engine accumulates the weight's two gradient contributions in place (`a
 aot_eager's traced backward graph adds them out of place (`aten::add`) into a new tensor of the
 weight's size, allocated afresh each step. This times the harness-like step (bf16 autocast, loss,
 backward) both ways and prints each one's add ops on that shape, their self CPU time and the
-step's minor page faults (docs/benchmarks/dashboard.md, "aot_eager's training step on huggingface").
+step's minor page faults (docs/benchmarks/dashboard.md, "One process per row, and aot_eager's
+slower huggingface steps").
 
     python benchmarks/tied_weight_grad.py [--vocab 30522 --hidden 768 --tokens 512 --steps 10]
 """

@@ -35,7 +35,7 @@ def node_folder(root: Path | None = None) -> Iterator[Path]:
     remove_orphans(root)
     fd, lock = _held_lock(root)
     try:
-        folder = lock.with_name(lock.name.removesuffix(LOCK_SUFFIX))
+        folder = _folder_of(lock)
         folder.mkdir()
         try:
             yield folder
@@ -44,6 +44,10 @@ def node_folder(root: Path | None = None) -> Iterator[Path]:
     finally:
         lock.unlink(missing_ok=True)
         os.close(fd)
+
+
+def _folder_of(lock: Path) -> Path:
+    return lock.with_name(lock.name.removesuffix(LOCK_SUFFIX))
 
 
 def _held_lock(root: Path) -> tuple[int, Path]:
@@ -76,7 +80,7 @@ def remove_orphans(root: Path) -> list[Path]:
             os.close(fd)
             continue
         try:
-            folder = lock.with_name(lock.name.removesuffix(LOCK_SUFFIX))
+            folder = _folder_of(lock)
             if folder.exists():
                 shutil.rmtree(folder, ignore_errors=True)
                 removed.append(folder)
