@@ -7,6 +7,7 @@ goes to Ray and process start-up, not to benchmarks.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -30,6 +31,7 @@ from conftest import (
 )
 
 from experiment_runner.core.requirements import install_command
+from experiment_runner.parent.launch.node_folder import LOCK_SUFFIX, PREFIX
 
 sys.path.insert(0, str(SUPPORT))
 from ray_cluster import LocalRayCluster  # noqa: E402  (tests/support)
@@ -68,6 +70,21 @@ def run(args: tuple[str, ...], output: Path, cache: Path, address: str) -> tuple
     proc = subprocess.run(cli_command(args, output), env=cli_env(cache, marker, {"RAY_ADDRESS": address}),
                           capture_output=True, text=True, timeout=300)
     return proc, marker
+
+
+def held(lock: Path) -> bool:
+    """Whether a live process holds a node folder's lock (launch/node_folder.py)."""
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def wait_until(predicate, timeout_s: float = 120, what: str = "") -> None:
@@ -150,8 +167,11 @@ def test_driver_killed_then_resume_loses_and_duplicates_nothing(two_nodes, tmp_p
     driver.kill()
     driver.communicate()
     assert_no_process_left(marker, within_s=30)  # Ray ends the dead driver's tasks; their children follow
-    # The running task's worker went with its driver: nothing on the node removed its folder.
-    assert list(two_nodes.node_tmp.glob("experiment_runner-*"))
+    # The running task's worker went with its driver: nothing on the node removed its folder. Ray
+    # ends that worker on its own time; once it is gone its lock is free, and any later task sweeps.
+    orphans = sorted(two_nodes.node_tmp.glob(f"{PREFIX}*{LOCK_SUFFIX}"))
+    assert orphans
+    wait_until(lambda: not any(held(lock) for lock in orphans), what="the killed driver's workers to end")
     before = read_records(results)
 
     proc, _ = run((*args, "--resume"), output, cli_cache, two_nodes.address)
@@ -162,7 +182,7 @@ def test_driver_killed_then_resume_loses_and_duplicates_nothing(two_nodes, tmp_p
     assert sorted(r["model"]["model_name"] for r in after) == [f"nap_0{i}" for i in range(6)]
     assert {r["run_id"] for r in after} == {before[0]["run_id"]} and {r["status"] for r in after} == {"ok"}
     # The killed tasks' folders on the nodes (with their scratch) went with the resumed run's tasks.
-    assert sorted(p.name for p in two_nodes.node_tmp.glob("experiment_runner-*")) == []
+    assert [lock for lock in orphans if lock.exists() or lock.with_suffix("").exists()] == []
 
 
 @pytest.mark.parametrize("launcher", ["forkserver", "subprocess"])
