@@ -181,22 +181,29 @@ def test_a_timed_step_that_draws_random_numbers_is_set_aside_for_a_fresh_compile
 
 def test_the_dropout_model_tells_the_two_ways_of_drawing_apart():
     """The PASS above rests on the setting: inductor's own random lowering draws other masks than
-    eager's from the same seed (in this process, as the child would without it)."""
-    module, x = Dropping().train(), torch.randn(8, 16)
+    eager's from the same seed (in this process, as the child would without it). The masks are
+    compared, not the bits: compiled matmuls may round differently on another processor."""
+    module, dropout = Dropping().train(), Dropping().layers[2]
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
 
     def drawn(fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         torch.manual_seed(0)
         return fn(x)
 
+    def compiled(fn: Callable[[torch.Tensor], torch.Tensor], **config: Any) -> torch.Tensor:
+        torch._dynamo.reset()
+        with torch._inductor.config.patch(config):
+            try:
+                return drawn(torch.compile(fn, backend="inductor"))
+            finally:
+                torch._dynamo.reset()
+
+    fallback = dashboards.accuracy_inductor_config()
+    assert torch.equal(compiled(dropout, **fallback) == 0, drawn(dropout) == 0)
+    assert not torch.equal(compiled(dropout) == 0, drawn(dropout) == 0)
     eager = drawn(module)
-    torch._dynamo.reset()
-    own = drawn(torch.compile(module, backend="inductor"))
-    torch._dynamo.reset()
-    with torch._inductor.config.patch(dashboards.accuracy_inductor_config()):
-        fallen = drawn(torch.compile(module, backend="inductor"))
-    torch._dynamo.reset()
-    assert torch.equal(fallen, eager)
-    assert not torch.allclose(own, eager)
+    torch.testing.assert_close(compiled(module, **fallback), eager, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(compiled(module), eager, rtol=1e-2, atol=1e-3)
 
 
 def test_nan_where_eager_has_none_fails_and_says_so(records: Records):
