@@ -340,7 +340,8 @@ MAX_CALIBRATED_ITERATIONS = 1_000_000
 
 @dataclass
 class Sample:
-    """One timed run: its seconds, and what its first and last iteration returned."""
+    """One timed run: its seconds, what was kept of its first iteration's result, and what its last
+    iteration returned."""
 
     elapsed: float
     first: Any
@@ -349,12 +350,16 @@ class Sample:
 
 
 def run_sample(step: Callable[[], Any], device: DeviceRuntime, iterations: int,
-               device_clock: bool = False) -> Sample:
-    """`iterations` iterations on the clock, the device synchronized before and after."""
+               device_clock: bool = False, keep_first: Callable[[Any], Any] | None = None) -> Sample:
+    """`iterations` iterations on the clock, the device synchronized before and after.
+    `keep_first` makes what is kept of the first iteration's result as it returns (on the clock,
+    so keep it small: a training step's loss); without it `first` is None. `last` is valid only
+    until the step runs again."""
     device.synchronize()
     stop_device_clock = device.start_device_clock() if device_clock else None
     start = perf_counter()
     first = last = device.run_iteration(step)
+    first = None if keep_first is None else keep_first(first)
     for _ in range(iterations - 1):
         last = device.run_iteration(step)
     device_elapsed = stop_device_clock() if stop_device_clock is not None else None
@@ -405,7 +410,7 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
     samples are the device's own clock where it has one (CUDA events), and `timing_clock` says
     which clock every sample was read from. A training step's state is rewound before every timed run,
     outside the clock, so every run times the same workload; the loss of the first and of
-    the last timed step are kept to show it. The host's load during the timed runs is
+    the last timed step are kept (copied out: kept_loss) to show it. The host's load during the timed runs is
     recorded beside them (`host_load`, `noisy_host`: see core/cpus.py). `on_timing()` runs once
     warm-up and calibration are over (the worker reports its phase). `timings` gets the seconds of
     each part, on the wall clock around it: warmup_s, calibration_s and samples_s.
@@ -437,9 +442,10 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
             device.synchronize()  # XLA: run (and compile) the copies now, outside the repeat's metrics
         device.reset_rng(options.seed)
         device.begin_repeat()
-        sample = run_sample(step, device, iterations, device_clock=options.pure_wall_time)
-        first = sample.first if first is None else first
-        last = sample.last
+        keep = kept_loss if training_state is not None and index == 0 else None
+        sample = run_sample(step, device, iterations, device_clock=options.pure_wall_time, keep_first=keep)
+        first = sample.first if index == 0 else first
+        last = kept_loss(sample.last) if training_state is not None else None
         elapsed = sample.elapsed if sample.device_elapsed is None else sample.device_elapsed
         clocks.add("host" if sample.device_elapsed is None else "device")
         metrics["total_time"].append(elapsed)
@@ -460,15 +466,18 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
         metrics["calibration"] = calibration
     metrics.update(device.peak_memory())
     if training_state is not None and last is not None:
-        metrics["loss_first_timed_step"] = _loss_value(first)
-        metrics["loss_last_timed_step"] = _loss_value(last)
+        metrics["loss_first_timed_step"] = float(first.float().cpu())
+        metrics["loss_last_timed_step"] = float(last.float().cpu())
     return metrics
 
 
-def _loss_value(step_result: Any) -> float:
-    """A train step returns its loss, or (loss, output) with --collect-full-output."""
+def kept_loss(step_result: Any) -> Any:
+    """A copy, on its device, of the loss a train step returned (alone, or as (loss, output) with
+    --collect-full-output). A compiled step may hand back the same storage on every call: CUDA
+    graphs replay into static output buffers, and cudagraph trees refuse to read an output once
+    a later replay began; so a loss read after the step ran again must be copied out first."""
     loss = step_result[0] if isinstance(step_result, tuple) else step_result
-    return float(loss.detach().float().cpu())
+    return loss.detach().clone()
 
 
 def apply_denormal_mode(options: RunOptions) -> None:

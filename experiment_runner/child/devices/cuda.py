@@ -5,18 +5,21 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from experiment_runner.child.devices.cpu import DeviceRuntime
-from experiment_runner.core.matrix import ExperimentConfig
+from experiment_runner.core.matrix import ExperimentConfig, uses_cuda_graphs
 
 
 class CudaRuntime(DeviceRuntime):
-    """Every torch.cuda call goes through `self.cuda`, the one seam a unit test replaces
-    with a fake so the CUDA logic is exercised on a host without a GPU."""
+    """Every torch.cuda call goes through `self.cuda`, and the CUDA-graph step mark through
+    `mark_step_begin`: the seams a unit test replaces with fakes so the CUDA logic is exercised on
+    a host without a GPU."""
 
     torch_device = "cuda"
 
-    def __init__(self, config: ExperimentConfig, cuda: Any = None) -> None:
+    def __init__(self, config: ExperimentConfig, cuda: Any = None,
+                 mark_step_begin: Callable[[], None] | None = None) -> None:
         super().__init__(config)
         self._cuda = cuda
+        self._mark_step_begin = mark_step_begin
 
     @property
     def cuda(self) -> Any:
@@ -28,6 +31,19 @@ class CudaRuntime(DeviceRuntime):
 
     def synchronize(self) -> None:
         self.cuda.synchronize()
+
+    def run_iteration(self, step: Callable[[], Any]) -> Any:
+        """One iteration; under CUDA graphs, marked as a new step of the cudagraph trees first
+        (torch.compiler.cudagraph_mark_step_begin), so a replay may reuse the memory of the
+        previous iteration's outputs: whatever is kept across iterations is copied out
+        (harness.kept_loss, verifier.run.snapshot)."""
+        if uses_cuda_graphs(self.config):
+            if self._mark_step_begin is None:
+                import torch
+
+                self._mark_step_begin = torch.compiler.cudagraph_mark_step_begin
+            self._mark_step_begin()
+        return step()
 
     def rng_states(self) -> list[Any]:
         return [*super().rng_states(), self.cuda.get_rng_state()]
