@@ -16,10 +16,11 @@ float64 and the experiment see identical weights and inputs:
 4. eager in float64, the ground truth those rules need (if it fails or does not fit, every
    leaf is judged against eager alone), and the comparison again with it.
 
-The record's details say which: `reference_not_needed`, or `reference_needed_at` (the first
-leaf that needed it and its rule) with `reference` (float64, or null and why). A float64 run
-that would have failed matters only where it is needed, as it is the costliest run on a
-large model and the least often read.
+Every run is under the determinism PyTorch's accuracy runs set (verifier/determinism.py), which
+the details name (`determinism`). The record's details say which: `reference_not_needed`, or
+`reference_needed_at` (the first leaf that needed it and its rule) with `reference` (float64, or
+null and why). A float64 run that would have failed matters only where it is needed, as it is
+the costliest run on a large model and the least often read.
 
 Training compares what a step leaves, as PyTorch's harness does (collect_results), under the
 paths `loss`, `grads.<parameter>`, `params.<parameter>` and, for the harness's step,
@@ -42,6 +43,7 @@ from experiment_runner.core import dashboards
 from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS
 from experiment_runner.core.record import phase
 from verifier import memory
+from verifier.determinism import deterministic
 from verifier.closeness import DEFERRED, Comparison, ReferenceNeeded, compare, identical
 from verifier.subject import Subject
 from verifier.tolerances import Context, Policy, policy_for
@@ -308,7 +310,11 @@ def verify_experiment(harness: Subject, timings: dict[str, float] | None = None)
     timings = {} if timings is None else timings
     try:
         policy = policy_for(context_of(harness), override=harness.options.tolerance)
-        return procedure(harness, policy, timings).to_dict()
+        determinism = dashboards.accuracy_determinism(harness.experiment.model_name)
+        with deterministic(determinism):
+            verification = procedure(harness, policy, timings)
+        verification.details["determinism"] = determinism.describe()
+        return verification.to_dict()
     except Exception as exc:  # noqa: BLE001 - every failure must become data
         return Verification("EXCEPTION_RAISED", tolerance=policy.tolerance if policy else None,
                             details={"error": _error(exc)}).to_dict()

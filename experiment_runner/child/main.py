@@ -122,6 +122,12 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
 
             import_plugins()
         with phase(timings, "setup_s"):
+            if task.options.verify and config.accelerator == "cuda":
+                # cuBLAS reads its workspace setting once, at its first use: before the timed runs,
+                # so the verifier's deterministic runs get it (verifier/determinism.py).
+                from verifier.determinism import apply_environment
+
+                apply_environment(dashboards.accuracy_determinism(task.experiment.model_name))
             result["environment"]["cpu"] = {**set_threads(task.options), **describe_cpu()}
             device = runtime_for(config)
             result["accelerator_model"] = device.accelerator_model()

@@ -140,6 +140,29 @@ def accuracy_inductor_config() -> dict[str, Any]:
     return dict(_data()["accuracy_inductor_config"]["settings"])
 
 
+@dataclass(frozen=True)
+class Determinism:
+    """The harness's accuracy-run determinism for one model (dashboards.json accuracy_determinism):
+    torch settings by their dotted name, environment variables, and whether deterministic
+    algorithms are on (off for the models the harness exempts)."""
+
+    settings: dict[str, bool]
+    environment: dict[str, str]
+    source: str
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.settings, **{f"env.{k}": v for k, v in self.environment.items()}, "source": self.source}
+
+
+def accuracy_determinism(model: str) -> Determinism:
+    """What the harness's accuracy runs set for `model` before loading it (setup_determinism)."""
+    data = _data()["accuracy_determinism"]
+    settings = dict(data["settings"])
+    if model in data["nondeterministic_algorithm_models"]:
+        settings["torch.use_deterministic_algorithms"] = False
+    return Determinism(settings, dict(data["environment"]), data["source"])
+
+
 def accuracy_batch_size(suite: str) -> int | None:
     """The batch size PyTorch's accuracy runs (the ones its expected files come from) use for a
     suite of ours; None for a suite the harness does not run."""
