@@ -36,8 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from experiment_runner.analysis.columns import results_files
-from experiment_runner.analysis.loader import Row, run_records, runs_of
+from experiment_runner.analysis.loader import Row, results_files, run_records, runs_of
 from experiment_runner.analysis.files import check_output
 from experiment_runner.analysis.report import (
     DEFAULT_BASELINE,

@@ -33,10 +33,10 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from experiment_runner.analysis.columns import Factor, Records, read_back, read_records, results_files
+from experiment_runner.analysis.columns import Factor, Records, read_back, read_records
 from experiment_runner.analysis.confirm import DEFAULT_PROCESSES, Verdict, confirm, render_confirmation, suspects
 from experiment_runner.analysis.evidence import Difference, Event, differences, events
-from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES, speedup_method
+from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES, results_files, speedup_method
 from experiment_runner.analysis.files import check_output
 from experiment_runner.analysis.repro import repro_command
 from experiment_runner.analysis.page import RECORDS_ON_PAGE, encode_series, link_to, render, write_page
@@ -755,10 +755,11 @@ def _check_dependencies() -> None:
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     config = _config(args)
+    inputs = results_files(args.paths)
     if args.html is not None:
-        check_output(args.html, results_files(args.paths), "--html")
+        check_output(args.html, inputs, "--html")
     _check_dependencies()
-    analysis = detect(load_history(args.paths), config, args.window)
+    analysis = detect(load_history(inputs), config, args.window)
     records = load_change_records(analysis)
     add_evidence(analysis, records)
     verdicts = run_confirmation(analysis, args.confirm_processes) if args.confirm else None

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from experiment_runner.analysis.columns import results_files
 from experiment_runner.analysis.loader import (
     CONFIG_FIELDS,
     Row,
     RunInfo,
     load_rows,
+    results_files,
     runs_of,
     speedup_method,
 )
