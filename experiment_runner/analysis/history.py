@@ -314,6 +314,12 @@ class Analysis:
     def regressions_in_window(self) -> list[Change]:
         return self.alerts
 
+    @property
+    def window_runs(self) -> int:
+        """How many runs the window holds: `--window 3` over a history of two runs is those two,
+        and the page and the text say two, not three."""
+        return min(self.window, len(self.history.run_ids))
+
     def not_judged(self) -> list[str]:
         """Why history could not judge what it read, as compare says why it did not: too few
         runs, no experiment in two runs."""
@@ -635,7 +641,7 @@ def render_text(analysis: Analysis) -> str:
             out.append(f"    to see it again: {repro(change, h)}")
     bad = analysis.regressions_in_window()
     suspected = sum(c.kind == "suspected" for c in analysis.changes)
-    out.append(f"{len(bad)} regression(s) first found in the newest {analysis.window} run(s)"
+    out.append(f"{len(bad)} regression(s) first found in the newest {analysis.window_runs} run(s)"
                + (f"; {suspected} suspected in the newest run (the next run confirms or clears them)"
                   if suspected else ""))
     out += [f"not judged: {reason}" for reason in analysis.not_judged()]
@@ -680,7 +686,7 @@ def page_data(analysis: Analysis, records: dict[tuple[int, int], dict], out: Pat
         "title": f"experiment_runner history: {_count(len(h.run_ids), 'run')}, "
                  f"{_count(len(h.experiment_ids), 'experiment')}",
         "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "window": analysis.window,
+        "window": analysis.window_runs,
         "regressions_in_window": len(analysis.regressions_in_window()),
         "runs": [{"id": r, "t": None if math.isnan(t) else float(t)} for r, t in zip(h.run_ids, h.run_times)],
         "files": files,
@@ -690,9 +696,24 @@ def page_data(analysis: Analysis, records: dict[tuple[int, int], dict], out: Pat
         "events": [{**event_json(e, newest_first(analysis.changes), h), "run": e.run_index}
                    for e in analysis.events()],
         "records": embedded,
-        "dashboard": [{**row, "experiments": [h.experiment_index[e] for e in row["experiments"]]} for row in analysis.dashboard],
+        "dashboard": latest_dashboard(analysis),
     }
     return data
+
+
+def latest_dashboard(analysis: Analysis) -> list[dict[str, Any]]:
+    """The dashboard rows of the page's "latest run" table and per-model speedups: the
+    configurations the newest run measured, each with only its experiments of that run (by
+    index into the page's experiments). An experiment of an older run alone would show there as
+    the latest run's, a baseline at 1.000x and a compiled one at "-"; its series stay on the page."""
+    h = analysis.history
+    out = []
+    for row in analysis.dashboard:
+        kept = [(h.experiment_index[e], speedup) for e, speedup in zip(row["experiments"], row["speedups_latest"])
+                if h.row[h.experiment_index[e], -1] >= 0]
+        if kept:
+            out.append({**row, "experiments": [e for e, _ in kept], "speedups_latest": [s for _, s in kept]})
+    return out
 
 
 # ---- command ------------------------------------------------------------------------------
