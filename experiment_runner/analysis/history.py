@@ -531,9 +531,10 @@ def _geomean(matrix: np.ndarray) -> np.ndarray:
 def dashboard(history: History) -> list[dict[str, Any]]:
     """Per configuration and run: pass rate, geomean speedup and memory ratio over the eager
     baseline (xla=None, dynamo=None, same model, accelerator, test, precision, batch size) and
-    mean compile time of passing models, as report.py defines them: a passing experiment with a
-    paired speedup (--speedup=paired) counts with it, others with the ratio of the two
-    experiments' medians; `speedup_method` says which per run (paired, isolated or mixed)."""
+    mean compile time of passing models (none for eager, which compiles nothing), as report.py
+    defines them: a passing experiment with a paired speedup (--speedup=paired) counts with it,
+    others with the ratio of the two experiments' medians; `speedup_method` says which per run
+    (paired, isolated or mixed)."""
     passed, checked, timed = history.passed(), history.checked(), history.usable()
     time_, compile_, memory = (history.series[m] for m in METRICS)
     status, labels = history.status()
@@ -563,7 +564,8 @@ def dashboard(history: History) -> list[dict[str, Any]]:
         counted = np.isfinite(speedup)
         with np.errstate(invalid="ignore", divide="ignore"):
             mem_ratio = np.where(usable, memory[np.maximum(bases, 0)] / memory[members_a], np.nan)
-        compile_pass = np.where(timed[members_a], compile_[members_a], np.nan)
+        eager = all(history.info[members[0]][name] is None for name in ("xla", "dynamo", "torch_xla2"))
+        compile_pass = np.where(timed[members_a] & (not eager), compile_[members_a], np.nan)
         present = history.row[members_a] >= 0
         count = np.isfinite(compile_pass).sum(axis=0)
         compile_mean = np.where(count > 0, np.nansum(compile_pass, axis=0) / np.maximum(count, 1), np.nan)

@@ -119,8 +119,10 @@ class Row:
     noisy_host: bool = False
     # the experiment's child.log (artifacts.log, found from the results file's folder)
     log: str | None = None
-    # --speedup=paired: the median of its interleaved baseline/compiled ratios (measurements.paired)
+    # --speedup=paired or harness: the speedup of its pairs with the eager baseline (measurements.paired)
     paired_speedup: float | None = None
+    # how those pairs were timed: "paired" (ABBA, the median ratio) or "harness" (as PyTorch's harness)
+    paired_method: str | None = None
     # when the parent wrote the record (timings.finished_at); `timestamp` is the run's start
     finished_at: float | None = None
     # where per_iter_time comes from: "pairs" (its samples in the pairs of --speedup=paired/harness) or
@@ -144,6 +146,12 @@ class Row:
         if self.compile_options:
             parts.append(f"compile={self.compile_options}")
         return " ".join(parts)
+
+    @property
+    def compiles(self) -> bool:
+        """Whether a compiler runs (xla, dynamo or torch_xla2): an eager record's compile_time_s is
+        its first iteration's overhead, not a compile, and no report calls it one."""
+        return self.xla is not None or self.dynamo is not None or self.torch_xla2 is not None
 
     @property
     def checked(self) -> bool:
@@ -319,6 +327,7 @@ def flatten(record: dict[str, Any], file_name: str, folder: Path | None = None) 
     metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
     measurements = record.get("measurements") if isinstance(record.get("measurements"), dict) else {}
     figures = {**metrics, **measurements}
+    pairs = figures.get("paired") if isinstance(figures.get("paired"), dict) else None
     samples = _samples(metrics.get("per_iter_time"))
     run_id = record.get("run_id")
     legacy = not isinstance(run_id, str)
@@ -380,8 +389,8 @@ def flatten(record: dict[str, Any], file_name: str, folder: Path | None = None) 
         process_medians=() if median is None else (median,),
         noisy_host=figures.get("noisy_host") is True,
         log=_log_path(record, folder),
-        paired_speedup=_number((figures.get("paired") or {}).get("speedup"))
-        if isinstance(figures.get("paired"), dict) else None,
+        paired_speedup=_number(pairs.get("speedup")) if pairs is not None else None,
+        paired_method=None if pairs is None else "harness" if "baseline_batch_rule" in pairs else "paired",
         finished_at=_number(record["timings"].get("finished_at")) if isinstance(record.get("timings"), dict) else None,
         samples_from=_str(figures.get("samples_from")) or "isolated",
         timings=_timings(record.get("timings")),
@@ -489,12 +498,18 @@ def _indexed_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | 
             yield row, process_index(record)
 
 
-def speedup_method(paired: int, counted: int) -> str | None:
-    """How a geomean of `counted` speedups was measured when `paired` of them were paired
-    (Row.paired_speedup): paired, isolated, mixed, or None without speedups."""
+def speedup_method(paired: int, counted: int, harness: int = 0) -> str | None:
+    """How a geomean of `counted` speedups was measured when `paired` of them came from
+    --speedup=paired's pairs and `harness` from --speedup=harness's (Row.paired_method): paired,
+    harness, isolated, mixed, or None without speedups. Readers that cannot tell the two kinds of
+    pairs apart (history's columns) count both as `paired`."""
     if not counted:
         return None
-    return "paired" if paired == counted else "isolated" if not paired else "mixed"
+    if harness == counted:
+        return "harness"
+    if paired == counted:
+        return "paired"
+    return "isolated" if not paired and not harness else "mixed"
 
 
 def run_records(paths: Sequence[Path], run_id: str) -> dict[str, dict[str, Any]]:
