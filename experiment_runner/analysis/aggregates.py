@@ -47,6 +47,8 @@ class FairFigures:
     speedups_b: list[float] = field(default_factory=list)
     paired_a: int = 0  # of the common speedups, how many were paired (ModelResult.method)
     paired_b: int = 0
+    harness_a: int = 0  # and how many were timed as PyTorch's harness times them
+    harness_b: int = 0
     present: int = 0  # models with a record on both sides
     passed_a: int = 0
     passed_b: int = 0
@@ -66,11 +68,11 @@ class FairFigures:
 
     @property
     def method_a(self) -> str | None:
-        return speedup_method(self.paired_a, self.common)
+        return speedup_method(self.paired_a, self.common, self.harness_a)
 
     @property
     def method_b(self) -> str | None:
-        return speedup_method(self.paired_b, self.common)
+        return speedup_method(self.paired_b, self.common, self.harness_b)
 
 
 def fair_figures(rows_a: Sequence[Row], rows_b: Sequence[Row], fixed: dict[str, str | None]) -> list[FairFigures]:
@@ -97,6 +99,8 @@ def fair_figures(rows_a: Sequence[Row], rows_b: Sequence[Row], fixed: dict[str, 
             figures.speedups_b.append(rb.speedup)
             figures.paired_a += ra.method == "paired"
             figures.paired_b += rb.method == "paired"
+            figures.harness_a += ra.method == "harness"
+            figures.harness_b += rb.method == "harness"
             continue
         if (ra is None or ra.speedup is None) and (rb is None or rb.speedup is None):
             continue  # in neither geomean: nothing moved

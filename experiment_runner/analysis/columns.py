@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES, iter_rows, legacy_experiment_id
+from experiment_runner.analysis.loader import (
+    CONFIG_FIELDS,
+    UNVERIFIED_CODES,
+    iter_rows,
+    legacy_experiment_id,
+    results_files,
+)
 from experiment_runner.core.record_schema import SCHEMA_VERSION, field_schema, field_types
 from experiment_runner.core.results import BadLine, ResultsFileError, iter_records, legacy_run_id
 from experiment_runner.errors import EXIT_RESULTS_IO, ReportError
@@ -169,24 +175,6 @@ class Records:
         """Per record, whether its verification code passes `test`; `unknown` where it has none."""
         code = self.strings["verification_code"]
         return np.array([test(label) for label in code.labels] + [unknown], dtype=bool)[code.codes]
-
-
-def results_files(paths: Sequence[Path]) -> list[Path]:
-    """Files as given; folders searched recursively for *.jsonl in name order (a folder per night sorts by date)."""
-    found: list[Path] = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            found.extend(sorted(p for p in path.rglob("*.jsonl") if p.is_file()))
-        elif path.is_file():
-            found.append(path)
-        elif path.exists():
-            raise ReportError(f"cannot read results file {path}: not a regular file (a FIFO, a socket or a device)",
-                              EXIT_RESULTS_IO)
-        else:
-            raise ReportError(f"no such results file or folder: {path}", EXIT_RESULTS_IO)
-    if not found:
-        raise ReportError(f"no results files (*.jsonl) in {', '.join(map(str, paths))}", EXIT_RESULTS_IO)
-    return found
 
 
 def _schema() -> "pyarrow.Schema":

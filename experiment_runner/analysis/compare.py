@@ -39,7 +39,7 @@ from typing import Sequence
 from experiment_runner.analysis.aggregates import FairFigures, fair_figures, render_fair
 from experiment_runner.analysis.confirm import DEFAULT_PROCESSES, Suspect, Verdict, confirm, render_confirmation
 from experiment_runner.analysis.evidence import Difference, differences
-from experiment_runner.analysis.loader import Row, RunInfo, comparison_key, run_records, runs_of
+from experiment_runner.analysis.loader import Row, RunInfo, comparison_key, results_file, run_records, runs_of
 from experiment_runner.analysis.repro import repro_of, row_fields
 from experiment_runner.analysis.report import DEFAULT_BASELINE, parse_baseline, read_rows, render_csv
 from experiment_runner.core.requirements import install_command
@@ -299,8 +299,8 @@ FLAGGED = ("regression", "new failure")
 
 
 def pick_runs(args: argparse.Namespace) -> tuple[list[Row], RunInfo, list[Row], RunInfo]:
-    rows_a = read_rows([args.a])
-    rows_b = rows_a if args.b is None or args.b == args.a else read_rows([args.b])
+    rows_a = read_rows([results_file(args.a)])
+    rows_b = rows_a if args.b is None or args.b == args.a else read_rows([results_file(args.b)])
     runs_a, runs_b = runs_of(rows_a), runs_of(rows_b)
     if not runs_a or not runs_b:
         raise ReportError(f"no records in {args.a if not runs_a else args.b}")

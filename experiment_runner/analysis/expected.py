@@ -26,9 +26,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from experiment_runner.analysis.columns import results_files
 from experiment_runner.analysis.export import MAPPING, Exported, exported
 from experiment_runner.analysis.files import check_output, read_small
+from experiment_runner.analysis.loader import results_files
 from experiment_runner.core import dashboards
 from experiment_runner.errors import (
     EXIT_INCOMPLETE,

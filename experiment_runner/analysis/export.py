@@ -36,8 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from experiment_runner.analysis.columns import results_files
-from experiment_runner.analysis.loader import Row, run_records, runs_of
+from experiment_runner.analysis.loader import Row, results_files, run_records, runs_of
 from experiment_runner.analysis.files import check_output
 from experiment_runner.analysis.report import (
     DEFAULT_BASELINE,
@@ -277,12 +276,16 @@ def dynamo_csv(items: Sequence[Exported]) -> tuple[dict[str, str], dict[str, str
 
 
 def _runner(record: dict[str, Any]) -> dict[str, Any]:
+    """The runner block: `cpu_info` is the processor's model name, as the database's other runners
+    give it, from the record's environment.cpu (/proc/cpuinfo on the host that ran it, not on the
+    one exporting); records without one (older, or no /proc/cpuinfo) give their platform string."""
     env = record.get("environment") or {}
     cpu = env.get("cpu") or {}
     accelerator = (record.get("experiment") or {}).get("accelerator")
     gpu = accelerator == "cuda"
     return {"name": str(env.get("hostname") or ""), "type": str(accelerator or ""),
-            "cpu_info": str(env.get("platform") or ""), "cpu_count": int(cpu.get("threads") or 0),
+            "cpu_info": str(cpu.get("model_name") or env.get("platform") or ""),
+            "cpu_count": int(cpu.get("threads") or 0),
             "gpu_info": str((record.get("experiment") or {}).get("accelerator_model") or "") if gpu else "",
             "gpu_count": 1 if gpu else 0}
 

@@ -33,10 +33,10 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from experiment_runner.analysis.columns import Factor, Records, read_back, read_records, results_files
+from experiment_runner.analysis.columns import Factor, Records, read_back, read_records
 from experiment_runner.analysis.confirm import DEFAULT_PROCESSES, Verdict, confirm, render_confirmation, suspects
 from experiment_runner.analysis.evidence import Difference, Event, differences, events
-from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES, speedup_method
+from experiment_runner.analysis.loader import CONFIG_FIELDS, UNVERIFIED_CODES, results_files, speedup_method
 from experiment_runner.analysis.files import check_output
 from experiment_runner.analysis.repro import repro_command
 from experiment_runner.analysis.page import RECORDS_ON_PAGE, encode_series, link_to, render, write_page
@@ -314,6 +314,12 @@ class Analysis:
     def regressions_in_window(self) -> list[Change]:
         return self.alerts
 
+    @property
+    def window_runs(self) -> int:
+        """How many runs the window holds: `--window 3` over a history of two runs is those two,
+        and the page and the text say two, not three."""
+        return min(self.window, len(self.history.run_ids))
+
     def not_judged(self) -> list[str]:
         """Why history could not judge what it read, as compare says why it did not: too few
         runs, no experiment in two runs."""
@@ -525,9 +531,10 @@ def _geomean(matrix: np.ndarray) -> np.ndarray:
 def dashboard(history: History) -> list[dict[str, Any]]:
     """Per configuration and run: pass rate, geomean speedup and memory ratio over the eager
     baseline (xla=None, dynamo=None, same model, accelerator, test, precision, batch size) and
-    mean compile time of passing models, as report.py defines them: a passing experiment with a
-    paired speedup (--speedup=paired) counts with it, others with the ratio of the two
-    experiments' medians; `speedup_method` says which per run (paired, isolated or mixed)."""
+    mean compile time of passing models (none for eager, which compiles nothing), as report.py
+    defines them: a passing experiment with a paired speedup (--speedup=paired) counts with it,
+    others with the ratio of the two experiments' medians; `speedup_method` says which per run
+    (paired, isolated or mixed)."""
     passed, checked, timed = history.passed(), history.checked(), history.usable()
     time_, compile_, memory = (history.series[m] for m in METRICS)
     status, labels = history.status()
@@ -557,7 +564,8 @@ def dashboard(history: History) -> list[dict[str, Any]]:
         counted = np.isfinite(speedup)
         with np.errstate(invalid="ignore", divide="ignore"):
             mem_ratio = np.where(usable, memory[np.maximum(bases, 0)] / memory[members_a], np.nan)
-        compile_pass = np.where(timed[members_a], compile_[members_a], np.nan)
+        eager = all(history.info[members[0]][name] is None for name in ("xla", "dynamo", "torch_xla2"))
+        compile_pass = np.where(timed[members_a] & (not eager), compile_[members_a], np.nan)
         present = history.row[members_a] >= 0
         count = np.isfinite(compile_pass).sum(axis=0)
         compile_mean = np.where(count > 0, np.nansum(compile_pass, axis=0) / np.maximum(count, 1), np.nan)
@@ -635,7 +643,7 @@ def render_text(analysis: Analysis) -> str:
             out.append(f"    to see it again: {repro(change, h)}")
     bad = analysis.regressions_in_window()
     suspected = sum(c.kind == "suspected" for c in analysis.changes)
-    out.append(f"{len(bad)} regression(s) first found in the newest {analysis.window} run(s)"
+    out.append(f"{len(bad)} regression(s) first found in the newest {analysis.window_runs} run(s)"
                + (f"; {suspected} suspected in the newest run (the next run confirms or clears them)"
                   if suspected else ""))
     out += [f"not judged: {reason}" for reason in analysis.not_judged()]
@@ -680,7 +688,7 @@ def page_data(analysis: Analysis, records: dict[tuple[int, int], dict], out: Pat
         "title": f"experiment_runner history: {_count(len(h.run_ids), 'run')}, "
                  f"{_count(len(h.experiment_ids), 'experiment')}",
         "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "window": analysis.window,
+        "window": analysis.window_runs,
         "regressions_in_window": len(analysis.regressions_in_window()),
         "runs": [{"id": r, "t": None if math.isnan(t) else float(t)} for r, t in zip(h.run_ids, h.run_times)],
         "files": files,
@@ -690,9 +698,24 @@ def page_data(analysis: Analysis, records: dict[tuple[int, int], dict], out: Pat
         "events": [{**event_json(e, newest_first(analysis.changes), h), "run": e.run_index}
                    for e in analysis.events()],
         "records": embedded,
-        "dashboard": [{**row, "experiments": [h.experiment_index[e] for e in row["experiments"]]} for row in analysis.dashboard],
+        "dashboard": latest_dashboard(analysis),
     }
     return data
+
+
+def latest_dashboard(analysis: Analysis) -> list[dict[str, Any]]:
+    """The dashboard rows of the page's "latest run" table and per-model speedups: the
+    configurations the newest run measured, each with only its experiments of that run (by
+    index into the page's experiments). An experiment of an older run alone would show there as
+    the latest run's, a baseline at 1.000x and a compiled one at "-"; its series stay on the page."""
+    h = analysis.history
+    out = []
+    for row in analysis.dashboard:
+        kept = [(h.experiment_index[e], speedup) for e, speedup in zip(row["experiments"], row["speedups_latest"])
+                if h.row[h.experiment_index[e], -1] >= 0]
+        if kept:
+            out.append({**row, "experiments": [e for e, _ in kept], "speedups_latest": [s for _, s in kept]})
+    return out
 
 
 # ---- command ------------------------------------------------------------------------------
@@ -755,10 +778,11 @@ def _check_dependencies() -> None:
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     config = _config(args)
+    inputs = results_files(args.paths)
     if args.html is not None:
-        check_output(args.html, results_files(args.paths), "--html")
+        check_output(args.html, inputs, "--html")
     _check_dependencies()
-    analysis = detect(load_history(args.paths), config, args.window)
+    analysis = detect(load_history(inputs), config, args.window)
     records = load_change_records(analysis)
     add_evidence(analysis, records)
     verdicts = run_confirmation(analysis, args.confirm_processes) if args.confirm else None

@@ -18,6 +18,11 @@ taken as the warm-up (`warmup_estimated`) and the compile-time estimate is deriv
 Our own figures are read from `record["measurements"]`, falling back to `metrics` for
 files written before the two were split.
 
+Which files are results files is said here, once, for every reader (`results_files`): a file
+is one by its first record (ours: a schema_version, a run id and an experiment id; the reference
+runner's: its model, experiment and metrics objects), whatever its name, so an export or another
+tool's JSON lines beside the results are named and left out, never read as a run of Nones.
+
 `load_dataframe` needs pandas; nothing here needs torch.
 """
 
@@ -26,14 +31,23 @@ from __future__ import annotations
 import gc
 import math
 import statistics
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
-from experiment_runner.core.minify import read_minified, sidecar_path
-from experiment_runner.core.results import BadLine, final_records, iter_records, legacy_run_id, process_index
+from experiment_runner.core.minify import SIDECAR, read_minified, sidecar_path
+from experiment_runner.core.results import (
+    BadLine,
+    ResultsFileError,
+    final_records,
+    iter_records,
+    legacy_run_id,
+    process_index,
+)
 from experiment_runner.core.stats import summarize
+from experiment_runner.errors import EXIT_RESULTS_IO, ReportError
 
 if TYPE_CHECKING:
     import pandas
@@ -43,6 +57,15 @@ if TYPE_CHECKING:
 CONFIG_FIELDS: tuple[str, ...] = ("xla", "xla_flags", "dynamo", "torch_xla2", "compile_options")
 # Verification codes that mean "not verified" rather than "verified and failed".
 UNVERIFIED_CODES = frozenset({None, "VERIFIER_SKIPPED"})
+# The required fields (core/record.schema.json) that make a JSON object one of our records: the
+# version that says how to read it, and the run and experiment every reader groups it by. A record
+# missing a figure is still read (the field becomes None); one missing these is no record of ours.
+OWN_RECORD_FIELDS: tuple[str, ...] = ("schema_version", "run_id", "experiment_id")
+# The objects every record of the reference runner (PyTorch/XLA's experiment_runner.py) holds.
+REFERENCE_RECORD_FIELDS: tuple[str, ...] = ("model", "experiment", "metrics")
+# What minified.jsonl is (record_kind): found in a folder it is passed over without a word, since
+# its blocks are read with the results file beside it.
+SIDECAR_KIND = f"a minification sidecar ({SIDECAR}: the minified blocks of the results file beside it)"
 
 
 @dataclass(slots=True)
@@ -96,8 +119,10 @@ class Row:
     noisy_host: bool = False
     # the experiment's child.log (artifacts.log, found from the results file's folder)
     log: str | None = None
-    # --speedup=paired: the median of its interleaved baseline/compiled ratios (measurements.paired)
+    # --speedup=paired or harness: the speedup of its pairs with the eager baseline (measurements.paired)
     paired_speedup: float | None = None
+    # how those pairs were timed: "paired" (ABBA, the median ratio) or "harness" (as PyTorch's harness)
+    paired_method: str | None = None
     # when the parent wrote the record (timings.finished_at); `timestamp` is the run's start
     finished_at: float | None = None
     # where per_iter_time comes from: "pairs" (its samples in the pairs of --speedup=paired/harness) or
@@ -121,6 +146,12 @@ class Row:
         if self.compile_options:
             parts.append(f"compile={self.compile_options}")
         return " ".join(parts)
+
+    @property
+    def compiles(self) -> bool:
+        """Whether a compiler runs (xla, dynamo or torch_xla2): an eager record's compile_time_s is
+        its first iteration's overhead, not a compile, and no report calls it one."""
+        return self.xla is not None or self.dynamo is not None or self.torch_xla2 is not None
 
     @property
     def checked(self) -> bool:
@@ -154,6 +185,80 @@ def comparison_key(row: Row) -> str:
 SAMPLE_FIELDS = ("per_iter_time", "process_medians")
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Row) if f.name not in SAMPLE_FIELDS + ("timings",)) + \
     ("configuration", "checked", "passed", "usable")
+
+
+def record_kind(record: dict[str, Any]) -> str | None:
+    """None for a results record (ours of any schema_version, a newer one is read with a warning, or
+    the reference runner's); otherwise what the record is, in words, for a one-line refusal."""
+    if "schema_version" in record:
+        missing = [name for name in OWN_RECORD_FIELDS[1:] if not (isinstance(record.get(name), str) and record[name])]
+        version = record["schema_version"]
+        if not missing and isinstance(version, int) and not isinstance(version, bool):
+            return None
+        lacks = f"no {' or '.join(missing)}" if missing else "not as an integer"
+        return f"a JSON-lines file of other records (its first has schema_version {version!r} but {lacks})"
+    if all(isinstance(record.get(name), dict) for name in REFERENCE_RECORD_FIELDS) and "model_name" in record["model"]:
+        return None
+    if all(isinstance(record.get(name), dict) for name in ("benchmark", "model", "metric")):
+        return "a benchmark-database export (export --format pytorch-benchmark)"
+    if isinstance(record.get("minified"), dict) and "run_id" in record:
+        return SIDECAR_KIND
+    keys = sorted(record)
+    listed = ", ".join(keys[:6]) + (", ..." if len(keys) > 6 else "")
+    return (f"a JSON-lines file of other records (its first has {listed or 'no key'}; a results record has "
+            f"{', '.join(OWN_RECORD_FIELDS)})")
+
+
+def file_kind(path: Path) -> str | None:
+    """What `path` is when it is not a results file, judged by its first record (`record_kind`);
+    None for a results file, and for one with no record to judge (empty, or every line torn:
+    readers say that themselves). A file that cannot be opened is ReportError, exit 3."""
+    records = iter_records(path, bad_lines=[])
+    try:
+        first = next(records, None)
+    except ResultsFileError as exc:
+        raise ReportError(str(exc), EXIT_RESULTS_IO) from None
+    finally:
+        records.close()
+    return None if first is None else record_kind(first)
+
+
+def results_file(path: Path) -> Path:
+    """`path`, a file named by the user, when it is a results file; else ReportError in one line
+    saying what it is (exit 2), or why it cannot be read (exit 3)."""
+    what = file_kind(path)
+    if what is not None:
+        raise ReportError(f"{path} is {what}, not a results file")
+    return path
+
+
+def results_files(paths: Sequence[Path]) -> list[Path]:
+    """The results files under `paths`: files as given (each must be one, `results_file`), folders
+    searched recursively for *.jsonl in name order (a folder per night sorts by date), where a file
+    that is no results file is skipped with one line saying what it is (a sidecar silently)."""
+    found: list[Path] = []
+    skipped = 0
+    for path in map(Path, paths):
+        if path.is_dir():
+            for candidate in sorted(p for p in path.rglob("*.jsonl") if p.is_file()):
+                what = file_kind(candidate)
+                if what is None:
+                    found.append(candidate)
+                    continue
+                skipped += 1
+                if what != SIDECAR_KIND:
+                    print(f"warning: {candidate} is {what}, not a results file; skipped", file=sys.stderr)
+        elif path.is_file():
+            found.append(results_file(path))
+        elif path.exists():
+            raise ReportError(f"cannot read results file {path}: not a regular file (a FIFO, a socket or a device)",
+                              EXIT_RESULTS_IO)
+        else:
+            raise ReportError(f"no such results file or folder: {path}", EXIT_RESULTS_IO)
+    if not found:
+        others = f" ({skipped} *.jsonl file(s) there are not results files)" if skipped else ""
+        raise ReportError(f"no results files (*.jsonl) in {', '.join(map(str, paths))}{others}", EXIT_RESULTS_IO)
+    return found
 
 
 def legacy_experiment_id(suite: Any, model: Any, exp: dict[str, Any]) -> str:
@@ -222,6 +327,7 @@ def flatten(record: dict[str, Any], file_name: str, folder: Path | None = None) 
     metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
     measurements = record.get("measurements") if isinstance(record.get("measurements"), dict) else {}
     figures = {**metrics, **measurements}
+    pairs = figures.get("paired") if isinstance(figures.get("paired"), dict) else None
     samples = _samples(metrics.get("per_iter_time"))
     run_id = record.get("run_id")
     legacy = not isinstance(run_id, str)
@@ -283,8 +389,8 @@ def flatten(record: dict[str, Any], file_name: str, folder: Path | None = None) 
         process_medians=() if median is None else (median,),
         noisy_host=figures.get("noisy_host") is True,
         log=_log_path(record, folder),
-        paired_speedup=_number((figures.get("paired") or {}).get("speedup"))
-        if isinstance(figures.get("paired"), dict) else None,
+        paired_speedup=_number(pairs.get("speedup")) if pairs is not None else None,
+        paired_method=None if pairs is None else "harness" if "baseline_batch_rule" in pairs else "paired",
         finished_at=_number(record["timings"].get("finished_at")) if isinstance(record.get("timings"), dict) else None,
         samples_from=_str(figures.get("samples_from")) or "isolated",
         timings=_timings(record.get("timings")),
@@ -392,12 +498,18 @@ def _indexed_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | 
             yield row, process_index(record)
 
 
-def speedup_method(paired: int, counted: int) -> str | None:
-    """How a geomean of `counted` speedups was measured when `paired` of them were paired
-    (Row.paired_speedup): paired, isolated, mixed, or None without speedups."""
+def speedup_method(paired: int, counted: int, harness: int = 0) -> str | None:
+    """How a geomean of `counted` speedups was measured when `paired` of them came from
+    --speedup=paired's pairs and `harness` from --speedup=harness's (Row.paired_method): paired,
+    harness, isolated, mixed, or None without speedups. Readers that cannot tell the two kinds of
+    pairs apart (history's columns) count both as `paired`."""
     if not counted:
         return None
-    return "paired" if paired == counted else "isolated" if not paired else "mixed"
+    if harness == counted:
+        return "harness"
+    if paired == counted:
+        return "paired"
+    return "isolated" if not paired and not harness else "mixed"
 
 
 def run_records(paths: Sequence[Path], run_id: str) -> dict[str, dict[str, Any]]:
@@ -478,7 +590,7 @@ def load_dataframe(paths: Sequence[str | Path] | str | Path, run_id: str | None 
 
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    rows = load_rows([Path(p) for p in paths], bad_lines=None)
+    rows = load_rows(results_files([Path(p) for p in paths]), bad_lines=None)
     if run_id == "latest":
         runs = runs_of(rows)
         run_id = runs[-1].run_id if runs else None

@@ -80,7 +80,7 @@ def static_tables(data: dict[str, Any]) -> tuple[str, str]:
     rows = []
     for row in data["dashboard"]:
         models, passed, checked = row["models"][-1], row["passed"][-1], row["checked"][-1]
-        method = {"paired": " paired", "mixed": " mixed"}.get(row["speedup_method"][-1], "")
+        method = {"paired": " paired", "harness": " harness", "mixed": " mixed"}.get(row["speedup_method"][-1], "")
         rows.append(_row([
             ("", row["suite"]), ("", row["accelerator"]), ("", row["test"]), ("", row["precision"]),
             ("", row["configuration"] + (" (baseline)" if row["baseline"] else "")),
@@ -141,7 +141,7 @@ def report_page(run: Any, baseline: str, summaries: Sequence[dict[str, Any]],
             "suite": s["suite"], "accelerator": s["accelerator"], "test": s["test"], "precision": s["precision"],
             "configuration": s["configuration"], "baseline": s["baseline"], "experiments": members,
             "models": [s["models"]], "passed": [s["passed"]], "checked": [s["checked"]], "speedup_geomean": [s["speedup_geomean"]],
-            "speedup_method": [speedup_method(s["speedup_paired"], s["speedup_models"])],
+            "speedup_method": [speedup_method(s["speedup_paired"], s["speedup_models"], s["speedup_harness"])],
             "compile_time_mean_s": [s["compile_time_mean_s"]], "memory_ratio_geomean": [s["memory_ratio_geomean"]],
             "speedups_latest": [models[i]["speedup"] for i in members],
         })

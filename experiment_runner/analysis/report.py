@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from experiment_runner.analysis.columns import results_files
 from experiment_runner.analysis.loader import (
     CONFIG_FIELDS,
     Row,
     RunInfo,
     load_rows,
+    results_files,
     runs_of,
     speedup_method,
 )
@@ -51,7 +51,8 @@ of the same model:
                  over models that pass and whose baseline is ok
   compile time   mean over passing models of measurements.compile_time_s when recorded, else
                  of an estimate: first warm-up iteration minus the median iteration
-                 (marked ~)
+                 (marked ~); none (-) for eager (xla, dynamo and torch_xla2 None), which
+                 compiles nothing
   memory ratio   geometric mean of baseline peak / configuration peak over the timed
                  runs: peak_allocated_bytes (CUDA) when both sides have it, else
                  timed_peak_rss_bytes (the process's RSS high-water mark during the timed
@@ -171,6 +172,9 @@ def _peaks(row: Row, base: Row) -> tuple[int, int] | None:
 
 
 GroupKey = tuple[str, str, str, str]  # suite, accelerator, test, precision
+# The speedup methods that time the eager baseline in the compiled experiment's own process,
+# as Row.paired_method names them; each is named beside its figure.
+PAIR_METHODS = ("paired", "harness")
 
 
 @dataclass
@@ -182,7 +186,9 @@ class ModelResult:
     speedup: float | None
     memory_ratio: float | None
     # "paired": the median ratio of baseline and compiled samples interleaved in the experiment's own
-    # process (--speedup=paired); "isolated": baseline median / configuration median across processes
+    # process (--speedup=paired); "harness": the ratio of their medians, timed in that process as
+    # PyTorch's harness times them (--speedup=harness); "isolated": baseline median / configuration
+    # median across processes
     method: str | None = None
 
     @property
@@ -201,7 +207,7 @@ class ModelResult:
             return "no baseline" if self.baseline is None or self.baseline.status == "ok" else \
                 f"baseline {self.baseline.status}"
         flags = "".join(f" ({flag})" for flag in self.flags())
-        return f"{self.speedup:.2f}x" + (" paired" if self.method == "paired" else "") + flags
+        return f"{self.speedup:.2f}x" + (f" {self.method}" if self.method in PAIR_METHODS else "") + flags
 
     def flags(self) -> list[str]:
         """Why the speedup may not be trusted: samples taken beside busy neighbours (noisy host), or
@@ -222,6 +228,7 @@ class Summary:
     configuration: str
     config: dict[str, str | None]  # the CONFIG_FIELDS behind the label, for csv and json readers
     is_baseline: bool
+    compiles: bool = True  # loader.Row.compiles: an eager configuration has no compile time
     models: int = 0
     ok: int = 0
     checked: int = 0  # models with an accuracy verdict: only those can pass
@@ -241,7 +248,8 @@ class Summary:
             "baseline": self.is_baseline, "models": self.models, "ok": self.ok, "checked": self.checked,
             "passed": self.passed, "pass_rate": self.passed / self.models if self.checked else None,
             "speedup_geomean": geomean(self.speedups), "speedup_models": len(self.speedups),
-            "speedup_paired": self.speedup_methods.get("paired", 0), "speedup_flagged": self.speedups_flagged,
+            "speedup_paired": self.speedup_methods.get("paired", 0),
+            "speedup_harness": self.speedup_methods.get("harness", 0), "speedup_flagged": self.speedups_flagged,
             "compile_time_mean_s": compile_mean, "compile_time_estimated": self.compile_estimated,
             "memory_ratio_geomean": geomean(self.memory_ratios), "memory_models": len(self.memory_ratios),
         }
@@ -254,7 +262,7 @@ def pair_with_baselines(rows: Sequence[Row], fixed: dict[str, str | None]) -> li
         base = index.get(_baseline_key(row, fixed))
         speedup = memory = method = None
         if row.usable and row.paired_speedup is not None and base is not row:
-            speedup, method = row.paired_speedup, "paired"
+            speedup, method = row.paired_speedup, row.paired_method
         if base is not None and row.usable and base.status == "ok":
             mine, theirs = row.median_per_iter_time_s, base.median_per_iter_time_s
             if speedup is None and mine and theirs:
@@ -277,7 +285,7 @@ def summarize_run(results: Iterable[ModelResult], fixed: dict[str, str | None]) 
         summary = table.get(key)
         if summary is None:
             config = {name: getattr(r, name) for name in CONFIG_FIELDS}
-            summary = table[key] = Summary(*res.group, r.configuration, config, _is_baseline(r, fixed))
+            summary = table[key] = Summary(*res.group, r.configuration, config, _is_baseline(r, fixed), r.compiles)
         summary.models += 1
         summary.ok += r.status == "ok"
         summary.checked += r.checked
@@ -288,7 +296,7 @@ def summarize_run(results: Iterable[ModelResult], fixed: dict[str, str | None]) 
             summary.speedups_flagged += bool(res.flags())
         if res.memory_ratio is not None:
             summary.memory_ratios.append(res.memory_ratio)
-        if r.usable and r.compile_time_s is not None:
+        if r.usable and r.compiles and r.compile_time_s is not None:
             summary.compile_times.append(r.compile_time_s)
             summary.compile_estimated |= bool(r.compile_time_estimated)
     return sorted(table.values(), key=lambda s: (s.suite, s.accelerator, s.test, s.precision,
@@ -501,21 +509,30 @@ def render_text(run: RunInfo, fixed: dict[str, str | None], summaries: Sequence[
         out.append("")
     out.append("speedup = baseline median / configuration median of per_iter_time (warm-up excluded); "
                "~ marks compile times estimated from the first warm-up iteration.")
+    if tables in ("all", "summary") and any(not s.compiles for s in summaries):
+        out.append("mean compile s: none (-) for eager configurations, which compile nothing (the first iteration's "
+                   "overhead, measurements.compile_time_s of their records, is no compile time).")
     if any(s.speedups_flagged for s in summaries):
         out.append("!N: N of the geomean's speedups come from noisy-host or unstable samples (marked per model): "
                    "rerun them on a quiet host before trusting the figure.")
     if any("paired" in s.speedup_methods for s in summaries):
         out.append("paired: the median ratio of baseline and compiled samples interleaved in the compiled "
-                   "experiment's own process (--speedup=paired, measurements.paired); mixed: a geomean over "
-                   "paired and isolated speedups (speedup_paired of them paired, in --format json and csv).")
+                   "experiment's own process (--speedup=paired, measurements.paired).")
+    if any("harness" in s.speedup_methods for s in summaries):
+        out.append("harness: the ratio of the medians of eager and compiled samples timed in pairs in the compiled "
+                   "experiment's own process as PyTorch's harness times them (--speedup=harness, a --dashboard "
+                   "run's default; measurements.paired).")
+    if any(_method_mark(s) == " mixed" for s in summaries):
+        out.append("mixed: a geomean over speedups measured in different ways (speedup_paired and speedup_harness "
+                   "count the pairs' in --format json and csv).")
     return "\n".join(out) + "\n"
 
 
 def _method_mark(summary: Summary) -> str:
-    """How the geomean's speedups were measured, when any was paired."""
+    """How the geomean's speedups were measured, when any came from pairs."""
     methods = summary.speedup_methods
-    method = speedup_method(methods.get("paired", 0), sum(methods.values()))
-    return {"paired": " paired", "mixed": " mixed"}.get(str(method), "")
+    method = speedup_method(methods.get("paired", 0), sum(methods.values()), methods.get("harness", 0))
+    return f" {method}" if method in (*PAIR_METHODS, "mixed") else ""
 
 
 def _shown_path(path: str | None) -> str:

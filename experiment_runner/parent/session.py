@@ -279,9 +279,8 @@ def resume(config: RunConfig, plan: matrix.Plan) -> RunState:
         print(f"experiment_runner: warning: skipped {len(state.bad_lines)} corrupt or torn line(s) "
               f"of {s.results_path} (line {where}); they are kept as they are", file=sys.stderr)
     if state.run_id is None and state.other_runs and not s.dry_run:
-        logger.info(f"starting a new run: the {state.other_runs} run(s) in {s.results_path} are other commands' "
-                    "or say no command (records without a valid fingerprint, no registry entry); a rerun of the "
-                    "same command resumes its own run")
+        logger.info(f"starting a new run beside {state.other_runs} earlier run(s) of other commands in "
+                    f"{s.results_path}, kept as they are (a rerun of this command resumes its own run)")
     planned_ids = {p.experiment.experiment_id for p in plan.planned}
     timestamp = state.timestamp if timestamp is None else timestamp
     entry = registered.get(state.run_id) if state.run_id is not None else None

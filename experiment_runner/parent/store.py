@@ -301,7 +301,9 @@ class ResumeState:
     failed: set[str]  # experiments with a failed process: their later processes are not run
     bad_lines: list[BadLine]
     timestamp: float | None = None
-    other_runs: int = 0  # runs of the file left alone: another command's, or no command's known
+    # runs with records in the file left alone: another command's, or no command's known (a run
+    # registered without a record holds nothing to leave alone, and is not counted)
+    other_runs: int = 0
     failed_final: int = 0  # experiments of the run whose final record is a failure
 
 
@@ -325,8 +327,10 @@ def resume_state(results_path: Path, retry_failed: bool, timestamp: float | None
     registered = registered or {}
     runs: dict[str, _RunSeen] = {}
     bad: list[BadLine] = []
+    in_file: set[str] = set()
     if results_path.is_file():  # a device or a pipe (/dev/null, /dev/full) holds no run; reading it never ends
         runs = _runs_in(results_path, bad)
+        in_file = set(runs)
         if not runs and bad:
             raise ResultsFileError(f"{results_path} is not a results file: none of its lines is a JSON record "
                                    f"(line {bad[0].lineno}: {bad[0].reason}); nothing was written to it")
@@ -340,10 +344,11 @@ def resume_state(results_path: Path, retry_failed: bool, timestamp: float | None
 
     mine = [run_id for run_id in ordered if fingerprint is None or owner(run_id) == fingerprint]
     candidates = [run_id for run_id in mine if timestamp is None or runs[run_id].timestamp == timestamp]
+    others = len(in_file - set(mine))
     if not candidates:
-        return ResumeState(None, set(), set(), bad, other_runs=len(runs) - len(mine))
+        return ResumeState(None, set(), set(), bad, other_runs=others)
     run_id = candidates[-1]
     done, failed = runs[run_id].finished(retry_failed)
     failed_final = len({eid for (eid, _), status in runs[run_id].latest.items()
                         if status in FINAL_STATUSES and status not in ("ok", "skipped")})
-    return ResumeState(run_id, done, failed, bad, runs[run_id].timestamp, len(runs) - len(mine), failed_final)
+    return ResumeState(run_id, done, failed, bad, runs[run_id].timestamp, others, failed_final)

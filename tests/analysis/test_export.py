@@ -265,3 +265,22 @@ def test_dynamo_csv_checks_every_target_before_writing_any(tmp_path: Path, capsy
     assert err == [f"experiment_runner export: error: cannot write {out}/inductor_torchbench/inference_torchbench.csv: "
                    f"{out}/inductor_torchbench is a file, not a folder; nothing was written"], err
     assert [p.name for p in out.iterdir()] == ["inductor_torchbench"]
+
+
+@pytest.mark.parametrize(("environment", "cpu_info"), [
+    ({"platform": "Linux-6.8.0-x86_64-with-glibc2.36", "cpu": {"model_name": "Intel(R) Xeon(R) Platinum 8480+"}},
+     "Intel(R) Xeon(R) Platinum 8480+"),
+    ({"platform": "Linux-6.8.0-x86_64-with-glibc2.36", "cpu": {"model_name": None}}, "Linux-6.8.0-x86_64-with-glibc2.36"),
+])
+def test_the_runners_cpu_info_is_the_processors_model_name(tmp_path: Path, environment: dict, cpu_info: str) -> None:
+    """cpu_info names the processor (environment.cpu.model_name, from the running host's
+    /proc/cpuinfo); only a record without one falls back to its platform string."""
+    records = [json.loads(line) for line in RESULTS.read_text().splitlines()]
+    for record in records:
+        record["environment"] = {**record["environment"], **environment}
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "bench.jsonl"
+    assert cli_main(["export", str(results), "--format", "pytorch-benchmark", "-o", str(out)]) == 0
+    exported = [json.loads(line) for line in out.read_text().splitlines()]
+    assert exported and {r["runners"][0]["cpu_info"] for r in exported} == {cpu_info}

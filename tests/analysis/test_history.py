@@ -390,3 +390,27 @@ def test_confirm_upholds_a_real_slowdown_and_clears_a_noisy_night(capsys: pytest
     assert verdicts["paced_a"][:3] == ["NOT", "CONFIRMED", "time"], out
     rerun = nightly / "night4" / "confirm" / "results.jsonl"
     assert {json.loads(line)["process"]["count"] for line in rerun.read_text().splitlines()} == {3}
+
+
+def test_the_pages_latest_run_table_holds_only_the_latest_runs_experiments(capsys: pytest.CaptureFixture[str],
+                                                                         tmp_path: Path) -> None:
+    """The golden file with its second run dated before its first: the newest run is then the one of
+    cpu eval fp32 on llama, nanogpt and resnet50 alone. Train, cuda, XLA and dlrm rows are older
+    runs' and must not show as the latest run's; two runs are two, whatever --window says."""
+    path = tmp_path / "results.jsonl"
+    records = [json.loads(line) for line in (GOLDEN / "results.jsonl").read_text().splitlines()]
+    for record in records:
+        if record["run_id"] == "20250102T000000Z-bbbbbb":
+            record["timestamp"] -= 3 * 86400
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    _, text, _ = history(capsys, path, "--html", tmp_path / "page.html")
+    page = page_data(tmp_path / "page.html")
+    assert page["runs"][-1]["id"] == "20250101T000000Z-aaaaaa"
+    rows = {(r["accelerator"], r["test"], r["precision"], r["configuration"]): r for r in page["dashboard"]}
+    assert set(rows) == {("cpu", "eval", "fp32", "xla=None dynamo=None"), ("cpu", "eval", "fp32", "xla=None dynamo=inductor")}
+    for row in rows.values():
+        assert sorted(page["experiments"][e]["model"] for e in row["experiments"]) == ["llama", "nanogpt", "resnet50"]
+        assert len(row["speedups_latest"]) == 3
+    assert all(v is not None for v in rows[("cpu", "eval", "fp32", "xla=None dynamo=inductor")]["speedups_latest"])
+    assert page["window"] == 2
+    assert "regression(s) first found in the newest 2 run(s)" in text

@@ -1,6 +1,6 @@
 """The history page in a real browser: Debian's chromium driven by playwright, the page served over HTTP.
 
-Needs `/usr/bin/chromium` (`sudo apt-get install -y chromium`). Without it these tests skip
+Needs `/usr/bin/chromium` (`$(command -v sudo) apt-get install -y chromium`). Without it these tests skip
 with that install line on a laptop, but fail under CI (`CI` set, as `.ci/run` sets it, and
 .ci/run installs chromium first): a page nobody rendered in CI is not tested. The screenshot
 lands in $EXPERIMENT_RUNNER_ARTIFACTS (default output/ci-artifacts/) for CI to keep.
@@ -26,7 +26,8 @@ from experiment_runner.cli import main as cli_main
 pytestmark = pytest.mark.browser
 
 CHROMIUM = Path("/usr/bin/chromium")
-INSTALL_CHROMIUM = "sudo apt-get install -y chromium"
+# The install line the skip gives: as root (a container, often without sudo) apt-get alone.
+INSTALL_CHROMIUM = ("" if os.geteuid() == 0 else "sudo ") + "apt-get install -y chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
 ARTIFACTS = Path(os.environ.get("EXPERIMENT_RUNNER_ARTIFACTS", Path(__file__).parents[2] / "output" / "ci-artifacts"))
 SPEC = HistorySpec(nights=20, models=4, seed=5, step_fraction=0.4, failure_fraction=0.13)

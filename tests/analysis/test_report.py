@@ -524,3 +524,48 @@ def test_a_record_never_checked_is_no_pass_in_report_history_or_the_page(tmp_pat
 
     assert [pass_text(1, 0, 0), pass_text(4, 2, 3), pass_text(4, 4, 4)] == [
         "not checked", "2/4 (50%, 1 not checked)", "4/4 (100%)"]
+
+
+@pytest.mark.parametrize("method", ["paired", "harness"])
+def test_a_speedup_from_pairs_is_named_by_how_its_pairs_were_timed(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                   method: str) -> None:
+    """--speedup=harness (a --dashboard run's default) is said as harness, as the docs say it;
+    only --speedup=paired's figure is called paired. A harness block is the one with the batch
+    rule PyTorch's harness times eager at."""
+    block = {"speedup": 1.5} if method == "paired" else {"speedup": 1.5, "baseline_batch_size": 4,
+                                                        "baseline_batch_rule": {"low": 0.8, "high": 1.2}}
+    records = [json.loads(line) for line in RESULTS.read_text().splitlines()]
+    for record in records:
+        if record["run_id"] == NEW_RUN and record["experiment"]["dynamo"] == "inductor" \
+                and record["experiment"]["accelerator"] == "cpu" and record["status"] == "ok":
+            record["measurements"]["paired"] = block
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    other = {"paired": "harness", "harness": "paired"}[method]
+    code, out, _ = run(capsys, path)
+    assert code == 0
+    train = next(line for line in out.splitlines() if line.startswith("torchbench  cpu            train")
+                 and "inductor" in line)
+    assert f"1.500x {method}" in train
+    assert f"1.50x {method}" in out and f"1.50x {other}" not in out
+    assert any(line.startswith(f"{method}: ") for line in out.splitlines())
+    assert not any(line.startswith(f"{other}: ") for line in out.splitlines())
+    code, out, _ = run(capsys, path, "--format", "json", "--table", "summary")
+    inductor = [s for s in json.loads(out)["summary"] if s["configuration"] == "xla=None dynamo=inductor"
+                and s["accelerator"] == "cpu" and s["test"] == "train"]
+    assert [(s[f"speedup_{method}"], s[f"speedup_{other}"]) for s in inductor] == [(1, 0)]
+
+
+def test_eager_configurations_have_no_compile_time(capsys: pytest.CaptureFixture[str]) -> None:
+    """An eager record's compile_time_s is its first iteration's overhead: the summary leaves it
+    out, and the text says why its cell is empty."""
+    code, out, _ = run(capsys, RESULTS, "--format", "json", "--table", "summary")
+    summary = json.loads(out)["summary"]
+    eager = [s for s in summary if s["xla"] is None and s["dynamo"] is None]
+    compiled = [s for s in summary if s["dynamo"] == "inductor"]
+    assert eager and all(s["compile_time_mean_s"] is None for s in eager)
+    assert compiled and all(s["compile_time_mean_s"] > 0 for s in compiled)
+    assert any(row.compile_time_s for row in load_rows([RESULTS]) if not row.compiles), \
+        "the records do hold an eager figure, which the summary leaves out"
+    _, text, _ = run(capsys, RESULTS)
+    assert "mean compile s: none (-) for eager configurations, which compile nothing" in text

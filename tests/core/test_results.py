@@ -161,6 +161,20 @@ def test_the_records_say_whose_run_it_is_whatever_the_registry_says(tmp_path):
     assert resume_state(path, False, fingerprint="train", registered=waiting).run_id == "fresh"
 
 
+def test_only_runs_with_records_count_as_other_commands_runs(tmp_path):
+    """A fresh run whose results file holds no record says nothing of other runs: a run of another
+    command registered but killed before its first record left nothing to leave alone."""
+    from experiment_runner.parent.store import RunEntry
+
+    path = tmp_path / "results.jsonl"
+    waiting = {"killed": RunEntry("killed", "eval", 0.0, str(path), [], 1.0)}
+    fresh = resume_state(path, False, fingerprint="train", registered=waiting)
+    assert (fresh.run_id, fresh.other_runs) == (None, 0)
+    append_record(path, record("eval-run", "a", fingerprint="eval"))
+    beside = resume_state(path, False, fingerprint="train", registered=waiting)
+    assert (beside.run_id, beside.other_runs) == (None, 1), "the run with a record counts, the registered one not"
+
+
 def test_a_damaged_registry_entry_is_named_not_trusted(tmp_path):
     import dataclasses
 

@@ -75,7 +75,7 @@ def test_another_command_starts_its_own_run_and_a_rerun_continues_its_own(run_cl
     first = run_cli(*COMMON, "--filter=^quick_00$", output_dir=out)
     second = run_cli(*COMMON, "--filter=^quick_01$", output_dir=out)
     assert first.returncode == second.returncode == 0, second.stderr
-    assert "starting a new run: the 1 run(s) in" in second.stderr
+    assert "starting a new run beside 1 earlier run(s) of other commands in" in second.stderr
     run_ids = [r["run_id"] for r in second.records()]
     assert len(set(run_ids)) == 2
     again = run_cli(*COMMON, "--filter=^quick_00$", output_dir=out)
