@@ -7,6 +7,7 @@ float64) from the same seed to judge the experiment's outputs.
 from __future__ import annotations
 
 import contextlib
+import copy
 from dataclasses import dataclass, replace
 from pathlib import Path
 from time import perf_counter
@@ -308,7 +309,10 @@ class AotInductorModule:
                     self.precision, self.freezing, inputs) and reuse.path.exists()):
                 self.loaded, self.reused = torch._inductor.aoti_load_package(str(reuse.path)), True
                 return self.loaded(*args, **kwargs)
-            exported = torch.export.export(self.module, args, kwargs, strict=False)
+            # A deep copy, as the harness exports: export runs the forward on fake tensors and keeps
+            # what it writes outside the parameters and buffers (a FakeTensor in a cache object, a
+            # counter moved), and this module is the eager baseline of the pairs.
+            exported = torch.export.export(copy.deepcopy(self.module), args, kwargs, strict=False)
             self.package.parent.mkdir(parents=True, exist_ok=True)
             path = torch._inductor.aoti_compile_and_package(
                 exported, package_path=str(self.package), inductor_configs={"freezing": self.freezing})

@@ -13,7 +13,8 @@ from torch import nn
 from benchmark_models.model import BenchmarkModel
 from benchmark_models.training import TrainingRecipe
 from experiment_runner.child.devices import DeviceRuntime
-from experiment_runner.child.harness import AotInductorModule, AotPackage, ExperimentHarness, input_signature
+from experiment_runner.child.harness import (AotInductorModule, AotPackage, ExperimentHarness, input_signature,
+                                             state_versions)
 from experiment_runner.child.instrument.dynamo import harness_graph_breaks, harness_training_graph_breaks
 from experiment_runner.child.main import NO_BREAK, run_task
 from experiment_runner.core import dashboards
@@ -250,6 +251,43 @@ def test_a_kept_package_is_loaded_only_for_the_inputs_precision_and_freezing_it_
     assert compiled == ["export"] * 4
     path.unlink()
     assert not call(x).reused  # a package no longer on disk is not loaded
+
+
+class Memo:
+    """State a model keeps outside its parameters and buffers (a cache object, a step counter)."""
+
+    def __init__(self) -> None:
+        self.last: torch.Tensor | None = None
+        self.calls = 0
+
+
+class Remembering(nn.Module):
+    """Counts its calls and keeps its last input doubled in a plain object: a forward with side
+    effects that torch.export does not undo (it leaves a FakeTensor there)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.memo = Memo()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.memo.last = x * 2
+        self.memo.calls += 1
+        return self.linear(x)
+
+
+def test_aot_inductor_exports_a_copy_and_leaves_the_eager_module_as_it_was(tmp_path, monkeypatch):
+    """The module is the eager baseline of the pairs: the export (as the harness's, of a deep copy)
+    leaves its parameter and buffer objects, their values and its attributes untouched."""
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", lambda *a, package_path, **k: package_path)
+    monkeypatch.setattr(torch._inductor, "aoti_load_package", lambda path: lambda *args, **kwargs: None)
+    module = Remembering().eval()
+    versions = state_versions(module)
+    values = {name: value.clone() for name, value in module.state_dict().items()}
+    AotInductorModule(module, freezing=False, package=tmp_path / "aot.pt2")(torch.randn(2, 4))
+    assert state_versions(module) == versions
+    assert all(torch.equal(value, values[name]) for name, value in module.state_dict().items())
+    assert (module.memo.last, module.memo.calls) == (None, 0)
 
 
 @pytest.mark.e2e  # AOT Inductor runs the C++ compiler
