@@ -9,7 +9,9 @@ the float64 run, the compiled run and the comparison from it and from the eager 
 and compares the estimate with the memory this process can still take (the smallest of the host's
 MemAvailable, its cgroups' limits, v1 or v2, nested, and RLIMIT_AS): the float64 reference is left
 out when only it does not fit (its reason recorded), and the whole verification is
-VERIFIER_SKIPPED, with the estimate, when even the rest does not.
+VERIFIER_SKIPPED, with the estimate, when even the rest does not. Where the runs live on a GPU,
+its memory is a second budget, planned the same way from the eager run's peak allocation there
+and the memory the device has free; the record names the budget that decided (`decided_by`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from experiment_runner.core.cgroups import memory_cgroups
+from verifier.subject import DeviceMemory
 
 GIB = 1 << 30
 # Bytes per element of the experiment's floating-point data; amp keeps float32 weights.
@@ -120,29 +123,50 @@ def available_bytes() -> Available | None:
 @dataclass(frozen=True)
 class MemoryPlan:
     """Bytes the rest of the verification needs beyond what is resident now, with and without the
-    float64 reference, and what the host has available."""
+    float64 reference, and what the host has available; `device`, the same for the device the runs
+    live on where that is not the host (a GPU: its models, activations and float64 copies)."""
 
     with_reference: int
     without_reference: int
     available: int | None
     available_from: str | None = None  # which limit `available` is (Available.source)
+    device: "MemoryPlan | None" = None
 
     def fits(self, need: int) -> bool:
         return self.available is None or need <= HEADROOM * self.available
 
-    def describe(self) -> dict[str, float | None]:
-        return {"estimated_gib_with_float64_reference": round(self.with_reference / GIB, 2),
-                "estimated_gib_without_float64_reference": round(self.without_reference / GIB, 2),
-                "available_gib": None if self.available is None else round(self.available / GIB, 2),
-                "available_from": self.available_from,
-                "headroom": HEADROOM}
+    def short_of(self, with_reference: bool) -> "MemoryPlan | None":
+        """The budget (the host's, or the device's) the rest of the verification would exceed, with
+        or without the float64 reference; None where every budget holds it."""
+        for budget in (self, self.device):
+            if budget is not None and not budget.fits(budget.with_reference if with_reference
+                                                      else budget.without_reference):
+                return budget
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        described: dict[str, Any] = {
+            "estimated_gib_with_float64_reference": round(self.with_reference / GIB, 2),
+            "estimated_gib_without_float64_reference": round(self.without_reference / GIB, 2),
+            "available_gib": None if self.available is None else round(self.available / GIB, 2),
+            "available_from": self.available_from,
+            "headroom": HEADROOM}
+        if self.device is not None:
+            described["device"] = self.device.describe()
+        return described
 
 
-def plan(eager_output: Any, eager_run_bytes: int, precision: str) -> MemoryPlan:
+def plan(eager_output: Any, eager_run_bytes: int, precision: str,
+         device: "tuple[int, DeviceMemory] | None" = None) -> MemoryPlan:
     """The estimate, from the eager output (kept while the rest runs) and the eager run's growth
     of the resident memory (its model copy, activations and output). After the compiled run its
     result is held too (for training every gradient and parameter: a model's worth), beside the
-    float64 run and then beside the float64 output and one leaf's comparison temporaries."""
+    float64 run and then beside the float64 output and one leaf's comparison temporaries.
+
+    `device`: the eager run's growth of the memory of the device the runs live on (a GPU's peak
+    allocation over it) and that device's memory now. The outputs are compared on the host; the
+    compiled run takes on the device what eager's took, the float64 run that scaled to 8 bytes an
+    element."""
     leaves = float_leaves(eager_output)
     size = _ELEMENT_BYTES.get(precision, 4)
     own = sum(leaves) * size
@@ -152,6 +176,10 @@ def plan(eager_output: Any, eager_run_bytes: int, precision: str) -> MemoryPlan:
     compiled_run = eager_run_bytes  # its model copy and activations, as eager's
     without_reference = max(compiled_run, own + temporaries)
     with_reference = max(without_reference, own + fp64_run, own + out64 + temporaries)
+    on_device = None
+    if device is not None:
+        run_bytes, memory = device
+        on_device = MemoryPlan(max(run_bytes, int(run_bytes * 8 / size)), run_bytes, memory.available, memory.source)
     limit = available_bytes()
     return MemoryPlan(with_reference, without_reference, None if limit is None else limit.bytes,
-                      None if limit is None else limit.source)
+                      None if limit is None else limit.source, on_device)

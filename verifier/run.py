@@ -241,10 +241,14 @@ def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Ve
         with phase(timings, "verify_eager_s"):
             gc.collect()
             resident = memory.resident_bytes()
+            on_device = reference.device.device_memory()
             harness.device.reset_peak_memory()
+            reference.device.reset_peak_memory()
             eager = run_once(reference, precision, compiled=False)
             high_water = harness.device.peak_memory().get("timed_peak_rss_bytes")  # absent where it cannot be reset
             eager_run_bytes = max(0, high_water - resident) if high_water and resident else 0
+            device_peak = reference.device.peak_memory().get("peak_allocated_bytes", 0)
+            device_run_bytes = max(0, device_peak - on_device.allocated) if on_device is not None else 0
             gc.collect()
             rerun = run_once(reference, precision, compiled=False)
             gc.collect()
@@ -258,12 +262,16 @@ def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Ve
                             details={**base, **determinism.details()})
     base["eager_deterministic"] = determinism.passed
 
-    fits = memory.plan(eager, eager_run_bytes, precision)
+    device_now = reference.device.device_memory()
+    fits = memory.plan(eager, eager_run_bytes, precision,
+                       None if device_now is None else (device_run_bytes, device_now))
     base["memory"] = fits.describe()
-    if not fits.fits(fits.without_reference):
+    short = fits.short_of(with_reference=False)
+    if short is not None:
+        base["memory"]["decided_by"] = short.available_from
         return Verification("VERIFIER_SKIPPED", details={
-            **base, "reason": "the verification would not fit in the memory this host has available "
-                              f"(about {fits.without_reference / memory.GIB:.1f} GiB more even without the "
+            **base, "reason": f"the verification would not fit in the memory available ({short.available_from}: "
+                              f"about {short.without_reference / memory.GIB:.1f} GiB more even without the "
                               "float64 reference)"})
     if not served:
         with phase(timings, "verify_compiled_s"), fresh_compile(settings):
@@ -287,10 +295,12 @@ def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Ve
 def float64_reference(reference: Subject, fits: memory.MemoryPlan, base: dict[str, Any],
                       timings: dict[str, float]) -> Any:
     """Step 4's float64 run, or None where it does not fit or fails (`base` says which)."""
-    if not fits.fits(fits.with_reference):
+    short = fits.short_of(with_reference=True)
+    if short is not None:
+        base["memory"]["decided_by"] = short.available_from
         base.update(reference=None, reference_skipped=(
-            f"the float64 reference would need about {fits.with_reference / memory.GIB:.1f} GiB more than is "
-            "resident; this host has less available"))
+            f"the float64 reference would need about {short.with_reference / memory.GIB:.1f} GiB more than is "
+            f"in use; {short.available_from} has less available"))
         return None
     with phase(timings, "verify_float64_s"):
         try:

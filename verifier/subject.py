@@ -9,6 +9,7 @@ benchmarks/verifier_agreement.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
@@ -16,6 +17,17 @@ from experiment_runner.core.options import RunOptions
 
 if TYPE_CHECKING:
     from benchmark_models import BenchmarkModel
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """The memory of a device the runs live on apart from the host's (a GPU): bytes this process's
+    tensors take there now, bytes it can still take (free, plus what its allocator holds unused),
+    and which device that is."""
+
+    allocated: int
+    available: int
+    source: str
 
 
 class Device(Protocol):
@@ -39,7 +51,12 @@ class Device(Protocol):
         ...
 
     def peak_memory(self) -> dict[str, int]:
-        """Peaks since reset_peak_memory: `timed_peak_rss_bytes` where the host can tell."""
+        """Peaks since reset_peak_memory: `timed_peak_rss_bytes` where the host can tell, and
+        `peak_allocated_bytes` on a device with its own memory."""
+        ...
+
+    def device_memory(self) -> DeviceMemory | None:
+        """The memory of the device the runs live on, None where that is the host's."""
         ...
 
 

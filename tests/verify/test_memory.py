@@ -54,7 +54,7 @@ def test_a_training_result_is_held_beside_the_float64_run():
 ])
 def test_what_does_not_fit_is_left_out_and_said(tmp_path, monkeypatch, available, code, reference):
     """In training, whose loss needs the float64 reference (the scalar rule)."""
-    monkeypatch.setattr(memory, "plan", lambda *args: memory.MemoryPlan(200, 100, available))
+    monkeypatch.setattr(memory, "plan", lambda *args: memory.MemoryPlan(200, 100, available, "MemAvailable (/proc/meminfo)"))
     verification = verify_experiment(harness(tmp_path, "train"))
     details = verification["details"]
     assert verification["code"] == code, verification
@@ -63,7 +63,7 @@ def test_what_does_not_fit_is_left_out_and_said(tmp_path, monkeypatch, available
     if available == 150:
         assert "float64 reference would need" in details["reference_skipped"]
     if code == "VERIFIER_SKIPPED":
-        assert "would not fit in the memory this host has available" in details["reason"]
+        assert "would not fit in the memory available (MemAvailable" in details["reason"]
 
 
 @pytest.mark.parametrize("peaks, measured", [({"timed_peak_rss_bytes": 1000 + 4096}, 4096), ({}, 0)])
@@ -73,8 +73,8 @@ def test_the_eager_run_is_its_growth_of_the_resident_high_water_mark(tmp_path, m
     h = harness(tmp_path)
     monkeypatch.setattr(memory, "resident_bytes", lambda: 1000)
     monkeypatch.setattr(h.device, "peak_memory", lambda: peaks)  # {}: a kernel that cannot reset the mark
-    monkeypatch.setattr(memory, "plan", lambda output, run_bytes, precision: seen.append(run_bytes) or
-                        real_plan(output, run_bytes, precision))
+    monkeypatch.setattr(memory, "plan", lambda output, run_bytes, precision, device: seen.append(run_bytes) or
+                        real_plan(output, run_bytes, precision, device))
     assert verify_experiment(h)["code"] == "PASS"
     assert seen == [measured]
 
@@ -196,3 +196,73 @@ def test_a_model_too_large_for_a_nested_v1_limit_is_sized_against_that_limit(tmp
     monkeypatch.setattr(os, "sysconf", {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 4 * 2**30 // 4096}.__getitem__)  # 4 GiB
     config = harness(tmp_path).config
     assert cpu.DeviceRuntime(config).memory_capacity() == (2_500_000_000, "this container's memory limit")
+
+
+# --- a GPU's memory: the device facts faked ---
+
+class FakeGpuMemory:
+    """torch.cuda's memory calls for one GPU whose allocations the test sets."""
+
+    def __init__(self, free: int, total: int = 80 * GB) -> None:
+        self.free, self.total, self.allocated, self.reserved, self.peak = free, total, 0, 0, 0
+
+    def current_device(self) -> int:
+        return 0
+
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        return self.free, self.total
+
+    def memory_allocated(self, device: int) -> int:
+        return self.allocated
+
+    def memory_reserved(self, device: int) -> int:
+        return self.reserved
+
+
+def test_a_gpus_memory_is_its_free_memory_and_the_allocators_unused_cache():
+    from experiment_runner.child.devices.cuda import CudaRuntime
+
+    fake = FakeGpuMemory(free=10 * GB)
+    fake.allocated, fake.reserved = 3 * GB, 5 * GB
+    config = ExperimentConfig(accelerator="cuda", xla=None, xla_flags=None, dynamo=None, test="eval",
+                              precision="fp32")
+    found = CudaRuntime(config, cuda=fake).device_memory()
+    assert (found.allocated, found.available) == (3 * GB, 12 * GB)
+    assert found.source.startswith("GPU 0 memory (torch.cuda.mem_get_info: 9.3 of 74.5 GiB free")
+
+
+class OnAGpu(DeviceRuntime):
+    """The CPU runtime with a GPU's memory facts: each run allocates `run_bytes` there."""
+
+    def __init__(self, config: ExperimentConfig, gpu: FakeGpuMemory, run_bytes: int) -> None:
+        super().__init__(config)
+        self.gpu, self.run_bytes = gpu, run_bytes
+
+    def peak_memory(self) -> dict[str, int]:
+        return {**super().peak_memory(), "peak_allocated_bytes": self.gpu.allocated + self.run_bytes}
+
+    def device_memory(self) -> "memory.DeviceMemory":
+        return memory.DeviceMemory(self.gpu.allocated, self.gpu.free, "GPU 0 memory (faked)")
+
+
+@pytest.mark.parametrize("gpu_free, code, reference", [
+    (100 * GB, "PASS", "float64"),
+    (int(3 * GB / memory.HEADROOM), "PASS", None),  # eager's 2 GB again fits, float64's 4 GB does not
+    (GB, "VERIFIER_SKIPPED", None),  # not even the compiled run's 2 GB
+])
+def test_a_gpu_runs_verification_is_planned_against_the_gpus_memory(tmp_path, gpu_free, code, reference):
+    """Training, whose loss needs the float64 reference; the host has plenty, the GPU decides."""
+    h = harness(tmp_path, "train")
+    h.device = OnAGpu(h.config, FakeGpuMemory(free=gpu_free), run_bytes=2 * GB)
+    verification = verify_experiment(h)
+    details = verification["details"]
+    assert verification["code"] == code, verification
+    assert details["memory"]["device"]["available_from"] == "GPU 0 memory (faked)"
+    assert details["memory"]["device"]["estimated_gib_without_float64_reference"] == round(2 * GB / memory.GIB, 2)
+    assert details.get("reference") == reference
+    if code != "PASS" or reference is None:
+        assert details["memory"]["decided_by"] == "GPU 0 memory (faked)"
+        said = details.get("reason") or details["reference_skipped"]
+        assert "GPU 0 memory (faked)" in said, said
+    else:
+        assert "decided_by" not in details["memory"]

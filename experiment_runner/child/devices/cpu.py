@@ -11,11 +11,14 @@ import random
 import re
 import resource
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from experiment_runner.core.cgroups import memory_limit
 from experiment_runner.core.matrix import ExperimentConfig
 from experiment_runner.core.options import RunOptions
+
+if TYPE_CHECKING:
+    from verifier.subject import DeviceMemory
 
 
 def _ru_maxrss_bytes() -> int:
@@ -117,6 +120,11 @@ class DeviceRuntime:
         if limit is not None and limit[0] < total:
             return limit[0], "this container's memory limit"
         return total, "this host's RAM"
+
+    def device_memory(self) -> "DeviceMemory | None":
+        """The memory of the device the runs live on apart from the host's: none here (the
+        verifier plans host memory from /proc and the cgroups)."""
+        return None
 
     def lifetime_peak_memory(self) -> dict[str, int]:
         """`lifetime_peak_rss_bytes`: the child's resident peak over its whole life (interpreter,

@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 from experiment_runner.child.devices.cpu import DeviceRuntime
 from experiment_runner.core.matrix import ExperimentConfig, uses_cuda_graphs
+from verifier.subject import DeviceMemory
 
 
 class CudaRuntime(DeviceRuntime):
@@ -71,6 +72,18 @@ class CudaRuntime(DeviceRuntime):
             "peak_allocated_bytes": int(self.cuda.max_memory_allocated()),
             "peak_reserved_bytes": int(self.cuda.max_memory_reserved()),
         }
+
+    def device_memory(self) -> DeviceMemory:
+        """This GPU's memory as the verifier plans it: what the process's tensors take now, and what
+        it can still take, the driver's free memory (torch.cuda.mem_get_info) and the caching
+        allocator's reserved but unused blocks."""
+        device = self.cuda.current_device()
+        free, total = self.cuda.mem_get_info(device)
+        allocated = int(self.cuda.memory_allocated(device))
+        reusable = int(self.cuda.memory_reserved(device)) - allocated
+        return DeviceMemory(allocated, int(free) + max(0, reusable),
+                            f"GPU {device} memory (torch.cuda.mem_get_info: {free / 2**30:.1f} of "
+                            f"{total / 2**30:.1f} GiB free, and the allocator's cache)")
 
     def memory_capacity(self) -> tuple[int, str] | None:
         device = self.cuda.current_device()
