@@ -133,7 +133,8 @@ class MatrixConfig:
         "inductor_with_cudagraphs, inductor_no_cudagraphs, inductor_dynamic, inductor_max_autotune (inference "
         "and training), inductor_cpp_wrapper, inductor_with_cudagraphs_freezing, "
         "inductor_with_cudagraphs_freezing_autotune, inductor_aot_inductor (inference), or cuda-perf for these "
-        "eight; cuda for all fourteen. --test=train keeps the training runs; "
+        "eight; cuda for all fourteen, cuda-daily for all but the two autotune modes (PyTorch's performance "
+        "workflow runs those on Sundays only). --test=train keeps the training runs; "
         "--accelerator=cpu with it runs a CUDA job's training on the CPU (PyTorch's CI trains on CUDA only). "
         "Each record names its configuration, which check-expected --pytorch and export use. As the job runs "
         "it: --verify, the job's --batch-size (an accuracy job's for the suite, a performance job's the models' "
@@ -172,6 +173,10 @@ class SessionConfig:
 
     dry_run: bool = option(False, Flag("print the expanded matrix and what was dropped and why; run nothing",
                                        MATRIX, kind="switch"))
+    estimate_from: str | None = option(None, Flag(
+        "with --dry-run, estimate the plan's machine time (GPU-hours for its cuda experiments, and the wall "
+        "time over --max-parallel GPUs) from an earlier results file's wall time per experiment; experiments "
+        "it does not hold count as the median of those it does", MATRIX, metavar="PATH"))
     list_models: bool = option(False, Flag(
         "print the suite's models that the filters select, one line per model and accelerator: the batch size "
         "of each test, the source, and why an experiment would be skipped; run nothing", MATRIX, kind="switch"))
@@ -194,8 +199,8 @@ class SessionConfig:
         "instrumenting, verifying) and for how long", OUTPUT, parse=float, metavar="SECONDS", low=0.5,
         wanted="at least 0.5 seconds (a line per experiment each time: less floods the log)"))
     wait_for_lock: float = option(0.0, Flag(
-        "when another runner is writing the same results file, wait up to SECONDS for it to finish instead "
-        "of exiting 2 (cron jobs that may overlap); then resume as usual", OUTPUT, parse=float, metavar="SECONDS",
+        "when another runner is writing the same results file, or holds a GPU this run needs, wait up to "
+        "SECONDS for it to finish instead of exiting 2 (cron jobs that may overlap); then resume as usual", OUTPUT, parse=float, metavar="SECONDS",
         low=0, wanted="0 or more seconds", default_help="0: do not wait"))
     output_dirname: str = option("output", Flag("folder for results and artifacts", OUTPUT, metavar="DIR"))
     output_basename: str = option("results.jsonl", Flag("results file inside the folder (or an absolute path)", OUTPUT,
@@ -222,6 +227,10 @@ class SessionConfig:
     gpu_ids: str | None = option(None, Flag(
         "comma-separated GPU ids to spread cuda experiments over", HOSTS, metavar="IDS",
         default_help="CUDA_VISIBLE_DEVICES, else every GPU torch sees"))
+    gpu_lock_dir: str = option("/tmp/experiment_runner-gpus", Flag(
+        "folder, shared by every run on this host, of the per-GPU locks a run with cuda experiments holds "
+        "while it runs, so that two runs (two nights) never time on one GPU; a second run waits "
+        "(--wait-for-lock) or exits 2 naming the holder", HOSTS, metavar="DIR"))
     parallel_cpu: bool = option(False, Flag(
         "let CPU experiments run side by side under --max-parallel too; their timings then interfere and are "
         "not comparable with serial runs", HOSTS, kind="switch"))

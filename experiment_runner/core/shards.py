@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -31,14 +32,44 @@ def model_durations(records: Iterable[dict]) -> dict[str, float]:
     return durations
 
 
-def read_durations(path: Path) -> dict[str, float]:
-    """model_durations of a results file; ResultsFileError if it cannot be read or holds no record."""
+def experiment_durations(records: Iterable[dict]) -> dict[str, float]:
+    """Seconds per experiment id: the wall time of its final record."""
+    latest = {str(record.get("experiment_id")): (record.get("timings") or {}).get("wall_s") for record in records}
+    return {eid: float(wall) for eid, wall in latest.items() if isinstance(wall, (int, float))}
+
+
+def read_records(path: Path, flag: str) -> list[dict]:
+    """The records of an earlier results file; ResultsFileError, naming `flag`, if it cannot be read or
+    holds no record."""
     bad: list[BadLine] = []
     records = list(iter_records(path, bad_lines=bad))
     if not records:
         why = f" (line {bad[0].lineno}: {bad[0].reason})" if bad else " (it is empty)"
-        raise ResultsFileError(f"--shard-by: {path} holds no results record{why}")
-    return model_durations(records)
+        raise ResultsFileError(f"{flag}: {path} holds no results record{why}")
+    return records
+
+
+def read_durations(path: Path) -> dict[str, float]:
+    """model_durations of a results file; ResultsFileError if it cannot be read or holds no record."""
+    return model_durations(read_records(path, "--shard-by"))
+
+
+@dataclass(frozen=True)
+class MachineTime:
+    """The expected seconds of a set of experiments: `known` of them from an earlier file, the
+    `unknown` rest at the median of the known (`median_s`)."""
+
+    seconds: float
+    known: int
+    unknown: int
+    median_s: float
+
+
+def machine_time(experiment_ids: Sequence[str], durations: dict[str, float]) -> MachineTime:
+    known = [durations[e] for e in experiment_ids if e in durations]
+    median = statistics.median(known) if known else 0.0
+    return MachineTime(sum(known) + median * (len(experiment_ids) - len(known)), len(known),
+                       len(experiment_ids) - len(known), median)
 
 
 def costs(models: Sequence[str], durations: dict[str, float]) -> dict[str, float]:

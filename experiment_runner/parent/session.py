@@ -20,9 +20,11 @@ from experiment_runner.core.record import RecordContext
 from experiment_runner.core.requirements import install_command
 from experiment_runner.core.results import ResultsFileError
 from experiment_runner.core.run_config import MatrixConfig, RunConfig
-from experiment_runner.core.shards import balanced_shards, read_durations
+from experiment_runner.core.shards import (balanced_shards, experiment_durations, machine_time, read_durations,
+                                          read_records)
 from experiment_runner.errors import EXIT_OK, ResultsIOError, RunnerError, UsageError, did_you_mean
 from experiment_runner.parent.executors import ExecutorOptions, create
+from experiment_runner.parent.gpu_locks import lock_gpus, release_gpus
 from experiment_runner.parent.host import ProbeError, probe_capabilities, torch_xla_importable
 from experiment_runner.parent.launch.forkserver_launcher import children_import_dynamo, prestart
 from experiment_runner.parent.launch.reaper import start_reaper, stop_reaper
@@ -101,6 +103,39 @@ def print_dry_run(plan: matrix.Plan, done: set[tuple[str, int]], processes: int 
                 continue
             examples = "; ".join(labels[:3]) + (f"; and {len(labels) - 3} more" if len(labels) > 3 else "")
             print(printable(f"{head}: {examples}"))
+
+
+def print_machine_time(plan: matrix.Plan, processes: int, estimate_from: str | None, lanes: int) -> None:
+    """--dry-run: the plan's machine time from an earlier results file (--estimate-from), GPU-hours for
+    its cuda experiments and their wall time over `lanes` GPUs at once; where no file is given, a
+    line saying there is no estimate (for a plan with cuda experiments, whose GPUs are booked)."""
+    runs = [p.experiment for p in plan.planned if p.skip_reason is None]
+    by_kind = {kind: [e.experiment_id for e in runs if (e.config.accelerator == "cuda") == (kind == "cuda")] * processes
+               for kind in ("cuda", "cpu")}
+    if estimate_from is None:
+        if by_kind["cuda"]:
+            print("\nmachine time: no estimate; --estimate-from=PATH (an earlier results file of this plan) gives "
+                  "its GPU-hours")
+        return
+    durations = experiment_durations(read_records(Path(estimate_from), "--estimate-from"))
+    print(f"\nmachine time, from {estimate_from}:")
+    for kind, ids in by_kind.items():
+        if not ids:
+            continue
+        time_ = machine_time(ids, durations)
+        rest = (f"; {time_.unknown} not in it, counted at the median, {time_.median_s:.0f} s" if time_.unknown
+                else "")
+        if kind == "cuda":
+            print(f"  cuda: {time_.seconds / 3600:.2f} GPU-hours, about {_span(time_.seconds / lanes)} of wall "
+                  f"time on {lanes} GPU(s) at once ({time_.known} of {len(ids)} experiments timed there{rest})")
+        else:
+            print(f"  cpu: {_span(time_.seconds)}, one at a time ({time_.known} of {len(ids)} experiments "
+                  f"timed there{rest})")
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min" if seconds >= 60 \
+        else f"{seconds:.0f} s"
 
 
 def print_models(plan: matrix.Plan, suite: SuiteCatalog, models: list[str], batch_size: int | None) -> None:
@@ -224,6 +259,7 @@ def run(config: RunConfig) -> int:
         return EXIT_OK
     if s.dry_run:
         print_dry_run(plan, resume(config, plan).done, s.processes)
+        print_machine_time(plan, s.processes, s.estimate_from, max(1, min(s.max_parallel, len(gpu_ids))))
         return EXIT_OK
     if not plan.planned:
         reasons = {d.reason for d in plan.dropped}
@@ -253,9 +289,15 @@ def run(config: RunConfig) -> int:
                 and any(p.experiment.config.xla is not None and p.skip_reason is None for p in todo)
                 and torch_xla_importable()):
             prestart(torch=False, xla=True)
-        # Said once the run really starts, so that bad input before it stays one line.
-        about = f"{m.suite_name}: {suite.description or suite.source + ' models'}"
-        return execute(config, plan, state, suite.source, gpu_ids, about)
+        gpus = lock_gpus(gpu_ids or ("0",), Path(s.gpu_lock_dir), s.wait_for_lock, s.results_path) \
+            if s.executor == "local" and any(p.experiment.config.accelerator == "cuda" and p.skip_reason is None
+                                             for p in todo) else []
+        try:
+            # Said once the run really starts, so that bad input before it stays one line.
+            about = f"{m.suite_name}: {suite.description or suite.source + ' models'}"
+            return execute(config, plan, state, suite.source, gpu_ids, about)
+        finally:
+            release_gpus(gpus)
     finally:
         os.close(lock)
 

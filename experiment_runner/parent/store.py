@@ -160,32 +160,56 @@ def lock_results(results_path: Path, wait_s: float = 0.0) -> int:
                                "(its records would fail or be lost); give a file")
     real.parent.mkdir(parents=True, exist_ok=True)
     path = real.with_name(real.name + LOCK_SUFFIX)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = take_lock(path, wait_s, 0o644)
+    except LockHeld as held:
+        raise RunLocked(f"{results_path} is being written by {held.holder}{held.waited} (lock {path}); wait for "
+                        "it (--wait-for-lock=SECONDS), or write to another file (--output-basename)") from None
+    try:
+        _refuse_what_is_not_a_lock(fd, path, results_path)
+        write_holder(fd)
+    except OSError as exc:
+        os.close(fd)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+    return fd
+
+
+class LockHeld(Exception):
+    """Another process still held a lock after the wait; who, as its lock file says."""
+
+    def __init__(self, holder: str, wait_s: float) -> None:
+        super().__init__(holder)
+        self.holder = holder
+        self.waited = f" after waiting {wait_s:g} s" if wait_s else ""
+
+
+def take_lock(path: Path, wait_s: float, mode: int) -> int:
+    """Open (creating with `mode`) and exclusively flock `path`, trying again every LOCK_POLL_S for
+    up to `wait_s` seconds; the fd holds it until closed or this process exits. LockHeld when
+    another process still holds it then."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
     deadline = time.monotonic() + wait_s
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
+            return fd
         except BlockingIOError:
             if time.monotonic() < deadline:
                 time.sleep(LOCK_POLL_S)
                 continue
             holder = _holder(fd)
             os.close(fd)
-            waited = f" after waiting {wait_s:g} s" if wait_s else ""
-            raise RunLocked(f"{results_path} is being written by {holder}{waited} (lock {path}); wait for it "
-                            "(--wait-for-lock=SECONDS), or write to another file (--output-basename)") from None
+            raise LockHeld(holder, wait_s) from None
         except OSError:
             os.close(fd)
             raise
-    try:
-        _refuse_what_is_not_a_lock(fd, path, results_path)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode(), 0)
-    except OSError as exc:
-        os.close(fd)
-        raise OSError(exc.errno, exc.strerror, str(path)) from exc
-    return fd
+
+
+def write_holder(fd: int, what: str = "") -> None:
+    """Say in the held lock file who holds it (pid and host, then `what`), for the line a second
+    process prints."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on host {socket.gethostname()}{what}\n".encode(), 0)
 
 
 # What a runner writes into the lock file it holds; anything else there is not ours to truncate.

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from experiment_runner.core import dashboards
+
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
 ANALYSIS = (REPO / "docs" / "analysis.md").read_text()
@@ -124,9 +126,13 @@ def test_the_multi_gpu_nightly_runs_what_the_runner_accepts(tmp_path):
     guide = (REPO / "docs" / "user-guide.md").read_text()
     (block,) = fenced_blocks("A nightly on a multi-GPU host", "bash", guide)
     (run,) = re.findall(r"experiment_runner (--suite-name=\$S [^>]*?)\s*>", block)
-    argv = run.replace("$S", "timm").replace("$TS", "1764288000").replace("$N", str(tmp_path)).split()
-    config = parse_config([*argv, "--dry-run"])
-    assert config.matrix.dashboard == ("cuda",) and config.session.max_parallel == 8
+    argv = run.replace("$S", "timm").replace("$TS", "1764288000").replace("$N", str(tmp_path))
+    assert r"D=$([ $(date +\%u) = 7 ] && echo cuda || echo cuda-daily)" in block  # max-autotune on Sundays
+    for night in ("cuda", "cuda-daily"):
+        config = parse_config([*argv.replace("$D", night).split(), "--dry-run"])
+        assert config.matrix.dashboard == (night,) and config.session.max_parallel == 8
+    weekly = set(dashboards.groups()["cuda"]) - set(dashboards.groups()["cuda-daily"])
+    assert weekly == {"inductor_max_autotune", "inductor_with_cudagraphs_freezing_autotune"}
     for command in ("check-expected $N/$S --pytorch", "export $N/$S --format=dynamo-csv -o $N/upload-$S/",
                     "history nightly/ --html nightly/index.html --window 1"):
         assert f"experiment_runner {command}" in block
