@@ -23,9 +23,10 @@ structure, size, shape or kind), those positions are judged against eager alone 
 the tolerance widened by two units in the last place of the leaf's dtype (what rounding explains
 between two low-precision runs), never by cosine similarity: a result 10% off eager element by
 element has cosine 0.996. The same holds where the reference does not track eager (eager's own
-error against it beyond TRACKING_FACTOR tolerances in allclose's units), except that a result
-within the tolerance of that reference itself also passes: the scalar and RMSE rules would take
-eager's error against an unrelated run as noise and pass anything within a multiple of it.
+error against it beyond TRACKING_FACTOR tolerances in allclose's units): the scalar and RMSE
+rules would take eager's error against an unrelated run as noise and pass anything within a
+multiple of it. Such a reference does not vouch for a result close to it either: a result that
+took the float64 run's other branch agrees with it and not with eager.
 
 The float64 reference is a third run of the model, in float64, and most comparisons never
 read it: only a one-element leaf (the scalar rule) and a leaf that allclose fails where
@@ -531,7 +532,6 @@ def _compare_tensors(ref: "torch.Tensor", res: "torch.Tensor", fp64: Any,
     if rules.deferred and loss:
         raise ReferenceNeeded(path, "scalar")
     g, silent = _reference(fp64, ref, path, rules)
-    untracked = None  # a reference that does not track eager: it vouches only for itself
     if loss and g is not None:
         if not bool(g.isfinite().all()):
             silent = "the float64 reference is NaN/inf here"
@@ -539,7 +539,7 @@ def _compare_tensors(ref: "torch.Tensor", res: "torch.Tensor", fp64: Any,
             leaf.multiplier = _multiplier(dtype, shape, rules)
             return _scalar_rule(leaf, a, b, g, precision, rules)
         else:
-            untracked, g = g, None
+            g = None
     if not bool(beyond.any()):
         leaf.passed = True
         if loss and silent and rules.referenced:
@@ -555,37 +555,9 @@ def _compare_tensors(ref: "torch.Tensor", res: "torch.Tensor", fp64: Any,
         if not (silent := _untracked(a, g, precision, tol)):
             leaf.multiplier = _multiplier(dtype, shape, rules)
             return _rmse_rule(leaf, a, b, g, diff > band, rules)
-        untracked = g
     elif g is not None:
         silent = f"the float64 reference is NaN/inf at all {int(a.isfinite().sum())} positions where eager is finite"
-    leaf = _eager_alone(leaf, diff, band, a, precision, silent)
-    if not leaf.passed and untracked is not None:
-        severity = _float64_alone(a, b, untracked, precision, tol, loss)
-        if severity <= 1.0:
-            leaf.passed, leaf.severity, leaf.reason = True, severity, None
-            leaf.note = "; ".join(filter(None, (leaf.note, f"{silent}: the result is within the tolerance of the "
-                                                           "float64 reference itself, which lends it no allowance "
-                                                           "from eager's error")))
-        else:
-            leaf.reason += ", nor is the result within the tolerance of the float64 reference itself"
-    return leaf
-
-
-def _float64_alone(a: "torch.Tensor", b: "torch.Tensor", g: "torch.Tensor", precision: "torch.dtype", tol: float,
-                   loss: bool) -> float:
-    """How far the result is from a float64 reference that does not track eager, against the
-    tolerance alone (≤ 1: within it): allclose's band, or the scalar rule's budget for a loss,
-    with no allowance from eager's error. Where eager drifted from float64 beyond rounding (a
-    noisy run, a flipped branch) a result that agrees with float64 is right, and only a result
-    that agrees with neither is failed. inf where the reference is NaN/inf and eager is not."""
-    import torch
-
-    where = a.isfinite()
-    if not bool(g[where].isfinite().all()):
-        return math.inf
-    rounding = ROUNDING_MULTIPLIER * _half_ulp(g, precision)
-    budget = torch.maximum(tol * g.abs(), rounding) if loss else tol * (1.0 + g.abs()) + rounding
-    return float(((b - g).abs() / budget)[where].max())
+    return _eager_alone(leaf, diff, band, a, precision, silent)
 
 
 def _rounding_band(a: "torch.Tensor", b: "torch.Tensor", precision: "torch.dtype") -> "torch.Tensor":

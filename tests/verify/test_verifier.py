@@ -319,6 +319,8 @@ def test_a_reference_that_does_not_track_eager_does_not_widen_the_rmse_threshold
     assert not outcome.passed and outcome.method == "allclose"
     assert "the float64 reference does not track eager" in outcome.details()["reason"]
     assert compare(e, e * (1 + 1e-4), g, tolerance=1e-3).passed
+    # A float64 run that took another branch vouches for nothing, not even a result that took it too.
+    assert not compare(e, -e, -e.double(), tolerance=1e-3).passed
     # A reference that tracks eager to within ten tolerances still lets the RMSE rule speak.
     tracking = TRUTH[:1000]
     eager, result = noisy(tracking, 5e-3, 2), noisy(tracking, 5e-3, 3)
