@@ -321,6 +321,15 @@ def test_a_reference_that_does_not_track_eager_does_not_widen_the_rmse_threshold
     assert compare(e, e * (1 + 1e-4), g, tolerance=1e-3).passed
     # A float64 run that took another branch vouches for nothing, not even a result that took it too.
     assert not compare(e, -e, -e.double(), tolerance=1e-3).passed
+    # One value of another branch in a small leaf: its RMS stays under ten tolerances at 4e-2, but
+    # that position is judged against eager alone, so it cannot inflate the RMSE for the rest.
+    small = TRUTH[:7].float()
+    branch = TRUTH[:7].clone()
+    branch[0] += 20.0
+    astray = compare(small, -small, branch, tolerance=4e-2)
+    assert not astray.passed and astray.method == "rmse" and astray.worst.unreferenced == 1
+    assert "does not track eager at 1 positions" in astray.notes[""]
+    assert compare(small, small * (1 + 1e-3), branch, tolerance=4e-2).passed
     # A reference that tracks eager to within ten tolerances still lets the RMSE rule speak.
     tracking = TRUTH[:1000]
     eager, result = noisy(tracking, 5e-3, 2), noisy(tracking, 5e-3, 3)
