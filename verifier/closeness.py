@@ -6,13 +6,13 @@ Each leaf of the two nested outputs is judged by the first rule that settles it:
    that is off by one is wrong, however large the number). A set compares as a set.
 2. Floating leaves (complex as real pairs; dense against sparse by value) must have NaN and
    infinities in the same places.
-3. A one-element leaf (a loss) with a finite float64 reference gets the scalar rule (see
-   _scalar_rule): the tolerance is a relative error budget against float64, whatever
-   allclose says.
+3. A one-element leaf (a loss) with a finite float64 reference that tracks eager gets the
+   scalar rule (see _scalar_rule): the tolerance is a relative error budget against float64,
+   whatever allclose says.
 4. Otherwise allclose at the tolerance passes.
 5. Where the per-model data chooses it (PyTorch's cosine lists), cosine similarity ≥ 0.99
    decides a leaf of at least COSINE_MIN_ELEMENTS elements that allclose fails.
-6. Otherwise the RMSE rule, at the positions where the float64 reference is finite:
+6. Otherwise the RMSE rule, at the positions where the float64 reference is finite and tracks eager:
    RMSE(fp64, result) ≤ multiplier · RMSE(fp64, eager) + tol/10, eager's own error saying
    how much noise this precision has (the reference upcast to float64 whatever dtype the
    float64 run gave it).
