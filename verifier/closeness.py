@@ -6,22 +6,27 @@ Each leaf of the two nested outputs is judged by the first rule that settles it:
    that is off by one is wrong, however large the number). A set compares as a set.
 2. Floating leaves (complex as real pairs; dense against sparse by value) must have NaN and
    infinities in the same places.
-3. A one-element leaf (a loss) with a finite float64 reference gets the scalar rule (see
-   _scalar_rule): the tolerance is a relative error budget against float64, whatever
-   allclose says.
+3. A one-element leaf (a loss) with a finite float64 reference that tracks eager gets the
+   scalar rule (see _scalar_rule): the tolerance is a relative error budget against float64,
+   whatever allclose says.
 4. Otherwise allclose at the tolerance passes.
 5. Where the per-model data chooses it (PyTorch's cosine lists), cosine similarity ≥ 0.99
    decides a leaf of at least COSINE_MIN_ELEMENTS elements that allclose fails.
-6. Otherwise the RMSE rule, at the positions where the float64 reference is finite:
+6. Otherwise the RMSE rule, at the positions where the float64 reference is finite and tracks eager:
    RMSE(fp64, result) ≤ multiplier · RMSE(fp64, eager) + tol/10, eager's own error saying
    how much noise this precision has (the reference upcast to float64 whatever dtype the
    float64 run gave it).
 
 "The reference cannot speak" has one rule: where there is no float64 run (it failed, did not
 fit), where its value is NaN or inf, or where it has no counterpart of the leaf (another
-structure, size or kind), those positions are judged against eager alone by allclose at the
-tolerance, never by cosine similarity: a result 10% off eager element by element has cosine
-0.996. So a reference that cannot speak is never weaker, nor stricter, than eager alone.
+structure, size, shape or kind), those positions are judged against eager alone by allclose at
+the tolerance widened by two units in the last place of the leaf's dtype (what rounding explains
+between two low-precision runs), never by cosine similarity: a result 10% off eager element by
+element has cosine 0.996. The same holds where the reference does not track eager (eager's own
+error against it beyond TRACKING_FACTOR tolerances in allclose's units): the scalar and RMSE
+rules would take eager's error against an unrelated run as noise and pass anything within a
+multiple of it. Such a reference does not vouch for a result close to it either: a result that
+took the float64 run's other branch agrees with it and not with eager.
 
 The float64 reference is a third run of the model, in float64, and most comparisons never
 read it: only a one-element leaf (the scalar rule) and a leaf that allclose fails where
@@ -69,8 +74,20 @@ LISTED_PATHS = 20
 # RMSE rescue is worse news than one allclose accepted, whatever the figures say.
 _METHOD_RANK = {"equal": 0, "exact": 0, "allclose": 1, "rmse": 2, "scalar": 2, "cosine": 2, "metadata": 3,
                 "structure": 3}
-# The scalar rule's budget is never under this many units in the last place of the leaf's dtype.
-SCALAR_FLOOR_ULPS = 2.0
+# How much further from the truth than eager's own rounding (half a unit in the last place of the
+# leaf's dtype) a result may be: the RMSE rule's multiplier for fp16/bf16. It sets the scalar rule's
+# floor (1.5 units) and, where the reference cannot speak, the rounding band on top of allclose's
+# (eager's half unit plus the result's 1.5: two units), so that two low-precision runs that round the
+# same value differently are not failed, and nothing further off than a few roundings passes.
+ROUNDING_MULTIPLIER = 3.0
+# The float64 reference tracks eager while eager's RMS error against it, in allclose's units
+# |eager − fp64| / (1 + |fp64|), is within this many tolerances (or units of the leaf dtype's
+# precision, where that is coarser): beyond it eager itself would be clearly wrong against the
+# reference, so the reference is not speaking for this output (another branch, another order).
+TRACKING_FACTOR = 10.0
+# One position whose eager value is further than this from float64, in allclose's units, is another
+# branch whatever the rest of the leaf does; those positions are judged like a NaN in the reference.
+ASTRAY = 0.5
 
 
 class UnsupportedOutput(TypeError):
@@ -476,6 +493,7 @@ def _compare_tensors(ref: "torch.Tensor", res: "torch.Tensor", fp64: Any,
     dtype, shape = res.dtype, tuple(res.shape)
     layouts = None if ref.layout == res.layout else f"{_name(ref.layout)} eager vs {_name(res.layout)} result"
     (ref, note), (res, _) = _values(ref), _values(res)
+    precision = dtype if dtype.is_floating_point or dtype.is_complex else res.dtype  # a dequantized leaf's
     if layouts:
         note = f"{layouts}: compared as dense values"
     if ref.is_complex():
@@ -518,10 +536,13 @@ def _compare_tensors(ref: "torch.Tensor", res: "torch.Tensor", fp64: Any,
         raise ReferenceNeeded(path, "scalar")
     g, silent = _reference(fp64, ref, path, rules)
     if loss and g is not None:
-        if bool(g.isfinite().all()):
+        if not bool(g.isfinite().all()):
+            silent = "the float64 reference is NaN/inf here"
+        elif not (silent := _untracked(a, g, precision, tol)):
             leaf.multiplier = _multiplier(dtype, shape, rules)
-            return _scalar_rule(leaf, a, b, g, dtype, rules)
-        silent = "the float64 reference is NaN/inf here"
+            return _scalar_rule(leaf, a, b, g, precision, rules)
+        else:
+            g = None
     if not bool(beyond.any()):
         leaf.passed = True
         if loss and silent and rules.referenced:
@@ -532,15 +553,90 @@ def _compare_tensors(ref: "torch.Tensor", res: "torch.Tensor", fp64: Any,
         return _cosine_rule(leaf, a[~both_nan], b[~both_nan])
     if rules.deferred:
         raise ReferenceNeeded(path, "rmse")
-    if g is None or not bool((g.isfinite() & a.isfinite()).any()):
-        leaf.unreferenced = int(a.isfinite().sum())
-        if g is not None:
-            silent = f"the float64 reference is NaN/inf at all {leaf.unreferenced} positions where eager is finite"
-        leaf.reason = (f"{int(beyond.sum())} of {a.numel()} elements differ from eager beyond allclose at the "
-                       f"tolerance, and {silent}: judged against eager alone")
-        return leaf
-    leaf.multiplier = _multiplier(dtype, shape, rules)
-    return _rmse_rule(leaf, a, b, g, beyond, rules)
+    band = limit + _rounding_band(a, b, precision)
+    if g is not None and bool((g.isfinite() & a.isfinite()).any()):
+        if not (silent := _untracked(a, g, precision, tol)):
+            astray = _astray(a, g, precision, tol)
+            if bool(astray.any()):
+                g = g.masked_fill(astray, math.nan)
+                leaf.note = "; ".join(filter(None, (leaf.note, f"the float64 reference does not track eager at "
+                                                               f"{int(astray.sum())} positions (eager is over "
+                                                               f"{ASTRAY:g} of 1 + |fp64| off it there): judged there "
+                                                               "against eager alone")))
+            leaf.multiplier = _multiplier(dtype, shape, rules)
+            return _rmse_rule(leaf, a, b, g, diff > band, rules)
+    elif g is not None:
+        silent = f"the float64 reference is NaN/inf at all {int(a.isfinite().sum())} positions where eager is finite"
+    return _eager_alone(leaf, diff, band, a, precision, silent)
+
+
+def _rounding_band(a: "torch.Tensor", b: "torch.Tensor", precision: "torch.dtype") -> "torch.Tensor":
+    """What rounding to `precision` explains between eager and a result where no reference can
+    show it: eager's half unit in the last place plus ROUNDING_MULTIPLIER times it for the result,
+    at the larger of the two values (so two bf16 runs one rounding step apart agree)."""
+    import torch
+
+    return (1.0 + ROUNDING_MULTIPLIER) * _half_ulp(torch.maximum(a.abs(), b.abs()), precision)
+
+
+def _half_ulp(x: "torch.Tensor", precision: "torch.dtype") -> "torch.Tensor":
+    """Half the spacing of `precision` at |x| (float64 values): the most one rounding moves x."""
+    import torch
+
+    info = torch.finfo(precision)
+    _, exponent = torch.frexp(x.abs().clamp(info.smallest_normal, info.max))
+    return torch.ldexp(torch.full_like(x, info.eps / 4), exponent)
+
+
+def _untracked(a: "torch.Tensor", g: "torch.Tensor", precision: "torch.dtype", tol: float) -> str:
+    """Why the float64 reference does not speak for eager's values, or "" where it tracks them.
+
+    Eager's RMS error against it, in allclose's units, beyond TRACKING_FACTOR tolerances (or
+    units of the dtype's precision) is no rounding: the float64 run took another branch or order
+    here, and the RMSE rule would take that error as this precision's noise and pass anything
+    within a multiple of it (a reference unrelated to eager passes zeros)."""
+    import torch
+
+    where = a.isfinite() & g.isfinite()
+    if not bool(where.any()):
+        return ""
+    off = float((((a - g).abs() / (1.0 + g.abs()))[where]).square().mean().sqrt())
+    bound = TRACKING_FACTOR * max(tol, torch.finfo(precision).eps)
+    if off <= bound:
+        return ""
+    return (f"the float64 reference does not track eager (eager is {off:.3g} off it in allclose's units, beyond "
+            f"{TRACKING_FACTOR:g} x max(tolerance, {_name(precision)} eps) = {bound:.3g}: another branch or order)")
+
+
+def _astray(a: "torch.Tensor", g: "torch.Tensor", precision: "torch.dtype", tol: float) -> "torch.Tensor":
+    """Positions of a tracking reference where eager is off it by more than ASTRAY in allclose's
+    units (and the tracking bound): no rounding of any dtype, but one value of another branch, as
+    in a small leaf whose RMS such a position cannot lift over the bound yet inflates the RMSE."""
+    import torch
+
+    bound = max(ASTRAY, TRACKING_FACTOR * max(tol, torch.finfo(precision).eps))
+    return a.isfinite() & g.isfinite() & ((a - g).abs() > bound * (1.0 + g.abs()))
+
+
+def _eager_alone(leaf: Leaf, diff: "torch.Tensor", band: "torch.Tensor", a: "torch.Tensor",
+                 precision: "torch.dtype", silent: str) -> Leaf:
+    """A leaf allclose fails and no reference speaks for: allclose at the tolerance, widened by
+    the rounding band, against eager alone."""
+    import torch
+
+    over = diff > band
+    leaf.unreferenced = int(a.isfinite().sum())
+    ratio = torch.where(diff == 0, torch.zeros_like(diff), diff / band)
+    leaf.severity = float(ratio.max())
+    leaf.passed = not bool(over.any())
+    rounding = f"two units in the last place of {_name(precision)}"
+    if leaf.passed:
+        leaf.note = "; ".join(filter(None, (leaf.note, f"{silent}: judged against eager alone, by allclose at the "
+                                                       f"tolerance widened by {rounding} (rounding)")))
+    else:
+        leaf.reason = (f"{int(over.sum())} of {a.numel()} elements differ from eager beyond allclose at the "
+                       f"tolerance and {rounding}, and {silent}: judged against eager alone")
+    return leaf
 
 
 def _cosine_rule(leaf: Leaf, a: "torch.Tensor", b: "torch.Tensor") -> Leaf:
@@ -581,21 +677,24 @@ def _reference(fp64: Any, ref: "torch.Tensor", path: str, rules: _Rules) -> tupl
         g, _ = _values(fp64)
         if g.is_complex():
             g = torch.view_as_real(g)
-        if g.is_floating_point() and g.numel() == ref.numel():
+        if g.is_floating_point() and g.shape == ref.shape:
             if torch.finfo(g.dtype).eps > torch.finfo(ref.dtype).eps:
                 return None, (f"the float64 reference holds {path or '<output>'} in {_name(g.dtype)}, less precise "
                               f"than the outputs' {_name(ref.dtype)}, so it cannot tell their rounding from an error")
-            return g.double().reshape(ref.shape), ""
+            return g.double(), ""
         why = (f"it holds {g.dtype} values" if not g.is_floating_point()
-               else f"it holds {g.numel()} values where the outputs hold {ref.numel()}")
+               else f"it holds {g.numel()} values where the outputs hold {ref.numel()}" if g.numel() != ref.numel()
+               else f"it holds shape {tuple(g.shape)} where the outputs hold {tuple(ref.shape)} (never reshaped: "
+                    "the same values in another layout are not these values)")
     return None, f"the float64 reference has no counterpart at {path or '<output>'}: {why}"
 
 
-def _scalar_rule(leaf: Leaf, a: "torch.Tensor", b: "torch.Tensor", g: "torch.Tensor", dtype: "torch.dtype",
+def _scalar_rule(leaf: Leaf, a: "torch.Tensor", b: "torch.Tensor", g: "torch.Tensor", precision: "torch.dtype",
                  rules: _Rules) -> Leaf:
-    """A one-element leaf (a loss) with a finite float64 reference: the tolerance is a relative
-    error budget, |result − fp64| ≤ tol·|fp64| (never under two units in the last place of the
-    leaf's dtype); where eager's own loss is further off than that budget, the result may also
+    """A one-element leaf (a loss) with a finite float64 reference that tracks eager: the
+    tolerance is a relative error budget, |result − fp64| ≤ tol·|fp64| (never under
+    ROUNDING_MULTIPLIER times eager's rounding, half a unit in the last place of `precision`: one
+    and a half units); where eager's own loss is further off than that budget, the result may also
     be `multiplier` times eager's excess further off.
 
     allclose's band, tol·(1 + |value|), is 10% of a loss near 1.7 at tol 4e-2, and an additive
@@ -604,13 +703,11 @@ def _scalar_rule(leaf: Leaf, a: "torch.Tensor", b: "torch.Tensor", g: "torch.Ten
     within the tolerance, so must the compiled run; only a loss that this precision cannot hold
     to the tolerance (eager itself beyond it, as for a mean of outputs near zero) earns more.
     """
-    import torch
-
     tol = rules.tol
     truth = float(g.abs().max())
     leaf.method = "scalar"
     leaf.rmse_eager, leaf.rmse_result = float((a - g).abs().max()), float((b - g).abs().max())
-    leaf.floor = max(tol * truth, SCALAR_FLOOR_ULPS * torch.finfo(dtype).eps * truth)
+    leaf.floor = max(tol * truth, ROUNDING_MULTIPLIER * float(_half_ulp(a, precision).max()))
     leaf.threshold = leaf.floor + leaf.multiplier * max(0.0, leaf.rmse_eager - leaf.floor)
     leaf.severity = leaf.rmse_result / leaf.threshold if leaf.threshold > 0 else (
         0.0 if leaf.rmse_result == 0 else math.inf)
@@ -626,8 +723,9 @@ def _scalar_rule(leaf: Leaf, a: "torch.Tensor", b: "torch.Tensor", g: "torch.Ten
 
 def _rmse_rule(leaf: Leaf, a: "torch.Tensor", b: "torch.Tensor", g: "torch.Tensor", beyond: "torch.Tensor",
                rules: _Rules) -> Leaf:
-    """Step 3 of the module docstring, on eager `a`, result `b`, float64 reference `g`; `beyond`
-    marks the positions allclose fails, which decide where the reference is NaN or inf."""
+    """Step 6 of the module docstring, on eager `a`, result `b`, float64 reference `g`; `beyond`
+    marks the positions eager alone fails (allclose and the rounding band), which decide where the
+    reference is NaN or inf."""
     tol = rules.tol
     leaf.method = "rmse"
     measured = g.isfinite() & a.isfinite() & b.isfinite()
@@ -644,8 +742,9 @@ def _rmse_rule(leaf: Leaf, a: "torch.Tensor", b: "torch.Tensor", g: "torch.Tenso
     if off:
         leaf.passed = False
         leaf.severity = math.inf
-        reasons.append(f"the float64 reference is NaN/inf at {leaf.unreferenced} positions where eager is finite, "
-                       f"judged there against eager alone: {off} differ beyond allclose at the tolerance")
+        reasons.append(f"the float64 reference is NaN/inf (or astray) at {leaf.unreferenced} positions where eager "
+                       f"is finite, judged there against eager alone: {off} differ beyond allclose at the tolerance "
+                       "and the dtype's rounding")
     leaf.reason = "; ".join(reasons) or None
     return leaf
 
