@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -42,8 +43,14 @@ from experiment_runner.core.process_groups import kill_experiment
 from experiment_runner.core.protocol import Task, read_result
 from experiment_runner.core.results import ResultsFileError, final_records, iter_records
 from experiment_runner.core.run_config import SessionConfig
-from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, EXIT_USAGE, UsageError
+from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, EXIT_USAGE, Stopped, UsageError, stop
 from experiment_runner.parent.launch.env import child_environment, make_scratch, remove_leftovers
+from experiment_runner.parent.launch.reaper import start_reaper, stop_reaper
+from experiment_runner.parent.launch.subprocess_launcher import _parent_death_signal
+
+# The signals that stop a minification as Ctrl-C does.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
 
 def minify_record(record: dict[str, Any], output_dir: Path, timeout_s: float) -> dict[str, Any] | None:
     """Minify one record in a child of its own; its `minified` block, or None when the record is
@@ -90,19 +97,29 @@ def minify_record(record: dict[str, Any], output_dir: Path, timeout_s: float) ->
 
 def run_child(task: Task, options: list[str], timeout_s: float) -> int | None:
     """Run the minifier's process on `task` in a session of its own, its output appended to the
-    log; its exit code, or None when it ran past `timeout_s`. Ended or killed, nothing it started
-    outlives it."""
+    log; its exit code, or None when it ran past `timeout_s`. However this call ends (the budget,
+    SIGINT or SIGTERM raised here), its group and every process carrying its attempt token are
+    killed; if this process is SIGKILLed, the parent-death signal ends the child and the run's
+    reaper (which the caller starts) the descendants that left its group."""
     with open(Path(task.artifacts_dir) / LOG_FILE, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "experiment_runner.child.minify", *options,
                                  str(task.task_path)], cwd=task.artifacts_dir,
                                 env=repro_environment(child_environment(task)), stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=_parent_death_signal(signal.SIGKILL))
+        code: int | None = None
         try:
-            code: int | None = proc.wait(timeout=max(timeout_s, 0.0))
+            code = proc.wait(timeout=max(timeout_s, 0.0))
         except subprocess.TimeoutExpired:
-            code = None
-        kill_experiment(proc.pid, task.attempt_id)
-        proc.wait()
+            pass
+        finally:
+            # A second Ctrl-C must not cut the kill short: the stop signals wait until it is done.
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            try:
+                kill_experiment(proc.pid, task.attempt_id)
+                proc.wait()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     return code
 
 
@@ -188,6 +205,19 @@ def main(argv: Sequence[str]) -> int:
         print(f"experiment_runner minify: nothing to minify: none of the {len(chosen)} experiment(s) chosen is a "
               "compiled one that failed (verdict FAIL or status error)", file=sys.stderr)
         return EXIT_OK
-    minify_records(red, results, output_dir, args.minify_timeout,
-                   lambda line: print(line, file=sys.stderr, flush=True))
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS[1:]}
+    start_reaper()
+    try:
+        minify_records(red, results, output_dir, args.minify_timeout,
+                       lambda line: print(line, file=sys.stderr, flush=True))
+    except KeyboardInterrupt as exc:  # run_child has ended the minifier and all it started
+        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        print(f"experiment_runner minify: stopped by {signal.Signals(signum).name}: the minification under way was "
+              f"ended with every process it started; the answers before it are in {sidecar_path(results)}",
+              file=sys.stderr)
+        return 128 + signum
+    finally:
+        stop_reaper()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return EXIT_OK

@@ -9,7 +9,9 @@ hangs with a descendant that left its process group.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -264,3 +266,42 @@ def test_the_last_checkpoint_of_a_killed_minifier_is_checked_in_the_rest_of_its_
     assert block["message"].startswith("ran past 4 s of its budget of 8 s and was killed")
     assert said in block["message"]
     assert (tmp_path / block["repro"]).read_text() == source
+
+
+def hanging_results(output: Path) -> tuple[Path, dict]:
+    """A results file holding one red experiment of the relu suite's `hang`, whose load starts a
+    descendant in a session of its own that ignores SIGTERM, then never returns."""
+    experiment = Experiment("relu", "hang", ExperimentConfig("cpu", None, None, COMPILE_ERROR, "eval", "fp32"))
+    Task(experiment, RunOptions(), str(output / "exp")).write()
+    record = {"run_id": "r", "experiment_id": experiment.experiment_id, "status": "error",
+              "error": {"type": "ReluCompileError", "message": "relu"}, "artifacts": {"dir": "exp"},
+              "experiment": {"dynamo": COMPILE_ERROR, "xla": None, "compile_options": None}}
+    results = output / "results.jsonl"
+    results.write_text(json.dumps(record) + "\n")
+    return results, record
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name)
+def test_a_stopped_minify_command_leaves_nothing_running(tmp_path: Path, cli_cache: Path,
+                                                        sig: signal.Signals) -> None:
+    """The command, and only the command, is signalled while its minifier hangs with a descendant
+    beyond its process group: nothing it started outlives it, and Ctrl-C or SIGTERM is one line."""
+    output = tmp_path / "output"
+    results, _ = hanging_results(output)
+    marker = new_marker("minify")
+    proc = subprocess.Popen(cli_command(["minify", str(results)], output), env=cli_env(cli_cache, marker, SUITES),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while (proc.poll() is None and time.monotonic() < deadline
+           and not any("SIG_IGN" in line for line in marked_processes(marker))):
+        time.sleep(0.2)
+    assert any("SIG_IGN" in line for line in marked_processes(marker)), proc.communicate(timeout=60)
+    os.kill(proc.pid, sig)
+    _, err = proc.communicate(timeout=120)
+    assert_no_process_left(marker, within_s=30)
+    if sig != signal.SIGKILL:
+        assert proc.returncode == 128 + sig, err
+        said = [line for line in err.splitlines() if not line.startswith("minifying")]
+        assert said == [f"experiment_runner minify: stopped by {sig.name}: the minification under way was ended "
+                        f"with every process it started; the answers before it are in {output / SIDECAR}"], err
