@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 from experiment_runner.analysis.bisect import REPRO_HEAD_BYTES, REPRO_TAIL_BYTES, minified_symptom
 from experiment_runner.cli import main as cli_main
 from experiment_runner.core.minify import SIDECAR
+from experiment_runner.core.results import RecordWarning
 
 NAMED = '''
 import os
@@ -286,3 +288,14 @@ def test_a_repro_is_ours_only_where_a_sidecar_names_its_path(tmp_path: Path) -> 
     assert minified_symptom(repro) == ("AccuracyError", tmp_path / "run" / SIDECAR)
     other = write(tmp_path / "run" / "exp-2" / "minify" / "repro.py", ACCURACY)
     assert minified_symptom(other) is None
+
+
+@pytest.mark.parametrize("bad", [{"repro": 5, "symptom": "X"}, {"repro": "exp-1/minify/re\u0000po.py", "symptom": "X"}])
+def test_a_sidecar_line_no_reader_can_use_is_passed_over_with_a_warning(bad: dict, tmp_path: Path) -> None:
+    """Walking up from a repro, a sidecar line whose repro is no path is said and skipped; the
+    line that names this repro still gives its symptom."""
+    repro = minified_repro(tmp_path / "run", ACCURACY, "AccuracyError")
+    with open(tmp_path / "run" / SIDECAR, "a") as sidecar:
+        sidecar.write(json.dumps({"run_id": "r", "experiment_id": "s/n/c", "minified": bad}) + "\n")
+    with pytest.warns(RecordWarning, match=re.escape(f"{tmp_path / 'run' / SIDECAR}:2: skipped 1 line(s)")):
+        assert minified_symptom(repro) == ("AccuracyError", tmp_path / "run" / SIDECAR)
