@@ -26,9 +26,12 @@ from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS
 from experiment_runner.core.results import BadLine, RecordWarning, ResultsFileError, iter_numbered_records
 
 SIDECAR = "minified.jsonl"
-# The folder, inside the experiment's own, where the minifier works and its repro is kept.
+# The folder, inside the experiment's own, where the minifier works and its repro is kept; an attempt
+# made while it holds a repro that reproduced works beside it, in `minify.<attempt>`.
 FOLDER = "minify"
 JOB_FILE = "minify_job.json"
+# In the experiment's folder: held by the one minification of the experiment under way.
+LOCK_FILE = "minify.lock"
 RESULT_FILE = "minify_result.json"
 CHECK_RESULT_FILE = "checkpoint_check.json"  # the check of a killed minification's last checkpoint
 LOG_FILE = "minify.log"
