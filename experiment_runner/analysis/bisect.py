@@ -22,8 +22,9 @@ skipped; SIGINT or SIGTERM end the step's whole process group and bisect with no
 With `--repro PATH` a step is instead `PYTHON PATH` in a fresh process (a repro.py `--minify`
 wrote, or any script), judged as the minifier judges its repro: good when it exits 0, bad when it
 exits non-zero naming the symptom (the one minified.jsonl recorded for that repro, --symptom, or
-else any non-zero exit), skipped when it fails otherwise or outlives --step-timeout. Only the
-pass -> fail question applies; its output goes to `<output>/<name>/repro.log`.
+else any non-zero exit), skipped when it fails otherwise or outlives --step-timeout. Each runs in
+a session of its own, judged when it exits, and everything it started is ended with it. Only the
+pass -> fail question applies; its output's head and tail go to `<output>/<name>/repro.log`.
 
 Exit status: 0 a first bad environment was named; 1 it could not be (the ends do not differ, or
 environments in between could not be judged: the output names the range); 2 bad input or an
@@ -39,21 +40,24 @@ import math
 import os
 import re
 import shlex
+import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
 from experiment_runner.analysis.compare import welch_log_ps
-from experiment_runner.analysis.files import read_small
+from experiment_runner.analysis.files import file_kind, read_small
 from experiment_runner.analysis.loader import Row, load_rows
 from experiment_runner.core.flags import declared
 from experiment_runner.core.minify import SIDECAR, exception_names, read_minified, repro_environment, shows_symptom
-from experiment_runner.core.process_groups import kill_experiment
+from experiment_runner.core.process_groups import ATTEMPT_TOKEN_ENV, kill_experiment
 from experiment_runner.core.run_config import CONFIGS
 from experiment_runner.errors import (
     EXIT_OK,
@@ -74,6 +78,11 @@ DEFAULT_STEP_TIMEOUT_S = 3600.0
 # How long a step's runner has, after SIGTERM, to record its experiments as interrupted.
 STOP_GRACE_S = 10.0
 MAX_ENVS_BYTES = 2**20
+# What a --repro step keeps of its output: the start, and the end, where the traceback is.
+REPRO_HEAD_BYTES = 64 * 2**10
+REPRO_TAIL_BYTES = 2**20
+# How long a repro's output may take to drain once the repro and all it started are gone.
+READER_GRACE_S = 5.0
 # Names a step's folder can take: no path separator, no `.` or `..` (`g` and `./g` are one folder).
 NAME = re.compile(r"(?!\.\.?$)[A-Za-z0-9._+-]+")
 
@@ -189,6 +198,61 @@ def call(command: list[str], timeout_s: float, cwd: Path | None = None,
             proc.communicate()
 
 
+class CappedOutput:
+    """A stream's first `head` and last `tail` bytes: what a repro printed, kept bounded (a repro
+    printing 400 MB must not hold 400 MB here, nor write it to repro.log). The symptom a step is
+    judged by is in the traceback at the end; the head says how the repro started."""
+
+    def __init__(self, head: int = REPRO_HEAD_BYTES, tail: int = REPRO_TAIL_BYTES) -> None:
+        self.head_limit, self.tail_limit = head, tail
+        self.head, self.tail = bytearray(), bytearray()
+        self.left_out = 0
+
+    def feed(self, chunk: bytes) -> None:
+        room = self.head_limit - len(self.head)
+        self.head += chunk[:room]
+        self.tail += chunk[room:] if room > 0 else chunk
+        if len(self.tail) > self.tail_limit:
+            self.left_out += len(self.tail) - self.tail_limit
+            del self.tail[:len(self.tail) - self.tail_limit]
+
+    def drain(self, fd: int) -> None:
+        """Read `fd` to its end (every writer gone)."""
+        while chunk := os.read(fd, 65536):
+            self.feed(chunk)
+
+    def text(self) -> str:
+        gap = f"\n[... {self.left_out} bytes of output left out ...]\n".encode() if self.left_out else b""
+        return bytes(self.head + gap + self.tail).decode(errors="replace")
+
+
+def run_repro(command: list[str], timeout_s: float, cwd: Path, env: dict[str, str]) -> tuple[int | None, str]:
+    """Run a repro in a session of its own, its stdout and stderr together, capped: its exit
+    status (None when it outlived `timeout_s`) and output. Judged when the repro exits, not when
+    its pipe closes: a descendant that left its group may hold the pipe. Then its group and
+    every process carrying the step's token (which every descendant inherits) are killed, and
+    the pipe's reader waits only for what was already written."""
+    token = secrets.token_hex(8)
+    output = CappedOutput()
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            cwd=cwd, env={**env, ATTEMPT_TOKEN_ENV: token}, start_new_session=True)
+    assert proc.stdout is not None
+    reader = threading.Thread(target=output.drain, args=(proc.stdout.fileno(),), daemon=True)
+    reader.start()
+    code: int | None = None
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        kill_experiment(proc.pid, token)
+        proc.wait()
+        reader.join(timeout=READER_GRACE_S)
+        if not reader.is_alive():
+            proc.stdout.close()
+    return code, output.text()
+
+
 class StepRunner:
     """Runs the experiment in one environment (or reuses its finished records) and reads them."""
 
@@ -302,14 +366,14 @@ class ReproRunner:
             raise ReportError(f"cannot write {folder}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
         started = time.monotonic()
         try:
-            code, out, err = call(self.command(environment), self.timeout_s, cwd=folder,
-                                  env=repro_environment(os.environ))
+            code, output = run_repro(self.command(environment), self.timeout_s, folder,
+                                     repro_environment(os.environ))
         except OSError as exc:
             return Step(index, environment, "skipped", reason=f"cannot start {environment.python}: "
                                                               f"{exc.strerror or exc}")
         seconds = time.monotonic() - started
         try:
-            (folder / "repro.log").write_text(out + err)
+            (folder / "repro.log").write_text(output)
         except OSError as exc:
             raise ReportError(f"cannot write {folder / 'repro.log'}: {exc.strerror or exc}", EXIT_RESULTS_IO) from None
         step = Step(index, environment, "skipped", seconds=seconds, exit_code=code)
@@ -319,10 +383,10 @@ class ReproRunner:
             step.verdict = "good"
         elif self.symptom is None:
             step.verdict, step.reason = "bad", "no symptom to look for: any non-zero exit counts as bad"
-        elif shows_symptom(code, out + err, self.symptom):
+        elif shows_symptom(code, output, self.symptom):
             step.verdict, step.reason = "bad", f"raised {self.symptom}"
         else:
-            raised = ", ".join(dict.fromkeys(exception_names(out + err))) or "nothing"
+            raised = ", ".join(dict.fromkeys(exception_names(output))) or "nothing"
             step.reason = f"exit status {code}, raising {raised}, not {self.symptom}: another failure"
         return step
 
@@ -544,8 +608,17 @@ def repro_runner(args: argparse.Namespace, flags: Sequence[str]) -> tuple[ReproR
         what = "run flags after `--` do" if flags else f"{given[0]} does"
         raise ReportError(f"--repro bisects a script, not an experiment: {what} not apply (a step runs "
                           "PYTHON PATH once; good is exit 0, bad is the symptom)")
-    if not args.repro.is_file():
-        raise ReportError(f"--repro {args.repro}: no such file")
+    try:
+        mode = os.stat(args.repro).st_mode
+    except FileNotFoundError:
+        raise ReportError(f"--repro {args.repro}: no such file") from None
+    except OSError as exc:
+        raise ReportError(f"--repro {args.repro}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise ReportError(f"--repro {args.repro} is {file_kind(mode)}, not a script: give the repro.py to run")
+    if args.symptom is not None and not args.symptom.isidentifier():
+        raise ReportError(f"--symptom {args.symptom!r} is not an exception type's name (AccuracyError, say): a bad "
+                          "step's output names the class alone; leave --symptom out to count any non-zero exit")
     if args.symptom is not None:
         symptom, source = args.symptom, "--symptom"
     elif (found := minified_symptom(args.repro)) is not None:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
-from experiment_runner.core.minify import SIDECAR, read_minified, sidecar_path
+from experiment_runner.core.minify import SIDECAR, block_for, read_minified, sidecar_path
 from experiment_runner.core.results import (
     BadLine,
     ResultsFileError,
@@ -492,7 +492,7 @@ def _indexed_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | 
         seen = set() if runs_in is None else runs_in.setdefault(path, set())
         minified = read_minified(sidecar_path(path))
         for record in iter_records(path, bad_lines=sink):
-            block = minified.get((record.get("run_id"), record.get("experiment_id"))) if minified else None
+            block = block_for(minified, record) if minified else None
             row = flatten(record if block is None else {**record, "minified": block}, path.name, path.parent)
             seen.add(row.run_id)
             yield row, process_index(record)

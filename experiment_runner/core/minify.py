@@ -17,16 +17,21 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS
+from experiment_runner.core.results import BadLine, RecordWarning, ResultsFileError, iter_numbered_records
 
 SIDECAR = "minified.jsonl"
-# The folder, inside the experiment's own, where the minifier works and its repro is kept.
+# The folder, inside the experiment's own, where the minifier works and its repro is kept; an attempt
+# made while it holds a repro that reproduced works beside it, in `minify.<attempt>`.
 FOLDER = "minify"
 JOB_FILE = "minify_job.json"
+# In the experiment's folder: held by the one minification of the experiment under way.
+LOCK_FILE = "minify.lock"
 RESULT_FILE = "minify_result.json"
 CHECK_RESULT_FILE = "checkpoint_check.json"  # the check of a killed minification's last checkpoint
 LOG_FILE = "minify.log"
@@ -154,27 +159,63 @@ def sidecar_line(record: Mapping[str, Any], block: Mapping[str, Any]) -> bytes:
 
 
 def read_minified(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """The newest `minified` block per (run_id, experiment_id) in a sidecar file; torn or foreign
-    lines are passed over (a killed minification leaves none, the parent writes whole lines)."""
+    """The newest `minified` block per (run_id, experiment_id) in a sidecar file, read as the
+    results file is (`iter_numbered_records`: a regular file only, bounded lines and depth). A
+    missing file holds none; an unreadable one, and lines that are not whole answers of ours
+    (torn, foreign, a field of the wrong type), are passed over with one warning naming the file
+    and the first such line: an answer is never worth a failed report."""
     found: dict[tuple[str, str], dict[str, Any]] = {}
+    bad: list[BadLine] = []
     try:
-        lines = Path(path).read_text().splitlines()
-    except OSError:
-        return found
-    for line in lines:
-        try:
-            entry = json.loads(line)
+        for lineno, entry in iter_numbered_records(Path(path), bad):
+            problem = _entry_problem(entry)
+            if problem is not None:
+                bad.append(BadLine(lineno, problem))
+                continue
             found[(entry["run_id"], entry["experiment_id"])] = dict(entry["minified"])
-        except (ValueError, KeyError, TypeError):
-            continue
+    except ResultsFileError as exc:
+        if not isinstance(exc.__cause__, FileNotFoundError):
+            warnings.warn(f"{exc}; its minification answers are left out", RecordWarning, stacklevel=2)
+        return found
+    if bad:
+        first = min(bad, key=lambda line: line.lineno)
+        warnings.warn(f"{path}:{first.lineno}: skipped {len(bad)} line(s) that are no minification answer "
+                      f"({first.reason})", RecordWarning, stacklevel=2)
     return found
+
+
+# The fields of a block that readers use as text: joined to a folder (repro, log), compared (symptom).
+_TEXT_FIELDS = ("status", "symptom", "repro", "log", "message")
+
+
+def _entry_problem(entry: Mapping[str, Any]) -> str | None:
+    """Why a sidecar line is no answer a reader can use, or None."""
+    if not (isinstance(entry.get("run_id"), str) and isinstance(entry.get("experiment_id"), str)):
+        return "run_id and experiment_id must be strings"
+    block = entry.get("minified")
+    if not isinstance(block, dict):
+        return "minified must be an object"
+    for name in _TEXT_FIELDS:
+        value = block.get(name)
+        if value is not None and not isinstance(value, str):
+            return f"minified.{name} is {type(value).__name__} {str(value)[:40]!r}, not a string"
+        if isinstance(value, str) and "\0" in value:
+            return f"minified.{name} holds a NUL byte"
+    return None
+
+
+def block_for(blocks: Mapping[tuple[str, str], dict[str, Any]], record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A record's block among `blocks`; None for a record whose ids are not strings (a malformed
+    record has no answer, and must not fail the lookup)."""
+    key = (record.get("run_id"), record.get("experiment_id"))
+    return blocks.get(key) if all(isinstance(part, str) for part in key) else None  # type: ignore[arg-type]
 
 
 def join_minified(records: Iterable[dict[str, Any]], results_path: Path) -> list[dict[str, Any]]:
     """The records with their `minified` block, from the sidecar beside the results file."""
     blocks = read_minified(sidecar_path(results_path))
-    return [{**record, "minified": blocks[key]} if (key := (record.get("run_id"), record.get("experiment_id")))
-            in blocks else record for record in records]
+    return [{**record, "minified": block} if (block := block_for(blocks, record)) is not None else record
+            for record in records]
 
 
 def minified_block(job: MinifyJob, result: Mapping[str, Any] | None, folder: Path, wall_s: float,

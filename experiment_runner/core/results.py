@@ -154,6 +154,12 @@ def iter_records(path: Path, bad_lines: list[BadLine] | None = None) -> Iterator
     line number. Records read that may be misread (`record_problem`) are yielded, and said once
     per file as a RecordWarning when the file has been read to its end.
     """
+    return (record for _, record in iter_numbered_records(path, bad_lines))
+
+
+def iter_numbered_records(path: Path, bad_lines: list[BadLine] | None = None) -> Iterator[tuple[int, dict]]:
+    """iter_records with each record's line number, for readers that check more than JSON (the
+    minification sidecar) and must name the line they pass over."""
     def skip(lineno: int, reason: str) -> None:
         bad = BadLine(lineno, reason[:200])
         if bad_lines is not None:
@@ -185,7 +191,7 @@ def iter_records(path: Path, bad_lines: list[BadLine] | None = None) -> Iterator
                 continue
             if (problem := record_problem(record)) is not None:
                 odd.append(BadLine(lineno, problem))
-            yield record
+            yield lineno, record
     if odd:
         warnings.warn(f"{path}: read {len(odd)} record(s) this reader may misread (line {odd[0].lineno}: "
                       f"{odd[0].reason})", RecordWarning, stacklevel=2)

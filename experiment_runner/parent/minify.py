@@ -7,20 +7,26 @@ cache hit would skip the check the minifier needs), and a time budget: past all 
 CHECK_SHARE of it, the group and every descendant carrying its attempt token are killed, as an
 experiment is at its timeout, and the last checkpoint it left is checked (`--check`) in the rest.
 Nothing here touches the experiment's record: the answer is a line of the sidecar
-(core/minify.py explains why).
+(core/minify.py explains why). A minification writes and removes only inside the output folder,
+never through a symbolic link, holds its experiment's lock while it runs, and never removes a
+repro that reproduced.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
+import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from experiment_runner.core.flags import declared
 from experiment_runner.core.minify import (
@@ -28,6 +34,7 @@ from experiment_runner.core.minify import (
     CHECK_SHARE,
     FOLDER,
     JOB_FILE,
+    LOCK_FILE,
     LOG_FILE,
     REPRO_FILE,
     RESULT_FILE,
@@ -42,17 +49,82 @@ from experiment_runner.core.process_groups import kill_experiment
 from experiment_runner.core.protocol import Task, read_result
 from experiment_runner.core.results import ResultsFileError, final_records, iter_records
 from experiment_runner.core.run_config import SessionConfig
-from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, EXIT_USAGE, UsageError
+from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, EXIT_USAGE, Stopped, UsageError, stop
 from experiment_runner.parent.launch.env import child_environment, make_scratch, remove_leftovers
+from experiment_runner.parent.launch.reaper import start_reaper, stop_reaper
+from experiment_runner.parent.launch.subprocess_launcher import _parent_death_signal
+from experiment_runner.parent.store import flock_holder
+
+# The signals that stop a minification as Ctrl-C does.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Refused(Exception):
+    """A minification not started; the message is the one line that says why."""
+
+
+def experiment_folder(record: dict[str, Any], output_dir: Path) -> Path:
+    """The record's experiment folder, where its minification may write and delete: inside
+    `output_dir` (a relative artifacts.dir, no `..`), and reached through no symbolic link down
+    to its minify folder, so nothing outside the output folder is ever written or removed."""
+    artifacts = record.get("artifacts")
+    given = artifacts.get("dir") if isinstance(artifacts, dict) else None
+    if not isinstance(given, str) or not given or "\0" in given or Path(given).is_absolute() \
+            or ".." in Path(given).parts:
+        raise Refused(f"{record['experiment_id']}: its artifacts.dir {given!r} is no folder inside the output folder "
+                      f"{output_dir}; not minified")
+    folder = output_dir
+    for part in (*Path(given).parts, FOLDER):
+        folder = folder / part
+        if folder.is_symlink():
+            raise Refused(f"{record['experiment_id']}: {folder} is a symbolic link; minification writes only inside "
+                          f"the output folder {output_dir}, never through a link: not minified")
+    return output_dir / given
+
+
+@contextmanager
+def experiment_lock(record: dict[str, Any], folder: Path) -> Iterator[None]:
+    """Hold the experiment's minification lock (LOCK_FILE in its folder): two minifications of
+    one experiment would remove each other's files and leave two answers. Refused, naming the
+    holder, while another holds it; a folder that is missing has nothing to guard."""
+    try:
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except FileNotFoundError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Refused(f"{record['experiment_id']}: another minification of it is under way "
+                          f"({flock_holder(fd)}); not started") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def reproducing(folder: Path) -> bool:
+    """Whether `folder` holds a repro.py that reproduced: the minifier's own check, or the check
+    of a killed minification's last checkpoint."""
+    finished = read_result(folder / RESULT_FILE) or {}
+    checked = read_result(folder / CHECK_RESULT_FILE) or {}
+    return (folder / REPRO_FILE).is_file() and (finished.get("status") == "reproduced"
+                                               or checked.get("reproduces") is True)
+
 
 def minify_record(record: dict[str, Any], output_dir: Path, timeout_s: float) -> dict[str, Any] | None:
     """Minify one record in a child of its own; its `minified` block, or None when the record is
-    not one the minifier can shrink (core.minify.plan)."""
+    not one the minifier can shrink (core.minify.plan). Refused (`experiment_folder`) where its
+    folder is not safely inside `output_dir`.
+
+    The attempt works in the experiment's minify folder, emptied first, unless that holds a repro
+    that reproduced: then in a folder of its own beside it (`minify.<attempt>`), and the earlier
+    repro stays, whatever this attempt finds."""
     job = plan(record)
     if job is None:
         return None
-    experiment_dir = output_dir / (record.get("artifacts") or {}).get("dir", "")
-    folder = (experiment_dir / FOLDER).resolve()
+    experiment_dir = experiment_folder(record, output_dir)
+    answer = experiment_dir / FOLDER
 
     def relative(path: Path) -> str:
         return os.path.relpath(path, output_dir.resolve())
@@ -63,9 +135,14 @@ def minify_record(record: dict[str, Any], output_dir: Path, timeout_s: float) ->
     except (OSError, ValueError, KeyError) as exc:
         return {**minified_block(job, {"status": "failed", "message": f"cannot read the experiment's task "
                                                                       f"({exc}): no model to minify"},
-                                 folder, 0.0, timeout_s, relative), "repro": None}
-    shutil.rmtree(folder, ignore_errors=True)
-    ours = Task(task.experiment, task.options, str(folder))
+                                 answer.resolve(), 0.0, timeout_s, relative), "repro": None}
+    attempt = secrets.token_hex(8)
+    if reproducing(answer):
+        folder = (experiment_dir / f"{FOLDER}.{attempt}").resolve()
+    else:
+        shutil.rmtree(answer, ignore_errors=True)
+        folder = answer.resolve()
+    ours = Task(task.experiment, task.options, str(folder), attempt)
     ours.write()
     (folder / JOB_FILE).write_text(json.dumps(job.to_dict()))
     make_scratch(folder)
@@ -90,33 +167,51 @@ def minify_record(record: dict[str, Any], output_dir: Path, timeout_s: float) ->
 
 def run_child(task: Task, options: list[str], timeout_s: float) -> int | None:
     """Run the minifier's process on `task` in a session of its own, its output appended to the
-    log; its exit code, or None when it ran past `timeout_s`. Ended or killed, nothing it started
-    outlives it."""
+    log; its exit code, or None when it ran past `timeout_s`. However this call ends (the budget,
+    SIGINT or SIGTERM raised here), its group and every process carrying its attempt token are
+    killed; if this process is SIGKILLed, the parent-death signal ends the child and the run's
+    reaper (which the caller starts) the descendants that left its group."""
     with open(Path(task.artifacts_dir) / LOG_FILE, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "experiment_runner.child.minify", *options,
                                  str(task.task_path)], cwd=task.artifacts_dir,
                                 env=repro_environment(child_environment(task)), stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=_parent_death_signal(signal.SIGKILL))
+        code: int | None = None
         try:
-            code: int | None = proc.wait(timeout=max(timeout_s, 0.0))
+            code = proc.wait(timeout=max(timeout_s, 0.0))
         except subprocess.TimeoutExpired:
-            code = None
-        kill_experiment(proc.pid, task.attempt_id)
-        proc.wait()
+            pass
+        finally:
+            # A second Ctrl-C must not cut the kill short: the stop signals wait until it is done.
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            try:
+                kill_experiment(proc.pid, task.attempt_id)
+                proc.wait()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     return code
 
 
 def minify_records(records: Iterable[dict[str, Any]], results_path: Path, output_dir: Path, timeout_s: float,
                    echo: Callable[[str], None]) -> list[dict[str, Any]]:
     """Minify the red compiled experiments among `records` one by one, each answer appended to the
-    sidecar as it comes (a stopped command keeps the ones done); the blocks, in order."""
+    sidecar as it comes (a stopped command keeps the ones done); the blocks, in order. An
+    experiment another minification holds, or whose folder is not safely inside `output_dir`, is
+    said in one line and left out."""
     blocks = []
     # With --processes, one experiment has a record per process: it is minified once, from its last.
     latest = {(record["run_id"], record["experiment_id"]): record for record in records}
     candidates = [record for record in latest.values() if plan(record) is not None]
     for index, record in enumerate(candidates, start=1):
-        echo(f"minifying [{index}/{len(candidates)}] {record['experiment_id']} (budget {timeout_s:g} s)")
-        block = minify_record(record, output_dir, timeout_s)
+        try:
+            folder = experiment_folder(record, output_dir)
+            with experiment_lock(record, folder):
+                echo(f"minifying [{index}/{len(candidates)}] {record['experiment_id']} (budget {timeout_s:g} s)")
+                block = minify_record(record, output_dir, timeout_s)
+        except Refused as exc:
+            echo(f"experiment_runner minify: {exc}")
+            continue
         with open(sidecar_path(results_path), "ab") as sidecar:
             sidecar.write(sidecar_line(record, block))
         blocks.append(block)
@@ -188,6 +283,19 @@ def main(argv: Sequence[str]) -> int:
         print(f"experiment_runner minify: nothing to minify: none of the {len(chosen)} experiment(s) chosen is a "
               "compiled one that failed (verdict FAIL or status error)", file=sys.stderr)
         return EXIT_OK
-    minify_records(red, results, output_dir, args.minify_timeout,
-                   lambda line: print(line, file=sys.stderr, flush=True))
-    return EXIT_OK
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS[1:]}
+    start_reaper()
+    try:
+        blocks = minify_records(red, results, output_dir, args.minify_timeout,
+                                lambda line: print(line, file=sys.stderr, flush=True))
+    except KeyboardInterrupt as exc:  # run_child has ended the minifier and all it started
+        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        print(f"experiment_runner minify: stopped by {signal.Signals(signum).name}: the minification under way was "
+              f"ended with every process it started; the answers before it are in {sidecar_path(results)}",
+              file=sys.stderr)
+        return 128 + signum
+    finally:
+        stop_reaper()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return EXIT_OK if len(blocks) == len(red) else EXIT_USAGE

@@ -9,6 +9,8 @@ bisects five builds in seconds.
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -16,9 +18,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from experiment_runner.analysis.bisect import minified_symptom
+from experiment_runner.analysis.bisect import REPRO_HEAD_BYTES, REPRO_TAIL_BYTES, minified_symptom
 from experiment_runner.cli import main as cli_main
 from experiment_runner.core.minify import SIDECAR
+from experiment_runner.core.results import RecordWarning
 
 NAMED = '''
 import os
@@ -47,6 +50,25 @@ child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"]
 with open("pids", "w") as out:
     out.write(f"{os.getpid()} {child.pid}\\n")
 time.sleep(3600)
+'''
+
+# Exits at once, judged by REPRO_BUG, leaving a descendant in a session of its own that holds its
+# stdout and stderr; the descendant's pid goes to `pids` in its working folder.
+HOLDS_PIPES = '''
+import os, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True)
+with open("pids", "w") as out:
+    out.write(f"{child.pid}\\n")
+if os.environ.get("REPRO_BUG"):
+    raise RuntimeError("the bug")
+'''
+# Prints 24 MiB, then the symptom's traceback.
+LOUD = '''
+import os, sys
+for _ in range(24):
+    sys.stdout.write("x" * 2**20)
+if os.environ.get("REPRO_BUG"):
+    raise RuntimeError("the bug")
 '''
 
 
@@ -209,12 +231,56 @@ def test_experiment_flags_with_repro_are_one_line_and_exit_2(args: list[str], me
 @pytest.mark.parametrize("args, message", [
     (["--repro", "missing.py"], "--repro missing.py: no such file"),
     (["--symptom", "AccuracyError", "--", "--suite-name=dummy"], "--symptom applies to --repro only"),
+    (["--repro", "{tmp}/fifo"], "--repro {tmp}/fifo is a FIFO, not a script: give the repro.py to run"),
+    (["--repro", "{tmp}"], "--repro {tmp} is a directory, not a script: give the repro.py to run"),
+    (["--repro", "{tmp}/repro.py", "--symptom", ""], "--symptom '' is not an exception type's name"),
+    (["--repro", "{tmp}/repro.py", "--symptom", "torch.AccuracyError"],
+     "--symptom 'torch.AccuracyError' is not an exception type's name"),
 ])
-def test_a_missing_repro_or_a_symptom_without_one_is_refused(args: list[str], message: str,
+def test_a_missing_repro_or_a_symptom_without_one_is_refused(args: list[str], message: str, tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli_main(["bisect", "--env", "a=python", "--env", "b=python", *args])
+    """A FIFO would block the step, a directory is no script, and an empty or dotted symptom is
+    named by no output: each is one line and exit 2, before any step runs."""
+    os.mkfifo(tmp_path / "fifo")
+    write(tmp_path / "repro.py", NAMED)
+    args = [arg.replace("{tmp}", str(tmp_path)) for arg in args]
+    code = cli_main(["bisect", "--env", "a=python", "--env", "b=python", "--output", str(tmp_path / "b"), *args])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and message in err[0], err
+    assert code == 2 and len(err) == 1 and message.replace("{tmp}", str(tmp_path)) in err[0], err
+    assert not (tmp_path / "b").exists(), "no step ran"
+
+
+@pytest.mark.e2e
+def test_a_repro_is_judged_by_its_exit_not_by_a_descendant_holding_its_pipes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each step's repro exits at once, leaving a descendant in a session of its own that holds its
+    output: the step is judged by the exit, well inside --step-timeout, and the descendant ends."""
+    repro = write(tmp_path / "repro.py", HOLDS_PIPES)
+    code, result = bisect(capsys, *builds(tmp_path / "builds", 3, bug_from=1), "--repro", str(repro),
+                          "--output", str(tmp_path / "bisect"), "--step-timeout=30")
+    assert code == 0, result
+    steps = [(s["environment"], s["verdict"], s["exit_code"]) for s in result["steps"]]
+    assert steps == [("v0", "good", 0), ("v2", "bad", 1), ("v1", "bad", 1)], result
+    assert all(s["seconds"] < 30 for s in result["steps"]), result
+    pids = [int((tmp_path / "bisect" / f"v{v}" / "pids").read_text()) for v in range(3)]
+    deadline = time.monotonic() + 30
+    while (left := [pid for pid in pids if alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"processes left behind: {left}"
+
+
+@pytest.mark.e2e
+def test_a_repro_s_output_is_kept_head_and_tail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """24 MiB printed before the traceback: repro.log keeps its start and its end, the symptom
+    among it, and says how much it left out."""
+    repro = write(tmp_path / "repro.py", LOUD)
+    code, result = bisect(capsys, *builds(tmp_path / "builds", 2, bug_from=1), "--repro", str(repro),
+                          "--symptom", "RuntimeError", "--output", str(tmp_path / "bisect"))
+    assert code == 0, result
+    log = (tmp_path / "bisect" / "v1" / "repro.log").read_text()
+    assert len(log) < REPRO_HEAD_BYTES + REPRO_TAIL_BYTES + 100
+    assert log.startswith("x" * REPRO_HEAD_BYTES) and "bytes of output left out ...]" in log
+    assert "RuntimeError: the bug" in log[-1000:]
 
 
 def test_a_repro_is_ours_only_where_a_sidecar_names_its_path(tmp_path: Path) -> None:
@@ -222,3 +288,14 @@ def test_a_repro_is_ours_only_where_a_sidecar_names_its_path(tmp_path: Path) -> 
     assert minified_symptom(repro) == ("AccuracyError", tmp_path / "run" / SIDECAR)
     other = write(tmp_path / "run" / "exp-2" / "minify" / "repro.py", ACCURACY)
     assert minified_symptom(other) is None
+
+
+@pytest.mark.parametrize("bad", [{"repro": 5, "symptom": "X"}, {"repro": "exp-1/minify/re\u0000po.py", "symptom": "X"}])
+def test_a_sidecar_line_no_reader_can_use_is_passed_over_with_a_warning(bad: dict, tmp_path: Path) -> None:
+    """Walking up from a repro, a sidecar line whose repro is no path is said and skipped; the
+    line that names this repro still gives its symptom."""
+    repro = minified_repro(tmp_path / "run", ACCURACY, "AccuracyError")
+    with open(tmp_path / "run" / SIDECAR, "a") as sidecar:
+        sidecar.write(json.dumps({"run_id": "r", "experiment_id": "s/n/c", "minified": bad}) + "\n")
+    with pytest.warns(RecordWarning, match=re.escape(f"{tmp_path / 'run' / SIDECAR}:2: skipped 1 line(s)")):
+        assert minified_symptom(repro) == ("AccuracyError", tmp_path / "run" / SIDECAR)

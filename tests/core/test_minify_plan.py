@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import threading
+import warnings
 from pathlib import Path
 
 import jsonschema
@@ -27,6 +31,7 @@ from experiment_runner.core.minify import (
     sidecar_line,
 )
 from experiment_runner.core.record_schema import record_schema
+from experiment_runner.core.results import RecordWarning
 
 WRAPPED = {"type": "BackendCompilerFailed",
            "message": "backend='relu_compile_error_TESTING_ONLY' raised:\nReluCompileError: \n\n"
@@ -91,8 +96,10 @@ def test_the_sidecar_joins_the_newest_block_to_its_record(tmp_path: Path) -> Non
         sidecar.write(b'{"torn": ')
         sidecar.write(b"\n")
         sidecar.write(sidecar_line(red, {"status": "reproduced"}))
-    assert read_minified(tmp_path / SIDECAR) == {("r1", "s/m/c"): {"status": "reproduced"}}
-    joined = join_minified([red, other], tmp_path / "results.jsonl")
+    with pytest.warns(RecordWarning, match=":2: skipped 1 line"):
+        assert read_minified(tmp_path / SIDECAR) == {("r1", "s/m/c"): {"status": "reproduced"}}
+    with pytest.warns(RecordWarning, match=":2: skipped 1 line"):
+        joined = join_minified([red, other], tmp_path / "results.jsonl")
     assert joined == [{**red, "minified": {"status": "reproduced"}}, other]
 
 
@@ -136,3 +143,72 @@ def test_a_killed_minification_says_what_checking_its_last_checkpoint_showed(
     assert block["message"].startswith("ran past 54 s of its budget of 60 s and was killed")
     assert said in block["message"]
     jsonschema.validate(json.loads(json.dumps(block)), record_schema()["properties"]["minified"])
+
+
+GOOD = {"run_id": "r1", "experiment_id": "s/m/c", "minified": {"status": "reproduced", "repro": "e/minify/repro.py"}}
+BAD_LINES = {
+    "deep": (b"[" * 200_000 + b"]" * 200_000, "JSON nested too deeply"),
+    "invalid UTF-8": (b'{"run_id": "r1", "experiment_id": "s/m/\xff"}', "UnicodeDecodeError"),
+    "list-valued experiment_id": (json.dumps({**GOOD, "experiment_id": ["s/m/c"]}).encode(),
+                                  "run_id and experiment_id must be strings"),
+    "repro 5": (json.dumps({**GOOD, "minified": {"repro": 5}}).encode(), "minified.repro is int '5', not a string"),
+    "embedded NUL": (json.dumps({**GOOD, "minified": {"repro": "e/re\u0000pro.py"}}).encode(),
+                     "minified.repro holds a NUL byte"),
+    "no block": (json.dumps({**GOOD, "minified": [1]}).encode(), "minified must be an object"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_LINES)
+def test_a_bad_sidecar_line_is_skipped_with_a_warning_naming_file_and_line(tmp_path: Path, case: str) -> None:
+    """Line 2 is no answer of ours: it is passed over, said with its file and line, and line 3's
+    answer (another experiment's) is still joined."""
+    line, reason = BAD_LINES[case]
+    other = {**GOOD, "experiment_id": "s/other/c"}
+    (tmp_path / SIDECAR).write_bytes(json.dumps(GOOD).encode() + b"\n" + line + b"\n" + json.dumps(other).encode()
+                                     + b"\n")
+    with pytest.warns(RecordWarning, match=re.escape(f"{tmp_path / SIDECAR}:2: skipped 1 line(s)")) as said:
+        joined = join_minified([record(), {**record(), "experiment_id": "s/other/c"}], tmp_path / "results.jsonl")
+    assert reason in str(said[0].message)
+    assert [r.get("minified") for r in joined] == [GOOD["minified"], other["minified"]]
+
+
+def test_a_record_with_ids_of_the_wrong_type_is_joined_to_nothing(tmp_path: Path) -> None:
+    (tmp_path / SIDECAR).write_text(json.dumps(GOOD) + "\n")
+    odd = {**record(), "experiment_id": ["s/m/c"]}
+    assert join_minified([odd], tmp_path / "results.jsonl") == [odd]
+
+
+def read_in_a_thread(path: Path) -> tuple[threading.Thread, list]:
+    """read_minified(path) in a thread, so a reader that blocks fails the test instead of hanging it."""
+    found: list = []
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        thread = threading.Thread(target=lambda: found.append((read_minified(path), list(said))), daemon=True)
+        thread.start()
+        thread.join(timeout=10)
+    return thread, found
+
+
+def test_a_fifo_sidecar_is_refused_with_a_warning_not_read(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / SIDECAR)
+    thread, found = read_in_a_thread(tmp_path / SIDECAR)
+    if thread.is_alive():
+        with open(tmp_path / SIDECAR, "wb"):  # let the blocked reader go before failing
+            pass
+    assert not thread.is_alive(), "read_minified blocked on a FIFO"
+    blocks, said = found[0]
+    assert blocks == {}
+    assert [str(w.message) for w in said] == [f"cannot read results file {tmp_path / SIDECAR}: not a regular file "
+                                              "(a FIFO, a socket or a device); its minification answers are left out"]
+
+
+def test_a_sidecar_linked_to_an_endless_device_is_refused_with_a_warning(tmp_path: Path) -> None:
+    (tmp_path / SIDECAR).symlink_to("/dev/zero")
+    with pytest.warns(RecordWarning, match="not a regular file"):
+        assert read_minified(tmp_path / SIDECAR) == {}
+
+
+def test_a_missing_sidecar_holds_no_answer_and_says_nothing(tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_minified(tmp_path / SIDECAR) == {}

@@ -9,7 +9,9 @@ hangs with a descendant that left its process group.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -194,7 +196,8 @@ def test_an_experiment_with_a_record_per_process_is_minified_once(tmp_path: Path
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """--processes=N gives a FAIL experiment N records: its last one is minified, once."""
     red = {"run_id": "r", "experiment_id": "s/m/c", "status": "ok", "verification_code": "FAIL",
-           "process": {"index": 0}, "experiment": {"dynamo": "inductor", "xla": None, "compile_options": "default"}}
+           "process": {"index": 0}, "artifacts": {"dir": "exp"},
+           "experiment": {"dynamo": "inductor", "xla": None, "compile_options": "default"}}
     last = {**red, "process": {"index": 1}}
     passed = {**red, "experiment_id": "s/p/c", "verification_code": "PASS"}
     minified: list[dict] = []
@@ -264,3 +267,115 @@ def test_the_last_checkpoint_of_a_killed_minifier_is_checked_in_the_rest_of_its_
     assert block["message"].startswith("ran past 4 s of its budget of 8 s and was killed")
     assert said in block["message"]
     assert (tmp_path / block["repro"]).read_text() == source
+
+
+def hanging_results(output: Path) -> tuple[Path, dict]:
+    """A results file holding one red experiment of the relu suite's `hang`, whose load starts a
+    descendant in a session of its own that ignores SIGTERM, then never returns."""
+    experiment = Experiment("relu", "hang", ExperimentConfig("cpu", None, None, COMPILE_ERROR, "eval", "fp32"))
+    Task(experiment, RunOptions(), str(output / "exp")).write()
+    record = {"run_id": "r", "experiment_id": experiment.experiment_id, "status": "error",
+              "error": {"type": "ReluCompileError", "message": "relu"}, "artifacts": {"dir": "exp"},
+              "experiment": {"dynamo": COMPILE_ERROR, "xla": None, "compile_options": None}}
+    results = output / "results.jsonl"
+    results.write_text(json.dumps(record) + "\n")
+    return results, record
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name)
+def test_a_stopped_minify_command_leaves_nothing_running(tmp_path: Path, cli_cache: Path,
+                                                        sig: signal.Signals) -> None:
+    """The command, and only the command, is signalled while its minifier hangs with a descendant
+    beyond its process group: nothing it started outlives it, and Ctrl-C or SIGTERM is one line."""
+    output = tmp_path / "output"
+    results, _ = hanging_results(output)
+    marker = new_marker("minify")
+    proc = subprocess.Popen(cli_command(["minify", str(results)], output), env=cli_env(cli_cache, marker, SUITES),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while (proc.poll() is None and time.monotonic() < deadline
+           and not any("SIG_IGN" in line for line in marked_processes(marker))):
+        time.sleep(0.2)
+    assert any("SIG_IGN" in line for line in marked_processes(marker)), proc.communicate(timeout=60)
+    os.kill(proc.pid, sig)
+    _, err = proc.communicate(timeout=120)
+    assert_no_process_left(marker, within_s=30)
+    if sig != signal.SIGKILL:
+        assert proc.returncode == 128 + sig, err
+        said = [line for line in err.splitlines() if not line.startswith("minifying")]
+        assert said == [f"experiment_runner minify: stopped by {sig.name}: the minification under way was ended "
+                        f"with every process it started; the answers before it are in {output / SIDECAR}"], err
+
+
+def red_record(experiment_dir: str) -> dict:
+    return {"run_id": "r", "experiment_id": "relu/mlp/c", "status": "ok", "verification_code": "FAIL",
+            "artifacts": {"dir": experiment_dir},
+            "experiment": {"dynamo": "inductor", "xla": None, "compile_options": "default"}}
+
+
+@pytest.mark.parametrize("where", ["minify folder linked", "experiment folder linked", "another output folder"])
+def test_minification_never_writes_outside_its_output_folder(tmp_path: Path, where: str) -> None:
+    """A link at the experiment's minify folder or folder, or an artifacts.dir leading into another
+    output folder: refused in one line, before anything is removed or a process started (this is
+    a unit test: a started process fails it), and no answer is written."""
+    output, other = tmp_path / "output", tmp_path / "other"
+    (other / "exp" / "minify").mkdir(parents=True)
+    (other / "exp" / "minify" / REPRO_FILE).write_text("kept\n")
+    (output / "exp").mkdir(parents=True)
+    experiment_dir = "exp"
+    if where == "minify folder linked":
+        (output / "exp" / "minify").symlink_to(other / "exp" / "minify")
+    elif where == "experiment folder linked":
+        (output / "linked").symlink_to(other / "exp")
+        experiment_dir = "linked"
+    else:
+        experiment_dir = "../other/exp"
+    lines: list[str] = []
+    assert minify.minify_records([red_record(experiment_dir)], output / "results.jsonl", output, 5.0,
+                                 lines.append) == []
+    assert len(lines) == 1 and lines[0].startswith("experiment_runner minify: relu/mlp/c: ") and \
+        lines[0].endswith("not minified"), lines
+    assert (other / "exp" / "minify" / REPRO_FILE).read_text() == "kept\n"
+    assert not (output / SIDECAR).exists()
+
+
+@pytest.mark.e2e
+def test_a_new_attempt_keeps_the_earlier_reproduced_repro(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The experiment's minify folder holds a repro that reproduced; a new attempt (here a minifier
+    that exits 1 at once) works in a folder of its own, and the earlier repro is kept."""
+    experiment = Experiment("relu", "mlp", ExperimentConfig("cpu", None, None, "inductor", "eval", "fp32"))
+    Task(experiment, RunOptions(), str(tmp_path / "exp")).write()
+    earlier = tmp_path / "exp" / "minify"
+    earlier.mkdir()
+    (earlier / REPRO_FILE).write_text("the earlier repro\n")
+    (earlier / "minify_result.json").write_text(json.dumps({"status": "reproduced", "reproduces": True}))
+    monkeypatch.setattr(sys, "executable", shutil.which("false"))
+    block = minify.minify_record({**red_record("exp"), "experiment_id": experiment.experiment_id}, tmp_path, 60.0)
+    assert block is not None and block["status"] == "failed"
+    assert (earlier / REPRO_FILE).read_text() == "the earlier repro\n"
+    attempt = (tmp_path / block["log"]).parent
+    assert attempt.parent == tmp_path / "exp" and attempt.name.startswith("minify.") and attempt.is_dir()
+
+
+@pytest.mark.e2e
+def test_a_second_minification_of_an_experiment_is_refused_naming_the_holder(tmp_path: Path) -> None:
+    """Another process holds the experiment's minification lock: refused in one line naming it,
+    nothing started, no answer written."""
+    (tmp_path / "exp").mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys; "
+                               f"fd = os.open({str(tmp_path / 'exp' / 'minify.lock')!r}, os.O_RDWR | os.O_CREAT); "
+                               "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        lines: list[str] = []
+        assert minify.minify_records([red_record("exp")], tmp_path / "results.jsonl", tmp_path, 5.0,
+                                     lines.append) == []
+        assert len(lines) == 1 and lines[0].startswith(
+            f"experiment_runner minify: relu/mlp/c: another minification of it is under way (pid {holder.pid} "
+            f"({sys.executable} -c import fcntl") and lines[0].endswith("); not started"), lines
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (tmp_path / SIDECAR).exists() and not (tmp_path / "exp" / "minify").exists()
