@@ -15,7 +15,7 @@ import pytest
 from benchmarks import gpu_nightly
 from benchmarks.gpu_nightly import Outcome, Step, judge, main, plan, run_step, summary
 
-DEVICE_RUN_S = 8 * 60  # one device command's limit on a lent H100/H200
+DEVICE_RUN_S = 10 * 60  # one device command's limit on a lent H100/H200 (the device tool's README)
 
 
 def test_the_dry_run_plans_every_step_within_one_device_run_and_the_runner_takes_their_flags(
@@ -24,13 +24,16 @@ def test_the_dry_run_plans_every_step_within_one_device_run_and_the_runner_takes
     assert main([str(tmp_path / "out"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     names = [s.name for s in plan(tmp_path, None)]
-    assert names == ["environment", "oom", "forkserver", "mission", "inductor-timm", "expected-timm",
-                     "inductor-huggingface", "expected-huggingface", "inductor-torchbench", "expected-torchbench"]
+    assert names == ["environment", "check-determinism", "check-cudagraph-outputs", "check-aot-load", "oom",
+                     "forkserver", "mission", "inductor-timm", "expected-huggingface", "expected-timm"]
     for name in names:
         assert f"{name} (" in out
+    assert "first after the environment: check-determinism, check-cudagraph-outputs, check-aot-load" in out
+    assert out.startswith("budget 540 s: one device command runs at most 600 s") and "starts on a bare machine" in out
     assert "--suite-name=torchbench --accelerator=cuda --filter=llama" in out
     assert "no dynamobench folder: no harness step" in out
-    assert sum(s.timeout_s for s in plan(tmp_path, None)) <= 460 < DEVICE_RUN_S
+    assert sum(s.timeout_s for s in plan(tmp_path, None)) <= gpu_nightly.BUDGET_S < DEVICE_RUN_S
+    assert "within the budget" in out
     assert not (tmp_path / "out").exists()  # a dry run writes nothing
 
 
@@ -78,6 +81,13 @@ def test_each_step_is_judged_by_its_records(tmp_path: Path) -> None:
     write(tmp_path / "inductor-timm", record("ok", code="PASS"), record("ok", code="FAIL_ACCURACY"))
     assert judge(steps["inductor-timm"], tmp_path, 0, "") == (True, "2 record(s): ok 2; verified 1 of 2 PASS")
     assert judge(steps["mission"], tmp_path, 2, "") == (False, "0 record(s): none")
+    crashed = {**record("crashed"), "error": {"message": "RuntimeError: Error in dlopen: undefined symbol\nmore"}}
+    write(tmp_path / "check-aot-load", crashed)
+    assert judge(steps["check-aot-load"], tmp_path, 0, "") == (
+        True, "1 record(s): crashed 1; the loader crashed: RuntimeError: Error in dlopen: undefined symbol")
+    write(tmp_path / "check-determinism", record("ok", code="NONDETERMINISTIC_EAGER_RUN"))
+    assert judge(steps["check-determinism"], tmp_path, 0, "") == (
+        False, "1 record(s): ok 1; verification ['NONDETERMINISTIC_EAGER_RUN']")
     assert judge(steps["expected-timm"], tmp_path, 1, "a\nb: 1 change(s)\n") == (False, "a / b: 1 change(s)")
 
 
@@ -90,3 +100,5 @@ def test_the_summary_has_a_row_per_step_and_says_when_no_harness_was_there(tmp_p
     assert all(f"| {s.name} | {s.what} | 0 | 1.0 | yes | fine |" in text for s in steps)
     assert "Beside PyTorch's harness: not run, no dynamobench folder here" in text
     assert "| oom | dummy | inductor | eval fp32 | oom | - | 3.000 | - |" in text
+    cut = summary(tmp_path, steps, outcomes[:2], 540, "2026-12-02 09:00 UTC")
+    assert f"| {steps[2].name} | {steps[2].what} | - | - | no | not reached" in cut
