@@ -1,23 +1,38 @@
 """Write the documentation pages that are generated from the code, or check them.
 
-    python docs/generate.py           # rewrite docs/cli.md and docs/record.md
+    python docs/generate.py           # rewrite docs/cli.md, docs/record.md and the generated blocks
     python docs/generate.py --check   # exit 1 and name the page when one is out of date
 
 docs/cli.md comes from the flag table (experiment_runner/core/options.py and
 core/run_config.py, through the CLI's own help texts) and from the analysis commands'
 parsers; docs/record.md from the record schema (experiment_runner/core/record.schema.json);
-tests/docs/test_generated.py runs --check.
+the developer guide's layout (between `<!-- generated: layout -->` and `<!-- end generated -->`)
+from each module's opening docstring. tests/docs/test_generated.py runs --check.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Callable
 
 DOCS = Path(__file__).resolve().parent
+REPO = DOCS.parent
+# Which process runs each package's code, in the order the layout lists them (the tree is the
+# process model: see the import contracts in pyproject.toml).
+PACKAGES = {
+    "experiment_runner": "the runner's process: the command line, its errors and exit codes",
+    "experiment_runner/core": "any process (pure Python, never torch)",
+    "experiment_runner/parent": "the runner's process",
+    "experiment_runner/child": "each experiment's own process (`python -m experiment_runner.child`)",
+    "experiment_runner/analysis": "the user's process, on results files",
+    "verifier": "each experiment's process, after timing (`--verify`)",
+    "benchmark_models": "catalogs in the runner's process; every `load` in the experiment's",
+}
 
 
 def cli_reference() -> str:
@@ -73,7 +88,43 @@ def record_reference() -> str:
     return record_reference_markdown()
 
 
-PAGES: dict[str, Callable[[], str]] = {"cli.md": cli_reference, "record.md": record_reference}
+def summary_line(path: Path) -> str:
+    """A module's opening docstring, its first sentence (up to the first period that ends one)."""
+    doc = " ".join((ast.get_docstring(ast.parse(path.read_text())) or "").split("\n\n")[0].split())
+    if not doc:
+        raise SystemExit(f"{path.relative_to(REPO)} has no docstring: the layout says what a module is from it")
+    return re.split(r"(?<=[a-z0-9)`'\"])\. ", doc, maxsplit=1)[0].rstrip(".")
+
+
+def layout() -> str:
+    """Every module of the runner, the verifier and the suites, by package, with which process runs it."""
+    lines = []
+    for package, process in PACKAGES.items():
+        folder = REPO / package
+        modules = sorted(folder.glob("*.py") if package == "experiment_runner" else folder.rglob("*.py"))
+        lines += [f"**`{package}/`**: {process}.", "", "| module | what |", "| --- | --- |"]
+        for path in modules:
+            name = path.relative_to(folder).as_posix()
+            lines.append(f"| `{name}` | {summary_line(path).replace('|', '/')} |")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")
+
+
+def with_block(page: str, name: str, render: Callable[[], str]) -> Callable[[], str]:
+    """`page` with the text between `<!-- generated: NAME -->` and `<!-- end generated -->` rendered."""
+    def rendered() -> str:
+        text = (DOCS / page).read_text()
+        start, end = f"<!-- generated: {name} -->\n", "<!-- end generated -->"
+        head, found, rest = text.partition(start)
+        if not found or end not in rest:
+            raise SystemExit(f"docs/{page} lacks its {start.strip()} ... {end} block")
+        return head + start + render() + "\n" + end + rest.split(end, 1)[1]
+
+    return rendered
+
+
+PAGES: dict[str, Callable[[], str]] = {"cli.md": cli_reference, "record.md": record_reference,
+                                       "developer-guide.md": with_block("developer-guide.md", "layout", layout)}
 
 
 def main(argv: list[str]) -> int:

@@ -1,3 +1,5 @@
+"""`python -m experiment_runner`: the same command line as the `experiment_runner` script."""
+
 import sys
 
 from experiment_runner.cli import main

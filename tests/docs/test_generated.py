@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -51,3 +52,11 @@ def test_a_new_flag_makes_the_reference_stale(monkeypatch: pytest.MonkeyPatch) -
     generator = _generator()
     assert "--brand-new" in generator.cli_reference()
     assert generator.main(["--check"]) == 1
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/developer-guide.md"])
+def test_the_readme_and_the_developer_guide_hold_no_dated_figure(page: str) -> None:
+    """Dated figures live on dated pages (docs/benchmarks/): a present-tense page that quotes one
+    host's timing on one day goes stale the next day."""
+    text = (Path(__file__).resolve().parents[2] / page).read_text()
+    assert re.findall(r"\b20\d\d-\d\d-\d\d\b", text) == []
