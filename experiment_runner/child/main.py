@@ -42,7 +42,7 @@ from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS
 from experiment_runner.core.options import PAIRED_METHODS
 from experiment_runner.child.plugins import import_plugins
 from experiment_runner.core.environment import describe_environment
-from experiment_runner.core.protocol import Task, publish_result, write_phase
+from experiment_runner.core.protocol import ProtocolMismatch, Task, publish_result, write_phase
 from experiment_runner.core.record import TIMING_PHASES, phase
 from experiment_runner.core.results import verification_code
 from benchmark_models import ModelSkipped
@@ -253,7 +253,11 @@ def split_compile(timings: dict[str, float], metrics: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    task = Task.read(Path(argv[0]))
+    try:
+        task = Task.read(Path(argv[0]))
+    except ProtocolMismatch as exc:
+        print(f"experiment_runner.child: {argv[0]}: {exc}", file=sys.stderr)
+        return 2
     if wants_run_cpu(task.options, task.experiment.config.accelerator):
         try:
             reexec_under_run_cpu(task.options, argv)  # returns only if it could not

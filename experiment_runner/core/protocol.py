@@ -12,6 +12,10 @@ that dies without a result can never be recorded with an earlier attempt's resul
 With --verify the worker also publishes an interim result (`final: false`) right after
 timing, so that a death during verification keeps the timings.
 
+Both files say which version of this protocol wrote them (`protocol`): a parent and a child, or a
+Ray driver and a node, may run different checkouts; the child refuses a task of another version
+and the Ray driver a node of another version, each in one line, rather than misread a field.
+
 While it works, the worker keeps a `phase` file in the folder saying what it is doing
 (`PHASES`); the parent reads it only to tell a user what a running experiment is busy with.
 """
@@ -32,6 +36,20 @@ from experiment_runner.core.options import RunOptions
 PHASES: tuple[str, ...] = ("loading", "warm-up", "timing", "timing pairs", "instrumenting", "verifying",
                           "counting graph breaks as the harness")
 PHASE_FILE = "phase"
+# The version of task.json and result.json; raise it whenever either changes shape.
+PROTOCOL_VERSION = 1
+
+
+class ProtocolMismatch(ValueError):
+    """A task or result written by a checkout that speaks another version of this protocol."""
+
+
+def check_protocol(data: dict[str, Any], what: str) -> None:
+    """Refuse what another version of the protocol wrote, naming both versions."""
+    found = data.get("protocol")
+    if found != PROTOCOL_VERSION:
+        raise ProtocolMismatch(f"{what} was written by protocol version {found}, and this side speaks "
+                               f"{PROTOCOL_VERSION}: the two run different checkouts of experiment_runner")
 # The AOT Inductor package an attempt's child compiles into its folder (child.harness): as large
 # as the model's weights and no evidence, so the parent removes it once the attempt is over.
 AOT_PACKAGE = "aot_inductor.pt2"
@@ -67,11 +85,13 @@ class Task:
         return Path(self.artifacts_dir) / "task.json"
 
     def to_dict(self) -> dict:
-        return {"experiment": self.experiment.to_dict(), "options": asdict(self.options),
-                "artifacts_dir": self.artifacts_dir, "attempt_id": self.attempt_id}
+        return {"protocol": PROTOCOL_VERSION, "experiment": self.experiment.to_dict(),
+                "options": asdict(self.options), "artifacts_dir": self.artifacts_dir, "attempt_id": self.attempt_id}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Task":
+        """The task `data` describes; ProtocolMismatch when another version of the protocol wrote it."""
+        check_protocol(data, "the task")
         return cls(Experiment.from_dict(data["experiment"]), RunOptions.from_dict(data["options"]),
                    data["artifacts_dir"], data["attempt_id"])
 
@@ -99,7 +119,7 @@ def write_result(path: Path, result: dict[str, Any]) -> None:
 
 def publish_result(task: Task, result: dict[str, Any], final: bool = True) -> None:
     """The worker's result for this attempt: the interim one after timing, the final one at the end."""
-    stamped = {**result, "attempt_id": task.attempt_id, "final": final}
+    stamped = {**result, "protocol": PROTOCOL_VERSION, "attempt_id": task.attempt_id, "final": final}
     write_result(task.result_path if final else task.interim_path, stamped)
 
 

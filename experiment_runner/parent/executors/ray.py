@@ -29,7 +29,7 @@ from typing import Any, Iterator, Sequence
 from experiment_runner.core.environment import describe_environment
 from experiment_runner.core.logs import read_log_tail
 from experiment_runner.core.matrix import Planned
-from experiment_runner.core.protocol import Task
+from experiment_runner.core.protocol import PROTOCOL_VERSION, Task
 from experiment_runner.core.record import ChildOutcome
 from experiment_runner.core.requirements import install_command
 from experiment_runner.errors import UsageError
@@ -160,6 +160,21 @@ def run_on_node(task: dict[str, Any], extra_env: dict[str, str], timeout_s: floa
         yield {"outcome": dataclasses.asdict(outcome), "files": files, "left_on_node": left}
 
 
+def node_facts() -> dict[str, Any]:
+    """What a node runs (its environment block) and which task protocol its checkout speaks."""
+    return {**describe_environment(), "protocol": PROTOCOL_VERSION}
+
+
+def other_protocols(facts: Sequence[dict[str, Any]]) -> str:
+    """The nodes whose checkout speaks another protocol version than this driver's, by version;
+    empty where every node speaks this one."""
+    other: dict[Any, set[str]] = {}
+    for node in facts:
+        if node.get("protocol") != PROTOCOL_VERSION:
+            other.setdefault(node.get("protocol"), set()).add(str(node.get("hostname")))
+    return "; ".join(f"version {v}: {', '.join(sorted(hosts))}" for v, hosts in other.items())
+
+
 def _first_line(exc: BaseException) -> str:
     return next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
 
@@ -219,7 +234,7 @@ class RayExecutor:
         ray = self.ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        probe = ray.remote(num_cpus=0, max_retries=0)(describe_environment)
+        probe = ray.remote(num_cpus=0, max_retries=0)(node_facts)
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         try:
             envs = ray.get([probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
@@ -227,6 +242,11 @@ class RayExecutor:
         except ray.exceptions.RayError as exc:  # e.g. a node without experiment_runner installed
             raise UsageError(f"a node of the Ray cluster at {self.config.address} cannot run the runner's code "
                              f"(is experiment_runner installed there?): {_first_line(exc)}") from None
+        mismatch = other_protocols(envs)
+        if mismatch:
+            raise UsageError(f"the Ray cluster at {self.config.address} has nodes that speak another version of "
+                             f"the runner's task protocol than this driver's {PROTOCOL_VERSION} ({mismatch}): "
+                             "install the same checkout on every node")
         by_version: dict[str | None, list[str]] = {}
         for env in envs:
             by_version.setdefault(env.get("torch"), []).append(str(env.get("hostname")))
