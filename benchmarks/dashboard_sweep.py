@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import subprocess
 import sys
@@ -41,6 +42,9 @@ from experiment_runner.analysis.report import read_rows  # noqa: E402
 from experiment_runner.core import dashboards  # noqa: E402
 
 SUITES = ("torchbench", "huggingface", "timm")
+# The kept records the page's head is written from, and why each differing row differs.
+KEPT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "data"
+EXCEPTIONS = KEPT / "dashboard_exceptions.json"
 
 
 def run_piece(suite: str, output: Path, names: list[str], pattern: str | None, timeout_s: int,
@@ -138,9 +142,49 @@ def tables(output: Path) -> list[str]:
     return lines
 
 
+def standing(outputs: list[Path], exceptions: Path = EXCEPTIONS) -> list[str]:
+    """The page's present tense: per configuration and suite of the kept records, how many models
+    both we and PyTorch's file have, how many verdicts and graph-break counts are equal, and every
+    difference with why and where the page shows it. A difference without an entry in
+    `exceptions` is refused: the head never shows one unexplained."""
+    why = json.loads(exceptions.read_text())
+    cells: dict[str, list[tuple[bool, bool]]] = {}
+    listed: dict[str, list[str]] = {}
+    for output in outputs:
+        for item in latest(output):
+            name = str(item.expected_file or "")
+            theirs = shipped(name).get(str(item.row.model)) if name and (SHIPPED / name).is_file() else None
+            if theirs is None:
+                continue
+            ours = item.accuracy()
+            same = (ours["accuracy"] == theirs["accuracy"], str(ours["graph_breaks"]) == theirs["graph_breaks"])
+            job = name.removesuffix(".csv")
+            cells.setdefault(job, []).append(same)
+            if all(same):
+                continue
+            key = f"{job}/{item.row.model}"
+            if key not in why:
+                raise SystemExit(f"dashboard_sweep: {key} differs from PyTorch's file ({ours['accuracy']} / "
+                                 f"{ours['graph_breaks']} against {theirs['accuracy']} / {theirs['graph_breaks']}) "
+                                 f"and {exceptions.name} does not say why")
+            listed.setdefault(job, []).append(
+                f"[{item.row.model}]({why[key]['section']}) ({ours['accuracy']} / {ours['graph_breaks']} against "
+                f"{theirs['accuracy']} / {theirs['graph_breaks']}: {why[key]['why']})")
+    lines = ["| configuration and suite | models both have | verdicts equal | graph breaks equal | where they differ |",
+             "|---|---|---|---|---|"]
+    for job, same in sorted(cells.items()):
+        verdicts, breaks = sum(a for a, _ in same), sum(b for _, b in same)
+        lines.append(f"| {job} | {len(same)} | {verdicts} | {breaks} | {'; '.join(listed.get(job, [])) or '-'} |")
+    total = [pair for same in cells.values() for pair in same]
+    lines += ["", f"In all: {len(total)} rows, {sum(a for a, _ in total)} verdicts and {sum(b for _, b in total)} "
+                  "graph-break counts equal to PyTorch's files; every difference is explained in the section "
+                  "it links to."]
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", type=Path, required=True, help="folder of the runs (one per suite)")
+    parser.add_argument("--output", type=Path, help="folder of the runs (one per suite); not with --standing")
     parser.add_argument("--suite", action="append", choices=SUITES, help="default: all three")
     parser.add_argument("--dashboard", action="append", choices=dashboards.choices(),
                         help="configuration(s) to run (default: cpu_inductor)")
@@ -152,7 +196,15 @@ def main() -> int:
     parser.add_argument("--training", action="store_true",
                         help="the jobs' training runs, on the CPU (--accelerator=cpu --test=train)")
     parser.add_argument("--markdown", action="store_true", help="print the tables of what the runs hold; run nothing")
+    parser.add_argument("--standing", action="store_true",
+                        help="print the head of docs/benchmarks/dashboard.md from the records kept under "
+                             "docs/benchmarks/data (inference and training); run nothing")
     args = parser.parse_args()
+    if args.standing:
+        print("\n".join(standing([KEPT / "dashboard_sweep", KEPT / "dashboard_training"])))
+        return 0
+    if args.output is None:
+        parser.error("--output is required (except with --standing)")
     if args.markdown:
         print("\n".join(tables(args.output)))
         return 0

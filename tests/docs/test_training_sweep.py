@@ -1,12 +1,14 @@
-"""The training sweep's table in docs/benchmarks/dashboard.md is what `dashboard_sweep.py
---markdown` prints from the records kept beside it, so a piece added to the records and not to
-the page (or the reverse) fails here."""
+"""The training sweep's table and the head of docs/benchmarks/dashboard.md are what
+`dashboard_sweep.py --markdown` and `--standing` print from the records kept beside it, so a piece
+added to the records and not to the page (or the reverse) fails here."""
 
 from __future__ import annotations
 
 import re
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -37,3 +39,22 @@ def test_a_differing_count_names_the_other_files_that_count_as_we_do():
     assert dashboard_sweep.same_breaks_in("aot_eager_huggingface_training.csv", "BartForCausalLM", "14") == (
         "dynamic_aot_eager")
     assert dashboard_sweep.same_breaks_in("not_a_pytorch_file.csv", "BertForMaskedLM", "5") == ""
+
+
+def test_the_pages_head_is_the_scripts_standing_over_the_kept_records():
+    """The head of dashboard.md: configuration x suite against PyTorch's files, each difference
+    with its reason and its section (a difference without one fails in dashboard_sweep.standing)."""
+    doc = (ROOT / "docs" / "benchmarks" / "dashboard.md").read_text()
+    block = re.search(r"<!-- standing:begin -->\n(.*?)\n<!-- standing:end -->", doc, re.S)
+    assert block is not None and doc.index("## Where it stands") < doc.index("## The training sweep")
+    kept = ROOT / "docs" / "benchmarks" / "data"
+    printed = dashboard_sweep.standing([kept / "dashboard_sweep", kept / "dashboard_training"])
+    assert block.group(1).strip() == "\n".join(printed).strip(), (
+        "the head of dashboard.md is stale: paste `python benchmarks/dashboard_sweep.py --standing`")
+
+
+def test_a_difference_nobody_explained_is_refused(tmp_path):
+    (tmp_path / "why.json").write_text("{}")
+    kept = ROOT / "docs" / "benchmarks" / "data"
+    with pytest.raises(SystemExit, match="BartForCausalLM differs from PyTorch.s file .* does not say why"):
+        dashboard_sweep.standing([kept / "dashboard_training"], tmp_path / "why.json")
