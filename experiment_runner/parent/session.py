@@ -6,12 +6,14 @@ host is probed in a child, suites are resolved by name (plugin suites through a 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from experiment_runner.core import dashboards, matrix
@@ -205,14 +207,50 @@ def build_plan(config: MatrixConfig, suite: SuiteCatalog, models: list[str],
 
 @dataclasses.dataclass(frozen=True)
 class RunState:
-    """The run being started or resumed: its id and timestamp, and what it already holds."""
+    """The run being started or resumed: its id and timestamp, what it already holds, and what is
+    left to do (the planned experiments' processes without a record, in rounds)."""
 
     run_id: str
     timestamp: float
     done: set[tuple[str, int]]
     failed: set[str]
+    todo: list[matrix.Planned]
     failed_final: int = 0  # experiments whose final record is a failure
     options: dict | None = None  # the resumed run's RunOptions, as its registry entry holds them
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """What a run is, built once from the validated flags: the suite and its selected models, the
+    expanded matrix, the GPUs it may use and the command's fingerprint. --list-models and
+    --dry-run print it; execution consumes it."""
+
+    config: RunConfig
+    suite: SuiteCatalog
+    models: list[str]
+    matrix: matrix.Plan
+    gpu_ids: tuple[str, ...]
+    fingerprint: str
+
+    @property
+    def about(self) -> str:
+        return f"{self.config.matrix.suite_name}: {self.suite.description or self.suite.source + ' models'}"
+
+    def needs_gpus(self, todo: list[matrix.Planned]) -> bool:
+        return any(p.experiment.config.accelerator == "cuda" and p.skip_reason is None for p in todo)
+
+
+@contextlib.contextmanager
+def write_errors_in_one_line(path: Path | None = None) -> Iterator[None]:
+    """An OSError of a file the run writes becomes ResultsIOError's one line (exit 3), naming the
+    file (`path` where the error names none); a ResultsFileError, or an unnamed error where no
+    path is given, passes as it is."""
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc, ResultsFileError) or (exc.filename is None and path is None):
+            raise
+        raise ResultsIOError(f"cannot write {exc.filename or path}: {exc.strerror or exc}") from None
 
 
 def run(config: RunConfig) -> int:
@@ -251,71 +289,66 @@ def run(config: RunConfig) -> int:
         caps = dataclasses.replace(caps, cuda=True)  # the cluster's GPUs, checked once connected
     check_requested(m, caps)
 
-    plan = build_plan(m, suite, models, caps, config.options.no_skip)
+    expanded = build_plan(m, suite, models, caps, config.options.no_skip)
     gpu_ids = tuple(filter(None, (s.gpu_ids or os.environ.get("CUDA_VISIBLE_DEVICES")
                                   or ",".join(map(str, range(caps.cuda_device_count)))).split(",")))
+    plan = RunPlan(config, suite, models, expanded, gpu_ids, config.fingerprint())
     if s.list_models:
-        print_models(plan, suite, models, m.batch_size)
+        print_models(expanded, suite, models, m.batch_size)
         return EXIT_OK
     if s.dry_run:
-        print_dry_run(plan, resume(config, plan).done, s.processes)
-        print_machine_time(plan, s.processes, s.estimate_from, max(1, min(s.max_parallel, len(gpu_ids))))
+        print_dry_run(expanded, resume(plan).done, s.processes)
+        print_machine_time(expanded, s.processes, s.estimate_from, max(1, min(s.max_parallel, len(gpu_ids))))
         return EXIT_OK
-    if not plan.planned:
-        reasons = {d.reason for d in plan.dropped}
+    if not expanded.planned:
+        reasons = {d.reason for d in expanded.dropped}
         why = f": {reasons.pop()}" if len(reasons) == 1 else ""
         raise UsageError(f"every combination was dropped as invalid here{why}; --dry-run lists them")
     # One runner per results file, from before the choice of the run to continue until the end.
-    try:
+    with write_errors_in_one_line():
         lock = lock_results(s.results_path, s.wait_for_lock)
-    except OSError as exc:
-        if isinstance(exc, ResultsFileError) or exc.filename is None:
-            raise
-        raise ResultsIOError(f"cannot write {exc.filename}: {exc.strerror or exc}") from None
     try:
-        state = resume(config, plan)
-        todo = matrix.rounds(plan.planned, s.processes, state.done, state.failed)
-        if not todo:
+        state = resume(plan)
+        if not state.todo:
             failures = (f"; {state.failed_final} of them failed (--retry-failed runs those again)"
                         if state.failed_final else "")
             otherwise = config.options.measured_otherwise(state.options or {})
             differs = (f"; this command measures otherwise ({', '.join(otherwise)}), which does not make "
                        "another run" if otherwise else "")
-            print(f"experiment_runner: nothing to run: all {len(plan.planned)} experiment(s) already have "
+            print(f"experiment_runner: nothing to run: all {len(expanded.planned)} experiment(s) already have "
                   f"{'a record' if s.processes == 1 else 'their records'} in run {state.run_id} of "
                   f"{s.results_path}{failures}{differs} (--no-resume runs everything again as a new run)")
             return EXIT_OK
         if (s.executor == "local" and s.launcher == "forkserver"
-                and any(p.experiment.config.xla is not None and p.skip_reason is None for p in todo)
+                and any(p.experiment.config.xla is not None and p.skip_reason is None for p in state.todo)
                 and torch_xla_importable()):
             prestart(torch=False, xla=True)
         gpus = lock_gpus(gpu_ids or ("0",), Path(s.gpu_lock_dir), s.wait_for_lock, s.results_path) \
-            if s.executor == "local" and any(p.experiment.config.accelerator == "cuda" and p.skip_reason is None
-                                             for p in todo) else []
+            if s.executor == "local" and plan.needs_gpus(state.todo) else []
         try:
-            # Said once the run really starts, so that bad input before it stays one line.
-            about = f"{m.suite_name}: {suite.description or suite.source + ' models'}"
-            return execute(config, plan, state, suite.source, gpu_ids, about)
+            return execute(plan, state)
         finally:
             release_gpus(gpus)
     finally:
         os.close(lock)
 
 
-def resume(config: RunConfig, plan: matrix.Plan) -> RunState:
-    """The run to continue (the default; --no-resume starts a new one) and what it already holds.
+def resume(plan: RunPlan) -> RunState:
+    """The run to continue (the default; --no-resume starts a new one), what it already holds and
+    what is left to do.
 
     Only this command's runs are continued (RunConfig.fingerprint); when the file holds runs
     of other commands only, a new run starts and one line says so."""
-    s = config.session
+    s = plan.config.session
     run_id, timestamp = new_run_id(), s.timestamp
     if not s.resume:
-        return RunState(run_id, time.time() if timestamp is None else timestamp, set(), set())
+        return RunState(run_id, time.time() if timestamp is None else timestamp, set(), set(),
+                        matrix.rounds(plan.matrix.planned, s.processes, set(), set()))
     registered, damaged = registered_runs(Path(s.output_dirname), s.results_path)
     for path, why in damaged:
         print(f"experiment_runner: warning: ignored the damaged run entry {path} ({why}); the records' "
               "fingerprints say which run is this command's", file=sys.stderr)
-    state = resume_state(s.results_path, s.retry_failed, s.timestamp, config.fingerprint(), registered)
+    state = resume_state(s.results_path, s.retry_failed, s.timestamp, plan.fingerprint, registered)
     if state.bad_lines:
         where = ", ".join(str(b.lineno) for b in state.bad_lines[:5])
         print(f"experiment_runner: warning: skipped {len(state.bad_lines)} corrupt or torn line(s) "
@@ -323,33 +356,33 @@ def resume(config: RunConfig, plan: matrix.Plan) -> RunState:
     if state.run_id is None and state.other_runs and not s.dry_run:
         logger.info(f"starting a new run beside {state.other_runs} earlier run(s) of other commands in "
                     f"{s.results_path}, kept as they are (a rerun of this command resumes its own run)")
-    planned_ids = {p.experiment.experiment_id for p in plan.planned}
+    planned_ids = {p.experiment.experiment_id for p in plan.matrix.planned}
     timestamp = state.timestamp if timestamp is None else timestamp
     entry = registered.get(state.run_id) if state.run_id is not None else None
-    return RunState(state.run_id or run_id, time.time() if timestamp is None else timestamp,
-                    {(eid, index) for eid, index in state.done if eid in planned_ids}, state.failed & planned_ids,
-                    state.failed_final, entry.options if entry is not None else None)
+    done = {(eid, index) for eid, index in state.done if eid in planned_ids}
+    failed = state.failed & planned_ids
+    return RunState(state.run_id or run_id, time.time() if timestamp is None else timestamp, done, failed,
+                    matrix.rounds(plan.matrix.planned, s.processes, done, failed), state.failed_final,
+                    entry.options if entry is not None else None)
 
 
-def execute(config: RunConfig, plan: matrix.Plan, state: RunState, source: str, gpu_ids: tuple[str, ...] = (),
-            about: str = "") -> int:
+def execute(plan: RunPlan, state: RunState) -> int:
     """Register the run, start its reaper, run it (under the results file's lock, which the
     caller holds); the reaper ends with it."""
+    config = plan.config
     s = config.session
     results_path, output_dir = s.results_path, Path(s.output_dirname)
     created = not results_path.exists()
-    try:
+    with write_errors_in_one_line(results_path):
         output_dir.mkdir(parents=True, exist_ok=True)
         with open(results_path, "ab"):
             pass
-        register_run(output_dir, RunEntry(state.run_id, config.fingerprint(), state.timestamp,
+        register_run(output_dir, RunEntry(state.run_id, plan.fingerprint, state.timestamp,
                                           os.path.realpath(results_path), sys.argv, time.time(),
                                           dataclasses.asdict(config.options)))
-    except OSError as exc:
-        raise ResultsIOError(f"cannot write {exc.filename or results_path}: {exc.strerror or exc}") from None
     start_reaper()
     try:
-        return _execute(config, plan, state, source, gpu_ids, about)
+        return _execute(plan, state)
     except (RunnerError, ResultsFileError):
         if created and results_path.stat().st_size == 0:
             results_path.unlink()  # refused before its first record (e.g. by the executor): leave no empty file
@@ -358,30 +391,24 @@ def execute(config: RunConfig, plan: matrix.Plan, state: RunState, source: str, 
         stop_reaper()
 
 
-def _execute(config: RunConfig, plan: matrix.Plan, state: RunState, source: str, gpu_ids: tuple[str, ...],
-             about: str) -> int:
-    m, s = config.matrix, config.session
+def _execute(plan: RunPlan, state: RunState) -> int:
+    m, s = plan.config.matrix, plan.config.session
     output_dir, results_path = Path(s.output_dirname), s.results_path
-    try:
+    with write_errors_in_one_line():
         executor = create(ExecutorOptions(
             name=s.executor, timeout_s=s.subprocess_timeout, launcher=s.launcher,
             preload_dynamo=children_import_dynamo(m.dynamo, m.test),
             print_subprocess=s.print_subprocess, server_log=output_dir / "runs" / state.run_id / "forkserver.log",
-            max_parallel=s.max_parallel, gpu_ids=gpu_ids, parallel_cpu=s.parallel_cpu,
+            max_parallel=s.max_parallel, gpu_ids=plan.gpu_ids, parallel_cpu=s.parallel_cpu,
             ray_address=s.ray_address, allow_mixed_versions=s.allow_mixed_versions))
-    except OSError as exc:
-        if exc.filename is None:
-            raise
-        raise ResultsIOError(f"cannot write {exc.filename}: {exc.strerror or exc}") from None
     try:
-        todo = matrix.rounds(plan.planned, s.processes, state.done, state.failed)
-        executor.prepare(todo)
+        executor.prepare(state.todo)
     except UsageError:
         executor.close()
         raise
 
-    ctx = RecordContext(run_id=state.run_id, options=config.options, output_dir=output_dir,
-                        fingerprint=config.fingerprint(), host_environment=describe_environment(),
+    ctx = RecordContext(run_id=state.run_id, options=plan.config.options, output_dir=output_dir,
+                        fingerprint=plan.fingerprint, host_environment=describe_environment(),
                         timestamp=state.timestamp, processes=s.processes,
                         shard={"partition_id": m.partition_id, "total_partitions": m.total_partitions,
                                "by": m.shard_by or "contiguous"})
@@ -390,21 +417,15 @@ def _execute(config: RunConfig, plan: matrix.Plan, state: RunState, source: str,
                     heartbeat_s=s.heartbeat)
     what = "experiment(s)" if s.processes == 1 else \
         f"experiment process(es) ({s.processes} fresh processes per experiment, in rounds)"
-    if about:
-        logger.info(about)
-    logger.info(f"run {state.run_id}: {len(todo)} {what} to run, {len(state.done)} already done; "
+    # Said once the run really starts, so that bad input before it stays one line.
+    logger.info(plan.about)
+    logger.info(f"run {state.run_id}: {len(state.todo)} {what} to run, {len(state.done)} already done; "
                 f"records go to {results_path}")
-    try:
+    with write_errors_in_one_line():  # ResultsFileError, or an experiment's folder, task or log file
         try:
-            outcome = runner.run(plan, state.done, source, state.failed)
+            outcome = runner.run(plan.matrix, state.done, plan.suite.source, state.failed)
         finally:
             executor.close()
-    except OSError as exc:  # ResultsFileError, or an experiment's folder, task or log file
-        if isinstance(exc, ResultsFileError):
-            raise
-        if exc.filename is None:
-            raise
-        raise ResultsIOError(f"cannot write {exc.filename}: {exc.strerror or exc}") from None
     print(render_summary(outcome.records, results_path, state.run_id, outcome.interrupted))
     if s.minify and not outcome.interrupted:
         minify_records(outcome.records, results_path, output_dir, s.minify_timeout,
