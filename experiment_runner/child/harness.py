@@ -22,6 +22,7 @@ from experiment_runner.core.matrix import (
     FREEZING_OPTIONS,
     Experiment,
     ExperimentConfig,
+    autocast_dtype,
     uses_cuda_graphs,
 )
 from experiment_runner.core.options import RunOptions
@@ -121,8 +122,7 @@ class ExperimentHarness:
 
             return xla_autocast(self.config)
         device_type = "cuda" if self.config.accelerator == "cuda" else "cpu"
-        dtype = torch.float16 if device_type == "cuda" else torch.bfloat16
-        return torch.autocast(device_type=device_type, dtype=dtype)
+        return torch.autocast(device_type=device_type, dtype=getattr(torch, str(autocast_dtype(self.config))))
 
     def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """torch.compile with the experiment's dynamo backend and compile options

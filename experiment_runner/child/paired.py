@@ -50,6 +50,7 @@ from typing import Any, Callable
 
 from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.child.harness import ExperimentHarness, WarmupProbe, run_sample
+from experiment_runner.core import dashboards
 from experiment_runner.core.cpus import HostLoadSample
 from experiment_runner.core.options import PAIRED_METHODS, RunOptions
 from experiment_runner.core.stats import PairsRule, paired_speedup, relative_half_width
@@ -62,7 +63,7 @@ from benchmark_models import BenchmarkModel
 # with copies of its last row. main() passes the batch to timed() only with --dynamic-batch-only.
 # Source: pytorch/benchmark userbenchmark/dynamo/dynamobench/common.py @ 0e83c440 (synced from
 # pytorch/pytorch benchmarks/dynamo) and torch/_dynamo/testing.py reset_rng_state.
-HARNESS_PAIRS = 30
+HARNESS_PAIRS = dashboards.HARNESS_PAIRS
 # run_performance_test's warmup(..., niters=5): eager on copy.deepcopy(model) before it compiles,
 # then the compiled step (its compile included) with the same count.
 HARNESS_EAGER_WARMUP = 5
