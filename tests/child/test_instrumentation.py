@@ -117,7 +117,8 @@ def test_dynamo_accounting_counters_and_graph_breaks_from_a_real_compile(fresh_d
 
 def test_no_dynamo_compile_summary_when_nothing_compiled(fresh_dynamo):
     assert dynamo_compile_summary() is None
-    assert summarize_graph_breaks(dynamo_counters()) == {"total": 0, "unique_graphs": 0, "reasons": []}
+    assert summarize_graph_breaks(dynamo_counters()) == {"total": 0, "unique_graphs": 0, "calls_captured": 0,
+                                                        "reasons": []}
 
 
 # --- peak memory ---------------------------------------------------------------------------------
