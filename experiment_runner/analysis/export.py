@@ -59,6 +59,8 @@ from experiment_runner.errors import (
 DATA = Path(__file__).parent / "data"
 MAPPING: dict[str, Any] = json.loads((DATA / "dynamo_export.json").read_text())
 GB = 1e9
+# The dynamo counter columns both CSVs carry (get_dynamo_stats's keys at the pinned commit).
+HARNESS_STATS = MAPPING["accuracy_columns"][4:]
 # The suites PyTorch's CI names in its TEST_CONFIGs and expected files, spelled as ours are.
 CI_SUITES = ("torchbench", "huggingface", "timm")
 
@@ -184,29 +186,74 @@ class Exported:
         breaks = (self.record.get("measurements") or {}).get("graph_breaks") or {}
         return self.row.test != "train" or "harness_count" in breaks
 
-    def graph_stats(self) -> dict[str, int]:
-        """The harness's dynamo columns. graph_breaks is counted as the harness counts it where the
-        record has that count (--verify on inference), else the breaks of everything the child compiled."""
-        breaks = (self.record.get("measurements") or {}).get("graph_breaks") or {}
+    @property
+    def measurements(self) -> dict[str, Any]:
+        return self.record.get("measurements") or {}
+
+    @property
+    def harness_warmup(self) -> dict[str, Any]:
+        """The eager and compiled warm-ups measured as the harness's run_performance_test measures
+        them (measurements.harness_warmup: --speedup=paired or harness, a --dashboard run's)."""
+        return self.measurements.get("harness_warmup") or {}
+
+    def graph_stats(self) -> dict[str, int | str]:
+        """The accuracy CSV's dynamo columns. graph_breaks is counted as the harness counts it where the
+        record has that count (--verify on inference), else the breaks of everything the child compiled.
+        The other counters of the harness's accuracy row are its accuracy run's, which this runner does
+        not replay when nothing breaks: unique_graphs is the child's, and the columns no record holds
+        (calls_captured of that run, the counter columns) are left empty, never a stand-in figure."""
+        breaks = self.measurements.get("graph_breaks") or {}
         total, unique = int(breaks.get("total") or 0), int(breaks.get("unique_graphs") or 0)
         reasons = len(breaks.get("reasons") or [])
-        return {"calls_captured": unique, "unique_graphs": unique,
-                "graph_breaks": int(breaks.get("harness_count", total)), "unique_graph_breaks": reasons}
+        return {"calls_captured": "", "unique_graphs": unique, "fallbacks_to_eager": "",
+                "graph_breaks": int(breaks.get("harness_count", total)), "unique_graph_breaks": reasons,
+                "autograd_captures": "", "autograd_compiles": "", "cudagraph_skips": ""}
+
+    def performance_stats(self) -> dict[str, int | str]:
+        """The performance CSV's dynamo columns: the counters' change over the compiled warm-up, compile
+        included, as the harness's warmup() takes them (get_dynamo_stats before and after); a record
+        without that warm-up gives what its graph_breaks summary holds (calls_captured over everything
+        the child compiled, where recorded), the rest left empty."""
+        compiled = self.harness_warmup.get("compiled") or {}
+        if compiled.get("dynamo_stats"):
+            return {column: compiled["dynamo_stats"].get(column, "") for column in HARNESS_STATS}
+        breaks = self.measurements.get("graph_breaks") or {}
+        return {**self.graph_stats(), "calls_captured": breaks.get("calls_captured", "")}
+
+    def peak_memory(self) -> tuple[float | None, float | None]:
+        """(eager, dynamo) peak memory in the harness's unit: its warm-ups' figures (device memory on
+        CUDA, 100 x the resident set in GB on the CPU: data/dynamo_export.json, peak_memory), else,
+        for a record without them, the peaks of the timed samples of this experiment and its baseline."""
+        eager, compiled = (self.harness_warmup.get(side) or {} for side in ("eager", "compiled"))
+        if eager.get("peak_memory_bytes") and compiled.get("peak_memory_bytes"):
+            scale = MAPPING["peak_memory"]["scale"].get(str(self.row.accelerator), 1) / GB
+            return eager["peak_memory_bytes"] * scale, compiled["peak_memory_bytes"] * scale
+        base = self.result.baseline
+        eager_bytes, dynamo_bytes = (_peak(base) if base is not None else None), _peak(self.row)
+        return (eager_bytes / GB if eager_bytes else None), (dynamo_bytes / GB if dynamo_bytes else None)
+
+    def compilation_latency(self) -> float | None:
+        """The harness's compilation_latency: its compiled warm-up's time less its eager warm-up's (the
+        same count of iterations each); a record without them gives its first-iteration estimate."""
+        eager, compiled = (self.harness_warmup.get(side) or {} for side in ("eager", "compiled"))
+        if eager.get("latency_s") is not None and eager.get("iterations") == compiled.get("iterations"):
+            return compiled["latency_s"] - eager["latency_s"]
+        return self.row.compile_time_s
 
     def performance(self) -> dict[str, Any] | None:
         """The performance CSV's row; None where there is no speedup to report."""
         res, r = self.result, self.row
         if res.speedup is None or not r.median_per_iter_time_s:
             return None
-        dynamo_mem = _peak(r)
-        eager_mem = _peak(res.baseline) if res.baseline is not None else None
+        eager_mem, dynamo_mem = self.peak_memory()
+        latency = self.compilation_latency()
         return {"dev": r.accelerator, "name": r.model, "batch_size": r.batch_size,
                 "speedup": round(res.speedup, 6), "abs_latency": round(r.median_per_iter_time_s * 1e3, 6),
-                "compilation_latency": round(r.compile_time_s, 6) if r.compile_time_s is not None else 0.0,
+                "compilation_latency": round(latency, 6) if latency is not None else 0.0,
                 "compression_ratio": round(eager_mem / dynamo_mem, 6) if eager_mem and dynamo_mem else 0.0,
-                "eager_peak_mem": round(eager_mem / GB, 6) if eager_mem else 0.0,
-                "dynamo_peak_mem": round(dynamo_mem / GB, 6) if dynamo_mem else 0.0,
-                **self.graph_stats()}
+                "eager_peak_mem": round(eager_mem, 6) if eager_mem else 0.0,
+                "dynamo_peak_mem": round(dynamo_mem, 6) if dynamo_mem else 0.0,
+                **self.performance_stats()}
 
     def accuracy(self) -> dict[str, Any]:
         r = self.row

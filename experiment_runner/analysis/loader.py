@@ -123,6 +123,11 @@ class Row:
     paired_speedup: float | None = None
     # how those pairs were timed: "paired" (ABBA, the median ratio) or "harness" (as PyTorch's harness)
     paired_method: str | None = None
+    # --speedup=paired or harness: the eager and compiled warm-ups measured as PyTorch's harness measures
+    # them (measurements.harness_warmup): its compression_ratio (eager memory / compiled memory) and its
+    # compilation_latency (compiled warm-up time less the eager one's, the same count of iterations each)
+    harness_compression_ratio: float | None = None
+    harness_compilation_latency_s: float | None = None
     # when the parent wrote the record (timings.finished_at); `timestamp` is the run's start
     finished_at: float | None = None
     # where per_iter_time comes from: "pairs" (its samples in the pairs of --speedup=paired/harness) or
@@ -278,6 +283,18 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def _harness_warmup(block: Any) -> dict[str, float | None]:
+    """Row's harness_compression_ratio and harness_compilation_latency_s from measurements.harness_warmup;
+    None where the record lacks a figure (a ratio needs both memories, a latency equal counts)."""
+    eager, compiled = ((block.get(side) if isinstance(block, dict) else None) or {} for side in ("eager", "compiled"))
+    eager_mem, compiled_mem = _number(eager.get("peak_memory_bytes")), _number(compiled.get("peak_memory_bytes"))
+    eager_s, compiled_s = _number(eager.get("latency_s")), _number(compiled.get("latency_s"))
+    same_count = eager.get("iterations") is not None and eager.get("iterations") == compiled.get("iterations")
+    return {"harness_compression_ratio": eager_mem / compiled_mem if eager_mem and compiled_mem else None,
+            "harness_compilation_latency_s": compiled_s - eager_s if same_count and None not in (eager_s, compiled_s)
+            else None}
+
+
 def _compile_time(figures: dict[str, Any], median: float | None,
                   first_sample: float | None) -> tuple[float | None, bool | None]:
     """compile_time_s when recorded (a list is summed), else an estimate.
@@ -391,6 +408,7 @@ def flatten(record: dict[str, Any], file_name: str, folder: Path | None = None) 
         log=_log_path(record, folder),
         paired_speedup=_number(pairs.get("speedup")) if pairs is not None else None,
         paired_method=None if pairs is None else "harness" if "baseline_batch_rule" in pairs else "paired",
+        **_harness_warmup(figures.get("harness_warmup")),
         finished_at=_number(record["timings"].get("finished_at")) if isinstance(record.get("timings"), dict) else None,
         samples_from=_str(figures.get("samples_from")) or "isolated",
         timings=_timings(record.get("timings")),

@@ -252,6 +252,8 @@ class Summary:
             "speedup_harness": self.speedup_methods.get("harness", 0), "speedup_flagged": self.speedups_flagged,
             "compile_time_mean_s": compile_mean, "compile_time_estimated": self.compile_estimated,
             "memory_ratio_geomean": geomean(self.memory_ratios), "memory_models": len(self.memory_ratios),
+            "compression_ratio_mean": (sum(self.memory_ratios) / len(self.memory_ratios)
+                                       if self.memory_ratios else None),
         }
 
 
@@ -269,6 +271,8 @@ def pair_with_baselines(rows: Sequence[Row], fixed: dict[str, str | None]) -> li
                 speedup, method = theirs / mine, "isolated"
             peaks = _peaks(row, base)
             memory = peaks[0] / peaks[1] if peaks else None
+        if row.usable and base is not row and row.harness_compression_ratio is not None:
+            memory = row.harness_compression_ratio  # the harness's own, from the warm-ups in its process
         results.append(ModelResult(row, base, speedup, memory, method))
     return results
 
@@ -296,9 +300,11 @@ def summarize_run(results: Iterable[ModelResult], fixed: dict[str, str | None]) 
             summary.speedups_flagged += bool(res.flags())
         if res.memory_ratio is not None:
             summary.memory_ratios.append(res.memory_ratio)
-        if r.usable and r.compiles and r.compile_time_s is not None:
-            summary.compile_times.append(r.compile_time_s)
-            summary.compile_estimated |= bool(r.compile_time_estimated)
+        compile_time = r.harness_compilation_latency_s if r.harness_compilation_latency_s is not None else \
+            r.compile_time_s
+        if r.usable and r.compiles and compile_time is not None:
+            summary.compile_times.append(compile_time)
+            summary.compile_estimated |= bool(r.compile_time_estimated) and r.harness_compilation_latency_s is None
     return sorted(table.values(), key=lambda s: (s.suite, s.accelerator, s.test, s.precision,
                                                  not s.is_baseline, s.configuration))
 

@@ -22,6 +22,7 @@ from experiment_runner.core.matrix import (
     FREEZING_OPTIONS,
     Experiment,
     ExperimentConfig,
+    autocast_dtype,
     uses_cuda_graphs,
 )
 from experiment_runner.core.options import RunOptions
@@ -121,8 +122,7 @@ class ExperimentHarness:
 
             return xla_autocast(self.config)
         device_type = "cuda" if self.config.accelerator == "cuda" else "cpu"
-        dtype = torch.float16 if device_type == "cuda" else torch.bfloat16
-        return torch.autocast(device_type=device_type, dtype=dtype)
+        return torch.autocast(device_type=device_type, dtype=getattr(torch, str(autocast_dtype(self.config))))
 
     def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """torch.compile with the experiment's dynamo backend and compile options
@@ -353,6 +353,42 @@ class Sample:
     device_elapsed: float | None = None  # --pure-wall-time: the device's own clock, where it has one
 
 
+class WarmupProbe:
+    """One warm-up measured as PyTorch's harness's warmup() measures it (run_performance_test):
+    garbage collected first, the device's memory figure (DeviceRuntime.harness_memory) and, for a
+    compiled step, the dynamo counters' change across it (its get_dynamo_stats). The harness's
+    compilation_latency and memory columns are differences and ratios of two such warm-ups, the
+    eager one and the compiled one, so both are taken the same way. `block` is the result."""
+
+    def __init__(self, device: DeviceRuntime, dynamo_stats: bool) -> None:
+        self.device = device
+        self.dynamo_stats = dynamo_stats
+        self._before: dict[str, int] = {}
+        self.block: dict[str, Any] | None = None
+
+    def start(self) -> None:
+        import gc
+
+        gc.collect()
+        self.device.harness_memory_start()
+        if self.dynamo_stats:
+            from experiment_runner.child.instrument.dynamo import harness_dynamo_stats
+
+            self._before = harness_dynamo_stats()
+
+    def finish(self, iteration_times: list[float]) -> dict[str, Any]:
+        """The block for the record: the iterations, their summed time (latency_s), the memory
+        figure in bytes and how it was read, and the counters' change (dynamo_stats)."""
+        memory = self.device.harness_memory()
+        self.block = {"iterations": len(iteration_times), "latency_s": sum(iteration_times),
+                      "peak_memory_bytes": memory, "memory_method": self.device.harness_memory_method}
+        if self.dynamo_stats:
+            from experiment_runner.child.instrument.dynamo import harness_dynamo_stats, stats_delta
+
+            self.block["dynamo_stats"] = stats_delta(self._before, harness_dynamo_stats())
+        return self.block
+
+
 def run_sample(step: Callable[[], Any], device: DeviceRuntime, iterations: int,
                device_clock: bool = False, keep_first: Callable[[Any], Any] | None = None) -> Sample:
     """`iterations` iterations on the clock, the device synchronized before and after.
@@ -400,7 +436,8 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
                     on_repeat: Callable[[int, Any], None] | None = None,
                     training_state: TrainingState | None = None,
                     on_timing: Callable[[], None] | None = None,
-                    timings: dict[str, float] | None = None) -> dict[str, Any]:
+                    timings: dict[str, float] | None = None,
+                    warmup_probe: WarmupProbe | None = None) -> dict[str, Any]:
     """Warm-up apart, then `repeat` timed runs (samples) of `iterations_per_run` iterations.
 
     Without an explicit `iterations_per_run` the count is calibrated after warm-up (so
@@ -417,14 +454,19 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
     the last timed step are kept (copied out: kept_loss) to show it. The host's load during the timed runs is
     recorded beside them (`host_load`, `noisy_host`: see core/cpus.py). `on_timing()` runs once
     warm-up and calibration are over (the worker reports its phase). `timings` gets the seconds of
-    each part, on the wall clock around it: warmup_s, calibration_s and samples_s.
+    each part, on the wall clock around it: warmup_s, calibration_s and samples_s. `warmup_probe`
+    measures the warm-up as PyTorch's harness does (its block then holds the figures).
     """
     timings = {} if timings is None else timings
     started = perf_counter()
     warmup_time: list[float] = []
+    if warmup_probe is not None:
+        warmup_probe.start()
     for _ in range(options.warmup_iterations):
         device.reset_rng(options.seed)
         warmup_time.append(run_sample(step, device, 1).elapsed)
+    if warmup_probe is not None:
+        warmup_probe.finish(warmup_time)
 
     timings["warmup_s"] = perf_counter() - started
     started = perf_counter()

@@ -28,6 +28,7 @@ from experiment_runner.child.cpu_launch import (
 from experiment_runner.child.devices import DeviceRuntime, runtime_for
 from experiment_runner.child.harness import (
     ExperimentHarness,
+    WarmupProbe,
     apply_denormal_mode,
     apply_matmul_precision,
     reusable_timed_step,
@@ -149,9 +150,10 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
         t0 = time.perf_counter()
         write_phase(task, "warm-up")
         pairs = paired.applies(harness)
+        probe = WarmupProbe(device, dynamo_stats=True) if pairs else None
         if pairs:
             with phase(timings, "baseline_first_warmup_s"):  # before anything compiles, as PyTorch's harness
-                paired.warm_eager_first(harness, model, device, task.options)
+                eager_warmup = paired.warm_eager_first(harness, model, device, task.options)
         with phase(timings, "build_step_s"):  # torch.compile's wrapper: the first one imports dynamo
             step = harness.make_step(model)
             instrumentation = Instrumentation(task, device)
@@ -159,7 +161,9 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
                                                       on_repeat=instrumentation.after_repeat,
                                                       training_state=model.training_state,
                                                       on_timing=lambda: write_phase(task, "timing"),
-                                                      timings=timings)
+                                                      timings=timings, warmup_probe=probe)
+        if probe is not None:
+            metrics["harness_warmup"] = {"eager": eager_warmup, "compiled": probe.block}
         result["iterations_per_run"] = metrics.pop("iterations_per_run")
         result["iterations_per_run_calibrated"] = metrics.pop("iterations_per_run_calibrated")
         # The profiling pass repeats the timed runs' shape, calibrated count included.

@@ -49,7 +49,8 @@ from time import perf_counter
 from typing import Any, Callable
 
 from experiment_runner.child.devices import DeviceRuntime
-from experiment_runner.child.harness import ExperimentHarness, run_sample
+from experiment_runner.child.harness import ExperimentHarness, WarmupProbe, run_sample
+from experiment_runner.core import dashboards
 from experiment_runner.core.cpus import HostLoadSample
 from experiment_runner.core.options import PAIRED_METHODS, RunOptions
 from experiment_runner.core.stats import PairsRule, paired_speedup, relative_half_width
@@ -62,8 +63,10 @@ from benchmark_models import BenchmarkModel
 # with copies of its last row. main() passes the batch to timed() only with --dynamic-batch-only.
 # Source: pytorch/benchmark userbenchmark/dynamo/dynamobench/common.py @ 0e83c440 (synced from
 # pytorch/pytorch benchmarks/dynamo) and torch/_dynamo/testing.py reset_rng_state.
-HARNESS_PAIRS = 30
-HARNESS_EAGER_WARMUP = 5  # run_performance_test's warmup(..., niters=5), on copy.deepcopy(model), before it compiles
+HARNESS_PAIRS = dashboards.HARNESS_PAIRS
+# run_performance_test's warmup(..., niters=5): eager on copy.deepcopy(model) before it compiles,
+# then the compiled step (its compile included) with the same count.
+HARNESS_EAGER_WARMUP = 5
 HARNESS_BATCH = {"low": 0.8, "high": 1.2, "minimum": 2, "seed": 1337, "compile_options": "dynamic",
                  "source": "pytorch/benchmark userbenchmark/dynamo/dynamobench/common.py @ 0e83c440, timed()"}
 
@@ -97,12 +100,13 @@ class BaselineCopyFailed(RuntimeError):
 
 
 def warm_eager_first(harness: ExperimentHarness, model: BenchmarkModel, device: DeviceRuntime,
-                     options: RunOptions) -> None:
+                     options: RunOptions) -> dict[str, Any]:
     """The baseline's first warm-up, before anything compiles: eager iterations on a deep copy of
     the module (its parameters, buffers and optimizer state are the copy's, so the timed model is
     untouched), then the copy is dropped, as PyTorch's harness does (run_performance_test's
     warmup(..., copy.deepcopy(model), ...) under set_stance("force_eager")). Why: the allocator's
-    state the pairs' eager samples start from (the module docstring)."""
+    state the pairs' eager samples start from (the module docstring). Measured as the harness
+    measures its eager warm-up (WarmupProbe): the block for measurements.harness_warmup.eager."""
     try:
         module = copy.deepcopy(model.module)
     except Exception as exc:
@@ -110,19 +114,30 @@ def warm_eager_first(harness: ExperimentHarness, model: BenchmarkModel, device: 
                                  f"(copy.deepcopy, as PyTorch's harness copies it): {type(exc).__name__}: {exc}") from exc
     twin = replace(model, module=module, training_state=None)
     step = harness.make_step(twin, compiled=False)
+    probe = WarmupProbe(device, dynamo_stats=False)
+    probe.start()
+    times = []
     for _ in range(first_warmup_iterations(options)):
         device.reset_rng(options.seed)
-        run_sample(step, device, 1)
+        times.append(run_sample(step, device, 1).elapsed)
+    block = probe.finish(times)  # while the copy still lives, as in the harness's warmup()
     del step, twin
     gc.collect()
+    return block
 
 
 def timing_options(options: RunOptions, pairs: bool) -> RunOptions:
-    """The options of the compiled step's own samples. When its pairs give its per_iter_time (no
+    """The options of the compiled step's own samples. Under harness its warm-up is the harness's
+    five iterations, the eager warm-up's count, so that compilation_latency (their difference)
+    holds the compile and not a difference of counts. When its pairs give its per_iter_time (no
     --isolated-samples) one sample is left, for the timed peak memory, the training losses and
     the per-repeat artifacts; under harness, whose pairs time one iteration each, it is one
     iteration too, so no calibration is spent on it."""
-    if not pairs or options.isolated_samples:
+    if not pairs:
+        return options
+    if options.speedup == "harness":
+        options = replace(options, warmup_iterations=HARNESS_EAGER_WARMUP)
+    if options.isolated_samples:
         return options
     iterations = 1 if options.speedup == "harness" else options.iterations_per_run
     return replace(options, repeat=1, iterations_per_run=iterations)

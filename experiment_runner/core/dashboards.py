@@ -29,6 +29,11 @@ DATA_FILE = "dashboards.json"
 HARNESS_RECIPE = "dynamo_harness"
 # How the dashboard's performance job measures a speedup (--speedup): the harness's own way.
 SPEEDUP = "harness"
+# The pairs it times: a fixed 30, common.py's --repeat default (pytorch/pytorch
+# benchmarks/dynamo/common.py @ 00391a7e, speedup_experiment's args.repeat loop).
+HARNESS_PAIRS = 30
+# dashboard_overrides.pairs of a sequential pair rule (--adaptive-pairs).
+ADAPTIVE_PAIRS = "adaptive"
 # The expected files' word for each test.
 MODES = {"eval": "inference", "train": "training"}
 # Which dashboard a configuration feeds: its accuracy jobs (gated by expected files) or its
@@ -170,12 +175,14 @@ def accuracy_batch_size(suite: str) -> int | None:
 
 
 def overrides(name: str, suite: str, accelerator: str, verify: bool, batch_size: int | None,
-              speedup: str, planned_batch_size: int | None = None) -> dict[str, Any]:
+              speedup: str, planned_batch_size: int | None = None,
+              pairs: int | str = HARNESS_PAIRS) -> dict[str, Any]:
     """How an experiment of a dashboard configuration ran unlike its CI job: each setting that
     differs, with the value used ({} when it ran as the job runs it). The record keeps it, so a
     reader can tell a job's figure from one taken otherwise (record.experiment.dashboard_overrides).
     `batch_size` is the one it ran at; `planned_batch_size` the one planned (None: the model's own,
-    which a performance job takes)."""
+    which a performance job takes). `pairs` is the pair rule the speedup was timed with: a fixed
+    count, or ADAPTIVE_PAIRS (--adaptive-pairs); the job's is a fixed HARNESS_PAIRS."""
     job = dashboards()[name]
     found: dict[str, Any] = {}
     if accelerator != job.accelerator:
@@ -189,4 +196,6 @@ def overrides(name: str, suite: str, accelerator: str, verify: bool, batch_size:
         found["batch_size"] = batch_size
     if speedup != SPEEDUP:
         found["speedup"] = speedup
+    if speedup != "isolated" and pairs != HARNESS_PAIRS:
+        found["pairs"] = pairs
     return found

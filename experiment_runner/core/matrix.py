@@ -319,6 +319,15 @@ def invalid_reason(config: ExperimentConfig, caps: HostCapabilities) -> str | No
     return compile_options_invalid_reason(config)
 
 
+def autocast_dtype(config: "ExperimentConfig") -> str | None:
+    """The dtype --precision=amp autocasts to, as the record names it: float16 on CUDA (PyTorch's
+    CUDA jobs' and PyTorch/XLA's XLA:CUDA), bfloat16 elsewhere (the CPU jobs', TPU's); None
+    without amp. One place, so the step and its record cannot disagree."""
+    if config.precision != "amp":
+        return None
+    return "float16" if config.accelerator == "cuda" else "bfloat16"
+
+
 def uses_cuda_graphs(config: ExperimentConfig) -> bool:
     """Inductor on CUDA runs CUDA graphs unless the compile options leave them out: the
     reference runner turns them on for inductor on CUDA, reduce-overhead and max-autotune too,

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 from experiment_runner.core import dashboards
 from experiment_runner.core.logs import last_words
-from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS, Experiment, uses_cuda_graphs
+from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS, Experiment, autocast_dtype, uses_cuda_graphs
 from experiment_runner.core.options import RunOptions
 from experiment_runner.core.protocol import read_phase
 from experiment_runner.core.record_schema import SCHEMA_VERSION
@@ -284,6 +284,7 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
             "test": config.test,
             "batch_size": result.get("batch_size", config.batch_size),
             "precision": result.get("precision", config.precision),
+            "autocast_dtype": autocast_dtype(config),
             # Train only: whose step it is, how it computes its loss and which optimizer steps it.
             "training_recipe": config.training_recipe if config.test == "train" else None,
             "loss": result.get("loss"),
@@ -300,7 +301,9 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
             "dashboard": config.dashboard,
             "dashboard_overrides": None if config.dashboard is None else dashboards.overrides(
                 config.dashboard, exp.suite_name, config.accelerator, ctx.options.verify,
-                result.get("batch_size", config.batch_size), ctx.options.speedup, config.batch_size),
+                result.get("batch_size", config.batch_size), ctx.options.speedup, config.batch_size,
+                dashboards.ADAPTIVE_PAIRS if ctx.options.pairs_adaptive
+                else max(ctx.options.repeat, dashboards.HARNESS_PAIRS)),
         },
         "process": {"index": process_index, "count": ctx.processes},
         "repeat": ctx.options.repeat,

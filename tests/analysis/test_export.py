@@ -284,3 +284,35 @@ def test_the_runners_cpu_info_is_the_processors_model_name(tmp_path: Path, envir
     assert cli_main(["export", str(results), "--format", "pytorch-benchmark", "-o", str(out)]) == 0
     exported = [json.loads(line) for line in out.read_text().splitlines()]
     assert exported and {r["runners"][0]["cpu_info"] for r in exported} == {cpu_info}
+
+
+@pytest.mark.parametrize(("accelerator", "scale"), [("cpu", 100), ("cuda", 1)])
+def test_the_harness_warmups_give_its_memory_compile_and_dynamo_columns(tmp_path: Path, accelerator: str,
+                                                                          scale: int) -> None:
+    """A record with the warm-ups measured as the harness measures them (measurements.harness_warmup)
+    exports its figures: memory in its unit (100 x the resident set in GB on the CPU, psutil's
+    memory_percent() times the RAM; device GB on CUDA), their ratio, the compiled warm-up's time less
+    the eager one's, and the counters' change over the compiled warm-up, calls captured included."""
+    records = [json.loads(line) for line in RESULTS.read_text().splitlines()]
+    nanogpt = [r for r in records if r["model"]["model_name"] == "nanogpt" and r["experiment"]["dynamo"] == "inductor"
+               and r["experiment"]["precision"] == "fp32" and r["experiment"]["test"] == "eval"][-1]
+    stats = {"calls_captured": 545, "unique_graphs": 1, "fallbacks_to_eager": 0, "graph_breaks": 0,
+             "unique_graph_breaks": 0, "autograd_captures": 0, "autograd_compiles": 0, "cudagraph_skips": 2}
+    nanogpt["measurements"]["harness_warmup"] = {
+        "eager": {"iterations": 5, "latency_s": 0.5, "peak_memory_bytes": 2_508_668_930},
+        "compiled": {"iterations": 5, "latency_s": 39.0, "peak_memory_bytes": 2_715_369_470, "dynamo_stats": stats}}
+    for record in records:
+        record["experiment"]["accelerator"] = accelerator
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "csv"
+    assert cli_main(["export", str(results), "--format", "dynamo-csv", "-o", str(out)]) == 0
+    import pandas as pd
+
+    table = pd.read_csv(out / f"inductor_torchbench_float32_inference_{accelerator}_performance.csv")
+    row = table[table["name"] == "nanogpt"].iloc[0]
+    assert row["eager_peak_mem"] == pytest.approx(2.508669 * scale, rel=1e-6)
+    assert row["dynamo_peak_mem"] == pytest.approx(2.715369 * scale, rel=1e-6)
+    assert row["compression_ratio"] == pytest.approx(2_508_668_930 / 2_715_369_470, rel=1e-6)
+    assert row["compilation_latency"] == pytest.approx(38.5)
+    assert {column: int(row[column]) for column in stats} == stats

@@ -32,6 +32,13 @@ def test_a_dashboard_run_alone_gives_a_verdict_graph_breaks_and_the_harness_spee
     assert measured["graph_breaks"]["harness_count"] == 0
     paired = measured["paired"]
     assert paired["speedup"] > 0 and paired["pairs"] == 30 and paired["baseline_batch_size"] == 4
+    # The harness's warm-ups: five each, memory read as its warmup() reads it on the CPU, and the
+    # counters' change over the compiled one: every call dynamo captured, as its own counters say.
+    warmups = measured["harness_warmup"]
+    assert warmups["eager"]["iterations"] == warmups["compiled"]["iterations"] == 5
+    assert warmups["eager"]["peak_memory_bytes"] > 0 and warmups["compiled"]["peak_memory_bytes"] > 0
+    stats = warmups["compiled"]["dynamo_stats"]
+    assert stats["calls_captured"] == measured["graph_breaks"]["calls_captured"] > stats["unique_graphs"] == 1
 
     from experiment_runner.cli import main as cli_main
 
@@ -39,12 +46,19 @@ def test_a_dashboard_run_alone_gives_a_verdict_graph_breaks_and_the_harness_spee
     capsys.readouterr()
     assert cli_main(["report", results, "--format", "json"]) == 0
     (summary,) = json.loads(capsys.readouterr().out)["summary"]
-    assert (summary["speedup_models"], summary["speedup_paired"]) == (1, 1)  # not "no baseline"
+    assert (summary["speedup_models"], summary["speedup_harness"]) == (1, 1)  # not "no baseline"
+    # The HUD's compression ratio and compile latency, from the harness's warm-ups in the run's own process.
+    ratio = warmups["eager"]["peak_memory_bytes"] / warmups["compiled"]["peak_memory_bytes"]
+    assert summary["compression_ratio_mean"] == pytest.approx(ratio) and summary["memory_models"] == 1
+    assert summary["compile_time_mean_s"] == pytest.approx(
+        warmups["compiled"]["latency_s"] - warmups["eager"]["latency_s"])
     out = tmp_path / "csv"
     assert cli_main(["export", results, "--format", "dynamo-csv", "-o", str(out)]) == 0
     (row,) = [line.split(",") for line in
               (out / "inductor_torchbench_float32_inference_cpu_performance.csv").read_text().splitlines()[1:]]
     assert (row[1], row[2], float(row[3])) == ("tiny_mlp", "4", pytest.approx(paired["speedup"], rel=1e-5))
+    assert all(float(value) > 0 for value in row[6:9])  # compression_ratio, eager_peak_mem, dynamo_peak_mem
+    assert int(row[9]) == stats["calls_captured"]
     accuracy = (out / "cpu_inductor_torchbench" / "inference_torchbench.csv").read_text().splitlines()
     assert accuracy[1].split(",")[1:4] == ["tiny_mlp", "4", "pass"]
     capsys.readouterr()

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from experiment_runner.child.devices import DeviceRuntime
+from experiment_runner.child.devices.cpu import resident_bytes
 from experiment_runner.child.devices.cuda import CudaRuntime
-from experiment_runner.child.harness import time_iterations
+from experiment_runner.child.harness import WarmupProbe, time_iterations
 from experiment_runner.child.instrument import cachebench
 from experiment_runner.child.instrument.dynamo import (
     compile_time_metrics,
@@ -116,7 +117,8 @@ def test_dynamo_accounting_counters_and_graph_breaks_from_a_real_compile(fresh_d
 
 def test_no_dynamo_compile_summary_when_nothing_compiled(fresh_dynamo):
     assert dynamo_compile_summary() is None
-    assert summarize_graph_breaks(dynamo_counters()) == {"total": 0, "unique_graphs": 0, "reasons": []}
+    assert summarize_graph_breaks(dynamo_counters()) == {"total": 0, "unique_graphs": 0, "calls_captured": 0,
+                                                        "reasons": []}
 
 
 # --- peak memory ---------------------------------------------------------------------------------
@@ -166,6 +168,9 @@ class FakeCuda:
     def max_memory_allocated(self):
         return self.peak
 
+    def empty_cache(self):
+        self.calls.append("empty_cache")
+
     def max_memory_reserved(self):
         return self.peak * 2
 
@@ -185,6 +190,80 @@ def test_cuda_peak_memory_is_reset_after_warmup_and_read_over_timed_runs():
     assert fake.calls.count("sync") == 2 * 2 + 1 + 2 * 3, "clock start and stop synchronized on every run"
     assert runtime.accelerator_model() == "Fake H200"
     assert runtime.profiler_activities() == [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+
+
+def test_the_harness_warmup_reads_cuda_memory_as_the_harness_does():
+    """The harness's warmup() on CUDA: peak statistics reset, then the cache emptied, before the
+    warm-up; max_memory_allocated() after it (its get_peak_memory), compile included."""
+    fake = FakeCuda()
+    runtime = CudaRuntime(config(accelerator="cuda"), cuda=fake)
+    sizes = iter([3 * 10**9, 10**9, 10**9] + [5 * 10**6])  # the first (compiling) iteration takes the most
+    probe = WarmupProbe(runtime, dynamo_stats=False)
+    time_iterations(lambda: fake.allocate(next(sizes)), runtime,
+                    RunOptions(repeat=1, warmup_iterations=3, iterations_per_run=1), warmup_probe=probe)
+    assert fake.calls[:3] == ["sync", "reset", "empty_cache"]
+    assert probe.block is not None
+    assert (probe.block["iterations"], probe.block["peak_memory_bytes"]) == (3, 3 * 10**9)
+
+
+def test_the_harness_warmup_reads_the_cpu_resident_set_after_it_not_a_peak():
+    """On the CPU the harness reads psutil's memory_percent() x RAM after its warm-up: the resident
+    set then. A step that keeps 64 MiB raises it by that much; one that frees its 64 MiB (a block
+    that size is mmapped and unmapped) leaves it where it was."""
+    kept: list[torch.Tensor] = []
+    size = 64 * 2**20
+    runtime = DeviceRuntime(config())
+    options = RunOptions(repeat=1, warmup_iterations=1, iterations_per_run=1)
+
+    def level_after(step) -> int:
+        probe = WarmupProbe(runtime, dynamo_stats=False)
+        before = resident_bytes()
+        time_iterations(step, runtime, options, warmup_probe=probe)
+        return probe.block["peak_memory_bytes"] - before
+
+    assert level_after(lambda: kept.append(torch.ones(size // 4))) >= 0.95 * size
+    assert level_after(lambda: torch.ones(size // 4).sum()) < 0.5 * size
+    assert psutil_resident() == pytest.approx(resident_bytes(), rel=0.05)
+
+
+def psutil_resident() -> int:
+    """psutil's resident set, what the harness's memory_percent() divides by the RAM."""
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+def test_calls_captured_is_dynamos_count_of_the_calls_in_its_graphs():
+    """The harness's calls_captured and unique_graphs, from a compiled warm-up: the calls dynamo put
+    into graphs (counted here from the graphs a backend received) and the graphs, across a break."""
+    graphs: list[torch.fx.GraphModule] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list) -> torch.fx.GraphModule:
+        graphs.append(gm)
+        return gm
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        y = module(x).relu() * 2
+        torch._dynamo.graph_break()
+        return (y.sum(dim=1) + x.mean()).tanh()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(forward, backend=backend)
+    x = torch.randn(4, 8)
+    probe = WarmupProbe(DeviceRuntime(config()), dynamo_stats=True)
+    time_iterations(lambda: compiled(x), DeviceRuntime(config()),
+                    RunOptions(repeat=1, warmup_iterations=3, iterations_per_run=1), warmup_probe=probe)
+    calls = sum(1 for gm in graphs for node in gm.graph.nodes
+                if node.op in ("call_function", "call_method", "call_module"))
+    stats = probe.block["dynamo_stats"]
+    assert (stats["unique_graphs"], stats["graph_breaks"], stats["unique_graph_breaks"]) == (len(graphs), 1, 1) == (
+        2, 1, 1)
+    assert stats["calls_captured"] == calls > stats["unique_graphs"]
+    assert stats["fallbacks_to_eager"] == stats["autograd_captures"] == stats["cudagraph_skips"] == 0
+    torch._dynamo.reset()
 
 
 class FakeEvent:

@@ -270,3 +270,30 @@ def test_the_performance_modes_compile_options_are_inductors_and_leave_cuda_grap
     assert invalid_reason(on("cpp-wrapper", dynamo="aot_eager"), WITH_CUDA) == (
         "compile options 'cpp-wrapper' are inductor's; dynamo=aot_eager does not take them")
     assert invalid_reason(on("cpp-wrapper", test="train"), WITH_CUDA) is None
+
+
+def test_a_changed_pair_rule_and_the_autocast_dtype_are_in_the_record(tmp_path):
+    """--adaptive-pairs under --dashboard, or more pairs than the job's 30, is a departure from the
+    job's speedup (dashboard_overrides.pairs); an amp record names the dtype it autocast to."""
+    from experiment_runner.core.matrix import Experiment
+    from experiment_runner.core.options import RunOptions
+    from experiment_runner.core.record import ChildOutcome, RecordContext, build_record
+    from experiment_runner.core.record_schema import validate_record
+
+    def experiment(options: RunOptions, accelerator: str = "cpu", precision: str = "fp32") -> dict:
+        config = ExperimentConfig(accelerator=accelerator, xla=None, xla_flags=None, dynamo="inductor", test="eval",
+                                  precision=precision, batch_size=4)
+        ctx = RecordContext(run_id="r", fingerprint="0123456789ab", options=options, output_dir=tmp_path)
+        result = {"status": "ok", "metrics": {"per_iter_time": [0.01]}, "batch_size": 4}
+        record = build_record(ctx, Experiment("torchbench", "tiny", config), ChildOutcome(result, 0))
+        validate_record(record)
+        return record["experiment"]
+
+    harness = RunOptions(verify=True, speedup="harness")
+    assert experiment(dataclasses.replace(harness, adaptive_pairs=True))["dashboard_overrides"] == {"pairs": "adaptive"}
+    assert experiment(dataclasses.replace(harness, repeat=50))["dashboard_overrides"] == {"pairs": 50}
+    assert experiment(dataclasses.replace(harness, adaptive_pairs=False))["dashboard_overrides"] == {}
+    assert experiment(dataclasses.replace(harness, speedup="isolated"))["dashboard_overrides"] == {"speedup": "isolated"}
+    assert experiment(harness)["autocast_dtype"] is None
+    assert experiment(harness, precision="amp")["autocast_dtype"] == "bfloat16"
+    assert experiment(harness, accelerator="cuda", precision="amp")["autocast_dtype"] == "float16"

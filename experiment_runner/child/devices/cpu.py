@@ -21,6 +21,18 @@ if TYPE_CHECKING:
     from verifier.subject import DeviceMemory
 
 
+def resident_bytes() -> int | None:
+    """This process's resident set now (/proc/self/statm's second field, in pages): what psutil's
+    memory_info().rss, and so its memory_percent(), read on Linux. None where there is no /proc."""
+    import os
+
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
 def _ru_maxrss_bytes() -> int:
     """This process's resident peak (ru_maxrss is in KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -125,6 +137,19 @@ class DeviceRuntime:
         """The memory of the device the runs live on apart from the host's: none here (the
         verifier plans host memory from /proc and the cgroups)."""
         return None
+
+    # How harness_memory reads this device, for the record.
+    harness_memory_method = "resident set after the warm-up (the harness's psutil memory_percent() x RAM on the CPU)"
+
+    def harness_memory_start(self) -> None:
+        """Before a warm-up measured as PyTorch's harness measures it: nothing to reset on the
+        CPU, where the harness reads the memory held after the warm-up, not a peak."""
+
+    def harness_memory(self) -> int | None:
+        """The bytes PyTorch's harness takes as a warm-up's peak memory here: on the CPU the
+        resident set right after it (its warmup() reads psutil's memory_percent() of the RAM),
+        a level, not a high-water mark."""
+        return resident_bytes()
 
     def lifetime_peak_memory(self) -> dict[str, int]:
         """`lifetime_peak_rss_bytes`: the child's resident peak over its whole life (interpreter,

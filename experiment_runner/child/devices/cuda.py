@@ -73,6 +73,19 @@ class CudaRuntime(DeviceRuntime):
             "peak_reserved_bytes": int(self.cuda.max_memory_reserved()),
         }
 
+    harness_memory_method = "torch.cuda.max_memory_allocated() over the warm-up (the harness's get_peak_memory)"
+
+    def harness_memory_start(self) -> None:
+        """As the harness's warmup() starts on CUDA: the peak statistics reset, then the
+        allocator's cache emptied."""
+        self.cuda.synchronize()
+        self.cuda.reset_peak_memory_stats()
+        self.cuda.empty_cache()
+
+    def harness_memory(self) -> int | None:
+        """The allocator's peak since harness_memory_start (the harness's get_peak_memory)."""
+        return int(self.cuda.max_memory_allocated())
+
     def device_memory(self) -> DeviceMemory:
         """This GPU's memory as the verifier plans it: what the process's tensors take now, and what
         it can still take, the driver's free memory (torch.cuda.mem_get_info) and the caching

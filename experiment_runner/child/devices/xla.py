@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from experiment_runner.child.devices.cpu import DeviceRuntime
-from experiment_runner.core.matrix import ExperimentConfig
+from experiment_runner.core.matrix import ExperimentConfig, autocast_dtype
 from experiment_runner.core.options import RunOptions
 from experiment_runner.core.xla_dumps import HLO_DIRNAME, METRICS_FILENAME, ir_dump_base
 
@@ -39,8 +39,7 @@ def xla_autocast(config: ExperimentConfig) -> contextlib.AbstractContextManager:
     """
     import torch
 
-    dtype = torch.float16 if config.accelerator == "cuda" else torch.bfloat16
-    return torch.autocast(device_type="xla", dtype=dtype)
+    return torch.autocast(device_type="xla", dtype=getattr(torch, str(autocast_dtype(config))))
 
 
 class XlaRuntime(DeviceRuntime):

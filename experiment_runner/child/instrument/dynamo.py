@@ -21,6 +21,18 @@ _DYNAMO_COUNT_FIELDS = (
     "num_graph_breaks",
 )
 GRAPH_BREAK_REASON_CHARS = 300
+# The dynamo counters PyTorch's harness writes in its CSVs, in its column order, each as the
+# (group, key) of torch._dynamo.utils.counters it reads; fallbacks_to_eager, graph_breaks and
+# unique_graph_breaks are derived (see harness_dynamo_stats).
+HARNESS_DYNAMO_STATS: dict[str, Any] = {
+    "source": "pytorch/pytorch benchmarks/dynamo/common.py @ 00391a7e1220ab2272e156b0ceb036f74f0b5f94, get_dynamo_stats",
+    "columns": ["calls_captured", "unique_graphs", "fallbacks_to_eager", "graph_breaks", "unique_graph_breaks",
+                "autograd_captures", "autograd_compiles", "cudagraph_skips"],
+    "counters": {"calls_captured": ["stats", "calls_captured"], "unique_graphs": ["stats", "unique_graphs"],
+                 "autograd_captures": ["compiled_autograd", "captures"],
+                 "autograd_compiles": ["compiled_autograd", "compiles"],
+                 "cudagraph_skips": ["inductor", "cudagraph_skips"]},
+}
 
 
 def compile_time_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -71,6 +83,27 @@ def dynamo_counters() -> dict[str, dict[str, int | float | str]]:
     }
 
 
+def harness_dynamo_stats() -> dict[str, int]:
+    """The counters as the harness's get_dynamo_stats reads them, cumulative: the harness writes
+    the change over its compiled warm-up (performance) or its accuracy check, so callers subtract
+    a snapshot taken before (stats_delta). fallbacks_to_eager is frames seen minus frames
+    converted; graph_breaks sums the break reasons' counts; unique_graph_breaks counts the reasons
+    with a nonzero count."""
+    from torch._dynamo.utils import counters
+
+    stats = {column: int(counters[group][key]) for column, (group, key) in HARNESS_DYNAMO_STATS["counters"].items()}
+    stats["fallbacks_to_eager"] = int(counters["frames"]["total"] - counters["frames"]["ok"])
+    stats["graph_breaks"] = int(sum(counters["graph_break"].values()))
+    stats["unique_graph_breaks"] = sum(1 for count in counters["graph_break"].values() if count > 0)
+    return {column: stats[column] for column in HARNESS_DYNAMO_STATS["columns"]}
+
+
+def stats_delta(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
+    """What each harness column gained between two harness_dynamo_stats snapshots (the harness's
+    Counter.subtract: unique_graph_breaks too is a difference of counts, not of sets)."""
+    return {column: after[column] - before.get(column, 0) for column in after}
+
+
 def counters_delta(before: Mapping[str, Mapping[str, Any]],
                    after: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
     """What changed between two counter snapshots (numeric entries only, zero changes left out)."""
@@ -104,6 +137,7 @@ def summarize_graph_breaks(counters: Mapping[str, Mapping[str, Any]]) -> dict[st
     return {
         "total": sum(e["count"] for e in reasons),
         "unique_graphs": stats.get("unique_graphs", 0),
+        "calls_captured": stats.get("calls_captured", 0),
         "reasons": reasons,
     }
 
