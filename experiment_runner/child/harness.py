@@ -168,35 +168,41 @@ class ExperimentHarness:
             target = self.compile(module) if compiling and self.options.compile_scope == "model" else module
         args, kwargs = model.args, model.kwargs
 
+        whole_step = compiling and not aot and self.options.compile_scope == "step"
         if self.config.test == "eval":
             module.eval()
 
-            def eval_step() -> Any:
-                with torch.no_grad(), self.autocast(precision):
+            def forward() -> Any:
+                with self.autocast(precision):
                     return model.run_forward(target, args, kwargs)
 
-            step = eval_step
-        else:
-            module.train(mode=not checking or model.recipe.checked_in_train_mode)
-            optimizer = model.optimizer(module.parameters())
-            model.training_state = TrainingState(module, optimizer)
-            zero_grad = module.zero_grad if optimizer is None else optimizer.zero_grad
-            inputs = torch_clone_inputs() if model.recipe.clone_inputs else (lambda value: value)
+            # no_grad around the compiled forward, as the harness turns it on around its forward_pass:
+            # inside, dynamo would capture the two grad-mode switches as calls of the graph.
+            inner = self.compile(forward) if whole_step else forward
 
-            def train_step() -> Any:
-                zero_grad(set_to_none=True)
-                with self.autocast(precision):
-                    output = model.run_forward(target, inputs(args), inputs(kwargs))
-                    loss = model.compute_loss(output)
-                loss.backward()
-                if optimizer is not None:
-                    optimizer.step()
-                return (loss, output) if full_output else loss
+            def eval_step() -> Any:
+                with torch.no_grad():
+                    return inner()
 
-            step = train_step
-        if compiling and not aot and self.options.compile_scope == "step":
-            return self.compile(step)
-        return step
+            return eval_step
+
+        module.train(mode=not checking or model.recipe.checked_in_train_mode)
+        optimizer = model.optimizer(module.parameters())
+        model.training_state = TrainingState(module, optimizer)
+        zero_grad = module.zero_grad if optimizer is None else optimizer.zero_grad
+        inputs = torch_clone_inputs() if model.recipe.clone_inputs else (lambda value: value)
+
+        def train_step() -> Any:
+            zero_grad(set_to_none=True)
+            with self.autocast(precision):
+                output = model.run_forward(target, inputs(args), inputs(kwargs))
+                loss = model.compute_loss(output)
+            loss.backward()
+            if optimizer is not None:
+                optimizer.step()
+            return (loss, output) if full_output else loss
+
+        return self.compile(train_step) if whole_step else train_step
 
     def _keep_aot_package(self, package: "AotPackage") -> None:
         self.aot_package = package

@@ -522,8 +522,27 @@ def test_cli_compile_time_and_dynamo_accounting(inductor_record):
     # Dynamo's own accounting is part of the first iteration, and most of it.
     assert 0.5 * m["first_iter_time_s"] < dynamo["entire_frame_compile_time_s"] <= m["first_iter_time_s"]
     assert dynamo["inductor_compile_time_s"] <= dynamo["backend_compile_time_s"] <= dynamo["entire_frame_compile_time_s"]
-    assert m["graph_breaks"] == {"total": 0, "unique_graphs": 1, "reasons": []}
+    assert m["graph_breaks"] == {"total": 0, "unique_graphs": 1, "reasons": [],
+                                 "calls_captured": dummy_calls_captured()}
     assert "instrumentation_errors" not in m
+
+
+def dummy_calls_captured() -> int:
+    """Dynamo's own count of the calls it captures from the dummy model's forward under no_grad,
+    as the harness runs it (no_grad around the compiled forward, not inside it)."""
+    from torch._dynamo.utils import counters
+
+    from benchmark_models import LoadRequest, get_suite
+
+    model = get_suite("dummy").load(LoadRequest("dummy", "eval", "cpu", "cpu", "fp32"))
+    module = model.module.eval()
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.no_grad():
+        torch.compile(lambda: model.run_forward(module, model.args, model.kwargs), backend="eager")()
+    found = counters["stats"]["calls_captured"]
+    torch._dynamo.reset()
+    return found
 
 
 @pytest.mark.e2e
