@@ -283,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"{timeout.flag.help} (default: {timeout.default:g})")
     p.add_argument("--output-dirname", metavar="DIR",
                    help="the run's --output-dirname, which the records' artifact paths are relative to "
-                        "(default: the results file's folder)")
+                        "(default: the results file's folder, the real file's where it is given by a link)")
     return p
 
 
@@ -343,7 +343,8 @@ def main(argv: Sequence[str]) -> int:
         print(f"experiment_runner minify: error: {timeout.long} must be {timeout.flag.wanted}", file=sys.stderr)
         return EXIT_USAGE
     results = Path(args.results)
-    output_dir = Path(args.output_dirname) if args.output_dirname else results.parent
+    # Through a link, the artifacts are beside the results file itself.
+    output_dir = Path(args.output_dirname) if args.output_dirname else Path(os.path.realpath(results)).parent
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731 - one echo for every line
     try:
         chosen = select(readable(iter_numbered_records(results), results, say), args.experiment_id)

@@ -456,3 +456,25 @@ def test_the_answer_is_never_appended_to_what_is_no_regular_file(tmp_path: Path,
     with pytest.raises(OSError, match="not a regular file"):
         minify.append_answer(sidecar, b"{}\n")
     assert kind == "fifo" or (tmp_path / "elsewhere").read_text() == ""
+
+
+@pytest.mark.e2e
+def test_minify_through_a_linked_results_file_finds_the_artifacts_beside_the_real_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`minify elsewhere/results.jsonl`, a link to run/results.jsonl: the experiment's folder is
+    run/exp (it looked in elsewhere/exp, found no task, and answered "cannot read the
+    experiment's task"); the answer goes beside the real file, where readers through either look.
+    The minifier here is `false`: found, it exits 1 at once."""
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    experiment = Experiment("relu", "mlp", ExperimentConfig("cpu", None, None, "inductor", "eval", "fp32"))
+    Task(experiment, RunOptions(), str(run / "exp")).write()
+    (run / "results.jsonl").write_text(json.dumps(red_record("exp")) + "\n")
+    elsewhere.mkdir()
+    (elsewhere / "results.jsonl").symlink_to(run / "results.jsonl")
+    monkeypatch.setattr(sys, "executable", shutil.which("false"))
+    assert minify.main([str(elsewhere / "results.jsonl")]) == EXIT_OK
+    assert not (elsewhere / SIDECAR).exists()
+    [answer] = read_minified(run / SIDECAR).values()
+    assert answer["status"] == "failed" and answer["message"].startswith("the minifier's process exited 1"), answer
+    [joined] = join_minified([red_record("exp")], elsewhere / "results.jsonl")
+    assert joined["minified"] == answer
