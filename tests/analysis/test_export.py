@@ -138,6 +138,23 @@ def test_a_performance_csv_without_a_row_is_not_written_and_says_why(tmp_path: P
     assert (out / ACCURACY).read_text().count("\n") == 5  # the accuracy rows are still written
 
 
+def test_an_unknown_verification_code_is_the_reason_given_not_the_baseline(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Compiled experiments alone, with a code this reader does not know: it said "no eager
+    baseline", yet a baseline would not have given them a speedup."""
+    records = [json.loads(line) for line in RESULTS.read_text().splitlines()]
+    compiled = [{**r, "verification_code": "SOMETHING_NEWER"} for r in records if r["experiment"]["dynamo"] is not None]
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in compiled))
+    out = tmp_path / "csv"
+    assert cli_main(["export", str(results), "--format", "dynamo-csv", "-o", str(out)]) == 1
+    missing = out / "inductor_torchbench_float32_inference_cpu_performance.csv"
+    assert f"experiment_runner export: {missing} not written: none of its 4 experiment(s) has a speedup: " \
+           "SOMETHING_NEWER is no verification code this reader knows (a newer runner's?), so no verdict, and a " \
+           "timing without one is not exported: export with the runner that wrote them" \
+        in capsys.readouterr().err.splitlines()
+
+
 def test_check_expected_gates_on_status_and_graph_breaks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     expected = tmp_path / "expected.csv"
     group = ["--group", ACCURACY.removesuffix("_accuracy.csv")]
