@@ -478,3 +478,29 @@ def test_minify_through_a_linked_results_file_finds_the_artifacts_beside_the_rea
     assert answer["status"] == "failed" and answer["message"].startswith("the minifier's process exited 1"), answer
     [joined] = join_minified([red_record("exp")], elsewhere / "results.jsonl")
     assert joined["minified"] == answer
+
+
+@pytest.mark.e2e  # runs the script PyTorch generated in an interpreter of its own
+def test_a_cache_path_with_a_newline_and_a_quote_survives_the_generated_launcher(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyTorch pastes the environment into the launcher and repro it writes, unescaped: our cache
+    folder under an output folder named with a newline and a quote broke the launcher (a
+    SyntaxError: no_repro). The script PyTorch generates, quoted, sets the very path."""
+    import subprocess
+    import sys
+
+    from torch._dynamo.debug_utils import generate_env_vars_string
+
+    from experiment_runner.child.minify import quote_environment
+
+    cache = str(tmp_path / "night\n'1'" / "inductor_cache")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", cache)
+    script = tmp_path / "minifier_launcher.py"
+    script.write_text(generate_env_vars_string() + "\nprint(repr(os.environ['TORCHINDUCTOR_CACHE_DIR']))\n")
+    with pytest.raises(SyntaxError):
+        compile(script.read_text(), str(script), "exec")
+    quote_environment(script, os.environ)
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == repr(cache)
