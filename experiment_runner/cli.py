@@ -23,6 +23,7 @@ from typing import Any, NoReturn, Sequence
 from experiment_runner import __version__
 from experiment_runner.core import dashboards, matrix
 from experiment_runner.core.flags import Declared, declared
+from experiment_runner.core.minify import SIDECAR
 from experiment_runner.core.results import LOCK_SUFFIX, RecordWarning, ResultsFileError
 from experiment_runner.core.run_config import CONFIGS, GROUPS, MatrixConfig, RunConfig, SessionConfig
 from experiment_runner.errors import (
@@ -227,7 +228,8 @@ def check_dashboard_flags(m: MatrixConfig) -> None:
 def check_results_name(s: SessionConfig) -> None:
     """The results file is inside --output-dirname unless given as an absolute path, and never a
     file the runner derives from another results file's name: the lock beside it (`NAME.lock`,
-    truncated by every run into NAME) or a folder's run registry (`runs`). Checked on the real
+    truncated by every run into NAME), a folder's run registry (`runs`) or the minification
+    sidecar (minified.jsonl, appended to by minify). Checked on the real
     path, so a symlink does not hide it."""
     if not Path(s.output_basename).is_absolute() and ".." in Path(s.output_basename).parts:
         raise UsageError(f"--output-basename={s.output_basename} leads out of --output-dirname ({s.output_dirname}); "
@@ -240,6 +242,10 @@ def check_results_name(s: SessionConfig) -> None:
     if results.name == "runs":
         raise UsageError(f"--output-basename={s.output_basename} names the results file {results}, the run "
                          f"registry of any run into {results.parent}; name it otherwise")
+    if results.name == SIDECAR:
+        raise UsageError(f"--output-basename={s.output_basename} names the results file {results}, the "
+                         "minification answers of any results file beside it (minify and --minify append "
+                         "there); name it otherwise")
     if results.name.endswith(LOCK_SUFFIX):
         raise UsageError(f"--output-basename={s.output_basename} names the results file {results}, the lock of "
                          f"the results file {results.name[:-len(LOCK_SUFFIX)]} beside it, which every run into "

@@ -1,29 +1,34 @@
-"""Does the rest of a verification fit in memory? Planned after the eager runs, from what they took.
+"""Does the verification fit in memory? Planned twice: before its first run, from what the timed
+run took, and after the eager runs, from what they took.
 
 Verification holds several copies of a model's outputs at once (eager, the float64 reference,
 the experiment's) and runs the model once more in float64, where weights and activations take
 twice the bytes of float32 (four times bfloat16's). For a large-vocabulary language model at its
-dashboard batch that is many gigabytes, and an OOM kill loses the verdict and tells nothing. So
-the verifier measures the eager run's own growth of the process's resident memory, estimates
-the float64 run, the compiled run and the comparison from it and from the eager output's size,
-and compares the estimate with the memory this process can still take (the smallest of the host's
-MemAvailable, its cgroups' limits, v1 or v2, nested, and RLIMIT_AS): the float64 reference is left
-out when only it does not fit (its reason recorded), and the whole verification is
-VERIFIER_SKIPPED, with the estimate, when even the rest does not. Where the runs live on a GPU,
-its memory is a second budget, planned the same way from the eager run's peak allocation there
-and the memory the device has free; the record names the budget that decided (`decided_by`).
-"""
+dashboard batch that is many gigabytes, and an OOM kill loses the verdict and tells nothing. The
+eager pair alone (a run, its output's copy, and a second run beside the first's output) can be
+more than a cgroup leaves, so the first plan, before anything runs, estimates the whole
+verification from the record's timed peak (`TimedRun`: the timed run's growth of the resident
+memory, taken again by each run) and the output's size, and skips the verification when even
+its cheapest form does not fit. After the eager runs the verifier measures their own growth of
+the process's resident memory, estimates the float64 run, the compiled run and the comparison
+from it and from the eager output's size. Each plan is compared with the memory this process
+can still take (the smallest of the host's MemAvailable, its cgroups' limits, v1 or v2, nested,
+and RLIMIT_AS): the float64 reference is left out when only it does not fit (its reason
+recorded), and the whole verification is VERIFIER_SKIPPED, with the estimate, when even the rest
+does not. Where the runs live on a GPU, its memory is a second budget, planned the same way from
+the eager run's (or the timed run's) peak allocation there and the memory the device has free;
+the record names the budget that decided (`decided_by`)."""
 
 from __future__ import annotations
 
 import re
 import resource
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from experiment_runner.core.cgroups import memory_cgroups
-from verifier.subject import DeviceMemory
+from verifier.subject import DeviceMemory, TimedRun
 
 GIB = 1 << 30
 # Bytes per element of the experiment's floating-point data; amp keeps float32 weights.
@@ -158,16 +163,23 @@ class MemoryPlan:
 
 def plan(eager_output: Any, eager_run_bytes: int, precision: str,
          device: "tuple[int, DeviceMemory] | None" = None) -> MemoryPlan:
-    """The estimate, from the eager output (kept while the rest runs) and the eager run's growth
-    of the resident memory (its model copy, activations and output). After the compiled run its
-    result is held too (for training every gradient and parameter: a model's worth), beside the
-    float64 run and then beside the float64 output and one leaf's comparison temporaries.
+    """The estimate after the eager runs, from the eager output (kept while the rest runs) and the
+    eager run's growth of the resident memory (its model copy, activations and output); see
+    plan_leaves."""
+    return plan_leaves(float_leaves(eager_output), eager_run_bytes, precision, device)
+
+
+def plan_leaves(leaves: list[int], eager_run_bytes: int, precision: str,
+                device: "tuple[int, DeviceMemory] | None" = None) -> MemoryPlan:
+    """The estimate of what follows the eager pair, from the eager output's floating-point leaves
+    (element counts) and one eager run's growth of the resident memory. After the compiled run
+    its result is held too (for training every gradient and parameter: a model's worth), beside
+    the float64 run and then beside the float64 output and one leaf's comparison temporaries.
 
     `device`: the eager run's growth of the memory of the device the runs live on (a GPU's peak
     allocation over it) and that device's memory now. The outputs are compared on the host; the
     compiled run takes on the device what eager's took, the float64 run that scaled to 8 bytes an
     element."""
-    leaves = float_leaves(eager_output)
     size = _ELEMENT_BYTES.get(precision, 4)
     own = sum(leaves) * size
     out64 = sum(leaves) * 8
@@ -183,3 +195,45 @@ def plan(eager_output: Any, eager_run_bytes: int, precision: str,
     limit = available_bytes()
     return MemoryPlan(with_reference, without_reference, None if limit is None else limit.bytes,
                       None if limit is None else limit.source, on_device)
+
+
+def output_bytes(value: Any, precision: str) -> int:
+    """The bytes of a nested output's floating-point tensors in the experiment's precision."""
+    return float_elements(value) * _ELEMENT_BYTES.get(precision, 4)
+
+
+def plan_before_eager(timed: TimedRun, resident: int | None, held: int, precision: str,
+                      device: "DeviceMemory | None" = None) -> MemoryPlan:
+    """The whole verification, before its first run, beyond `resident` (this process's resident
+    memory now, `held` bytes of it the experiment's result, already run where the timed step
+    served): each run grows the resident memory as the timed run did above what stays (the
+    timed peak less what is resident now but the result) and copies its output once more
+    (snapshot); the second eager run runs beside the first's output, and the rest (plan_leaves)
+    beside it too. Where the timed peak or the resident memory is unknown, a run counts only its
+    output and its copy. On a device, each run takes what the timed run peaked at above
+    what is allocated there now."""
+    leaves = list(timed.output_leaves)
+    out = sum(leaves) * _ELEMENT_BYTES.get(precision, 4)
+    growth = out  # the output itself, at least
+    if timed.peak_rss_bytes is not None and resident is not None:
+        growth = max(out, timed.peak_rss_bytes - max(0, resident - held))
+    run = growth + out
+    eager_pair = run + out
+    on_device = None
+    if device is not None and timed.peak_allocated_bytes is not None:
+        on_device = (max(0, timed.peak_allocated_bytes - device.allocated), device)
+    rest = plan_leaves(leaves, run, precision, on_device)
+    return replace(rest, with_reference=max(eager_pair, out + rest.with_reference),
+                   without_reference=max(eager_pair, out + rest.without_reference))
+
+
+def timed_run(metrics: dict[str, Any], output_leaves: list[int], module: Any, test: str) -> TimedRun:
+    """What the record's `metrics` say the timed runs took, for plan_before_eager: their peaks,
+    and the leaves a verification run keeps: the timed output's (`output_leaves`), and in
+    training also every parameter twice (itself and its gradient) and every floating-point
+    buffer of `module` (run_once)."""
+    leaves = list(output_leaves)
+    if test == "train":
+        params = [p.numel() for p in module.parameters() if p.is_floating_point()]
+        leaves += params + params + [b.numel() for b in module.buffers() if b.is_floating_point()]
+    return TimedRun(metrics.get("timed_peak_rss_bytes"), tuple(leaves), metrics.get("peak_allocated_bytes"))

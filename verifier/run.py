@@ -4,6 +4,9 @@ Every run starts from the same RNG state and from a fresh copy of the model load
 same seed (or the timed step, whose model still holds what it was loaded with), so eager,
 float64 and the experiment see identical weights and inputs:
 
+0. the whole verification planned against the memory this process can still take, from what
+   the timed run took (verifier/memory.py): where even its cheapest form cannot fit, nothing runs
+   (VERIFIER_SKIPPED), as an OOM kill would lose the record's verdict;
 1. eager twice (natively, not on a lazy XLA device): if the two disagree at all, no comparison can be trusted
    (NONDETERMINISTIC_EAGER_RUN), unless the data lists the model as nondeterministic;
 2. the experiment itself (its dynamo backend, its precision): the very step that was timed where
@@ -237,6 +240,15 @@ def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Ve
         settings = compile_settings(harness)
         if settings is not None:
             base["inductor_config"] = settings
+    if harness.timed_run is not None:
+        gc.collect()
+        before = memory.plan_before_eager(harness.timed_run, memory.resident_bytes(),
+                                          memory.output_bytes(result, precision) if served else 0, precision,
+                                          reference.device.device_memory())
+        base["memory_before_eager"] = before.describe()
+        short = before.short_of(with_reference=False)
+        if short is not None:
+            return does_not_fit(base, "memory_before_eager", short)
     try:
         with phase(timings, "verify_eager_s"):
             gc.collect()
@@ -268,11 +280,7 @@ def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Ve
     base["memory"] = fits.describe()
     short = fits.short_of(with_reference=False)
     if short is not None:
-        base["memory"]["decided_by"] = short.available_from
-        return Verification("VERIFIER_SKIPPED", details={
-            **base, "reason": f"the verification would not fit in the memory available ({short.available_from}: "
-                              f"about {short.without_reference / memory.GIB:.1f} GiB more even without the "
-                              "float64 reference)"})
+        return does_not_fit(base, "memory", short)
     if not served:
         with phase(timings, "verify_compiled_s"), fresh_compile(settings):
             result = run_once(harness, precision, compiled=True)
@@ -290,6 +298,19 @@ def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Ve
             outcome = compare(eager, result, fp64, **rules)
     return Verification("PASS" if outcome.passed else "FAIL", method=outcome.method,
                         tolerance=policy.tolerance, details={**base, **outcome.details()})
+
+
+def does_not_fit(base: dict[str, Any], plan: str, short: memory.MemoryPlan) -> Verification:
+    """VERIFIER_SKIPPED for a verification that `short`, a budget of the plan in `base[plan]`
+    (memory_before_eager: the whole verification, planned from the timed run before any of it
+    ran; memory: the rest, after the eager runs), cannot hold even without the float64 reference."""
+    base[plan]["decided_by"] = short.available_from
+    what = ("the eager pair included, planned from the timed run before any verification run"
+            if plan == "memory_before_eager" else "planned after the eager runs")
+    return Verification("VERIFIER_SKIPPED", details={
+        **base, "reason": f"the verification would not fit in the memory available ({short.available_from}: "
+                          f"about {short.without_reference / memory.GIB:.1f} GiB more even without the "
+                          f"float64 reference; {what})"})
 
 
 def float64_reference(reference: Subject, fits: memory.MemoryPlan, base: dict[str, Any],

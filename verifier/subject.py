@@ -30,6 +30,19 @@ class DeviceMemory:
     source: str
 
 
+@dataclass(frozen=True)
+class TimedRun:
+    """What the timed runs took, as the record has it, so the verification can be planned before
+    its first run (verifier/memory.py plan_before_eager): the resident high-water mark
+    (`timed_peak_rss_bytes`, None where the kernel cannot tell), the device's peak allocation
+    (`peak_allocated_bytes`, None on the host) and the element counts of the floating-point tensors
+    a verification run keeps (the output; in training also the gradients, parameters and buffers)."""
+
+    peak_rss_bytes: int | None
+    output_leaves: tuple[int, ...]
+    peak_allocated_bytes: int | None = None
+
+
 class Device(Protocol):
     """The device a subject runs on: where tensors live, its RNG, and how one iteration runs."""
 
@@ -79,6 +92,8 @@ class Subject(Protocol):
     # run a fresh copy; the verifier sets it to None once it has run it.
     timed_step: Callable[[], Any] | None
     fresh_copy_reason: str | None
+    # What the timed runs took (None where nothing was timed): the plan before the eager runs.
+    timed_run: TimedRun | None
 
     def load(self, precision: str | None = None) -> "BenchmarkModel":
         """A fresh copy of the model, seeded, cast to `precision`."""

@@ -166,7 +166,7 @@ def changes(actual: dict[str, dict[str, str]], expected: dict[str, dict[str, str
 
 SHIPPED = Path(__file__).parent / "data" / "ci_expected_accuracy"
 # PyTorch's expected files are named <TEST_CONFIG>_<inference|training>.csv, TEST_CONFIG <configuration>_<suite>.
-PYTORCH_FILE = re.compile(r"(?P<test_config>.+_(?:torchbench|huggingface|timm))_(?P<mode>inference|training)\.csv")
+PYTORCH_FILE = re.compile(r"(?P<test_config>.+_(?P<suite>torchbench|huggingface|timm))_(?P<mode>inference|training)\.csv")
 # How a line names a device.
 DEVICE_WORDS = {"cuda": "CUDA", "cpu": "the CPU"}
 
@@ -247,17 +247,20 @@ def absent_line(label: str, lacking: Sequence[str], name: str, list_all: bool) -
 
 def check(label: str, actual: dict[str, dict[str, str]], path: Path, source: str, updatable: bool = True,
           unchecked: dict[str, str] | None = None, list_absent: bool = False,
-          notes: dict[str, str] | None = None, break_notes: dict[str, str] | None = None) -> int:
+          notes: dict[str, str] | None = None, break_notes: dict[str, str] | None = None,
+          named: bool = False) -> int:
     """Print the changes of one group against one expected file, the models not checked, then its
     summary line; how many models changed or were not checked (either fails the gate). `notes`:
-    see `changes`."""
+    see `changes`. `named`: each model's line starts with the group's label, as where several
+    groups are checked a line printed after one group's summary is the next group's."""
     unchecked = unchecked or {}
     expected = read_expected(path)
     found = changes(actual, expected, notes, break_notes)
+    prefix = f"{label}: " if named else ""
     for line in found:
-        print(line)
+        print(prefix + line)
     for name, why in sorted(unchecked.items()):
-        print(f"{name}: not checked: {why}")
+        print(f"{prefix}{name}: not checked: {why}")
     lacking = absent({**actual, **dict.fromkeys(unchecked, {})}, expected)
     if lacking:
         print(absent_line(label, lacking, path.name, list_absent))
@@ -291,7 +294,7 @@ def check_pytorch(items: Sequence[Exported], list_absent: bool = False) -> int:
         notes = other_device(label, name, members)
         changed += check(label, accuracy_rows(members), SHIPPED / name, f"PyTorch's {name} @ {source}",
                          updatable=False, unchecked=not_checked(members), list_absent=list_absent, notes=notes,
-                         break_notes=own_counts(members))
+                         break_notes=own_counts(members), named=len(groups) > 1)
         other_batch(label, members)
     return changed
 
@@ -319,6 +322,17 @@ def own_counts(members: Sequence[Exported]) -> dict[str, str]:
     in it is no change of the compiler's until the counts are the same count."""
     return {str(m.row.model): "this runner's count of every frame compiled, not the harness's (replayed "
                               "only with --verify)" for m in members if not m.harness_counted}
+
+
+def other_suite(name: str, suite: str, group: str, members: Sequence[Exported]) -> None:
+    """Warn, in one line, where a file named as PyTorch names one suite's expected file is checked
+    against another suite's group: the models would match by name only where suites share one, and
+    every other row reads as absent or new, never as the wrong file."""
+    suites = sorted({m.harness_suite for m in members} - {suite})
+    if suites:
+        print(f"experiment_runner check-expected: warning: {name} is named as PyTorch names {suite}'s expected "
+              f"file; {group} holds {' and '.join(suites)} models: check it against its own suite's file",
+              file=sys.stderr)
 
 
 def other_batch(job: str, members: Sequence[Exported]) -> None:
@@ -364,6 +378,8 @@ def main(argv: Sequence[str]) -> int:
         if named is not None and any(dashboards.MODES.get(str(m.row.test)) != named["mode"] for m in members):
             raise ReportError(f"{args.expected.name} is named as PyTorch names the expected file of a {named['mode']} "
                               f"run; {group} is no {named['mode']} group: choose one with --group")
+        if named is not None:
+            other_suite(args.expected.name, named["suite"], group, members)
     actual, unchecked = accuracy_rows(members), not_checked(members)
     if args.update:
         text = None

@@ -290,7 +290,14 @@ def _csv(rows: Iterable[dict[str, Any]], columns: Sequence[str]) -> str:
 
 
 def no_speedup(members: Sequence[Exported]) -> str:
-    """Why a group has no performance row, in words that say how to get one."""
+    """Why a group has no performance row, in words that say how to get one. A verification code
+    this reader does not know is no verdict, so no timing of it counts whatever baseline there
+    is: named first, as a baseline would not help."""
+    unknown = sorted({str(m.row.verification_code) for m in members
+                      if m.row.status == "ok" and m.row.verification_code not in MAPPING["verification"]})
+    if unknown:
+        return (f"{', '.join(unknown)} is no verification code this reader knows (a newer runner's?), so no "
+                "verdict, and a timing without one is not exported: export with the runner that wrote them")
     if all(m.result.baseline is None for m in members):
         return ("the run has no eager baseline for them: plan one beside them (--dynamo=None), or time it in "
                 "their own process (--speedup=harness, a --dashboard run's default)")

@@ -11,7 +11,7 @@ import copy
 from dataclasses import dataclass, replace
 from pathlib import Path
 from time import perf_counter
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from experiment_runner.child.devices import DeviceRuntime, runtime_for
 from experiment_runner.child.weights_fit import check_weights_fit
@@ -29,6 +29,9 @@ from experiment_runner.core.options import RunOptions
 from experiment_runner.core.protocol import AOT_PACKAGE
 from benchmark_models import BenchmarkModel, LoadRequest, get_suite, map_tensors
 from benchmark_models.training import TrainingState, harness_recipe
+
+if TYPE_CHECKING:
+    from verifier.subject import TimedRun
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
 
@@ -69,6 +72,7 @@ class ExperimentHarness:
     # reusable_timed_step); the verifier drops it once it has run it.
     timed_step: Callable[[], Any] | None = None
     fresh_copy_reason: str | None = None  # why there is none, when verifying
+    timed_run: TimedRun | None = None  # with --verify, what the timed runs took (the verifier's first plan)
 
     @property
     def config(self) -> ExperimentConfig:

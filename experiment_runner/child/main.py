@@ -157,8 +157,19 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
         with phase(timings, "build_step_s"):  # torch.compile's wrapper: the first one imports dynamo
             step = harness.make_step(model)
             instrumentation = Instrumentation(task, device)
+        timed_leaves: list[int] = []
+
+        def after_repeat(index: int, last: Any) -> None:
+            """The instrumentation's, and with --verify the timed output's size, which the
+            verifier plans its first run with (verifier/memory.py plan_before_eager)."""
+            if task.options.verify and index == 0:
+                from verifier.memory import float_leaves
+
+                timed_leaves[:] = float_leaves(last)
+            instrumentation.after_repeat(index, last)
+
         metrics = result["metrics"] = time_iterations(step, device, paired.timing_options(task.options, pairs),
-                                                      on_repeat=instrumentation.after_repeat,
+                                                      on_repeat=after_repeat,
                                                       training_state=model.training_state,
                                                       on_timing=lambda: write_phase(task, "timing"),
                                                       timings=timings, warmup_probe=probe)
@@ -196,7 +207,9 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
             # a timed step that serves as the verifier's compiled run goes as soon as that has run.
             with phase(timings, "verify_prepare_s"):
                 from verifier import verify_experiment
+                from verifier.memory import timed_run
 
+                harness.timed_run = timed_run(result["metrics"], timed_leaves, model.module, config.test)
                 harness.model = None
                 harness.fresh_copy_reason = reusable_timed_step(harness, loaded_state, model)
                 harness.timed_step = step if harness.fresh_copy_reason is None else None

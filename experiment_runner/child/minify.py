@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from experiment_runner.core.minify import (
     CHECK_LOG,
@@ -73,6 +74,21 @@ def dump_launcher(task: Task, job: MinifyJob, debug_root: Path) -> tuple[Path | 
     return (Path(launchers[-1]) if launchers else None), raised
 
 
+def quote_environment(script: Path, env: Mapping[str, str]) -> None:
+    """Quote the environment PyTorch pastes into a launcher or repro it generates: it writes
+    `os.environ['KEY'] = 'VALUE'` with VALUE's single quotes turned double and nothing else
+    escaped, so our cache folder's path with a newline breaks the script (a SyntaxError: the
+    experiment reads as no_repro) and one with a quote names another folder. Each such line of
+    `env` (the environment the script was generated in) is written again as Python's literal."""
+    text = script.read_text()
+    quoted = text
+    for key, value in env.items():
+        pasted = f"""os.environ['{key}'] = '{value.replace("'", '"')}'"""
+        quoted = quoted.replace(pasted, f"os.environ[{key!r}] = {value!r}")
+    if quoted != text:
+        script.write_text(quoted)
+
+
 def run_logged(command: list[str], cwd: Path, log: Path) -> tuple[int, str]:
     """Run `command` in `cwd`, in this process group; its output goes to `log` as it comes (the
     parent reads a killed minifier's progress there) and is returned."""
@@ -96,6 +112,7 @@ def minify(task: Task, job: MinifyJob) -> dict[str, Any]:
                                                f"{raised or 'nothing'})")))
         return result
     result["launcher"] = str(launcher)
+    quote_environment(launcher, os.environ)
     work = folder / WORK_FOLDER
     t0 = time.perf_counter()
     code, output = run_logged([sys.executable, str(launcher)], work, folder / MINIFIER_LOG)
@@ -115,6 +132,7 @@ def minify(task: Task, job: MinifyJob) -> dict[str, Any]:
 
 def check(folder: Path, job: MinifyJob) -> dict[str, Any]:
     """Run the folder's repro.py in a fresh interpreter: whether it shows the job's symptom."""
+    quote_environment(folder / REPRO_FILE, os.environ)  # the launcher's process pasted the same environment
     t0 = time.perf_counter()
     code, output = run_logged([sys.executable, str(folder / REPRO_FILE)], folder / "check", folder / CHECK_LOG)
     observed = exception_names(output)

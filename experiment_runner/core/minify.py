@@ -16,6 +16,7 @@ record as its `minified` block (`join_minified`).
 from __future__ import annotations
 
 import json
+import os
 import re
 import warnings
 from dataclasses import asdict, dataclass
@@ -150,7 +151,9 @@ def plan(record: Mapping[str, Any]) -> MinifyJob | None:
 
 
 def sidecar_path(results_path: Path) -> Path:
-    return Path(results_path).parent / SIDECAR
+    """The sidecar beside the results file itself: a symbolic link to it leads there too, so
+    every reader and writer, through the link or not, meets the same answers."""
+    return Path(os.path.realpath(results_path)).parent / SIDECAR
 
 
 def sidecar_line(record: Mapping[str, Any], block: Mapping[str, Any]) -> bytes:

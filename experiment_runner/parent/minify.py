@@ -15,12 +15,14 @@ repro that reproduced.
 from __future__ import annotations
 
 import argparse
+import errno
 import fcntl
 import json
 import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -47,9 +49,17 @@ from experiment_runner.core.minify import (
 )
 from experiment_runner.core.process_groups import kill_experiment
 from experiment_runner.core.protocol import Task, read_result
-from experiment_runner.core.results import ResultsFileError, final_records, iter_records
+from experiment_runner.core.results import ResultsFileError, final_records, iter_numbered_records
 from experiment_runner.core.run_config import SessionConfig
-from experiment_runner.errors import EXIT_OK, EXIT_RESULTS_IO, EXIT_USAGE, Stopped, UsageError, stop
+from experiment_runner.errors import (
+    EXIT_OK,
+    EXIT_RESULTS_IO,
+    EXIT_USAGE,
+    ResultsIOError,
+    Stopped,
+    UsageError,
+    stop,
+)
 from experiment_runner.parent.launch.env import child_environment, make_scratch, remove_leftovers
 from experiment_runner.parent.launch.reaper import start_reaper, stop_reaper
 from experiment_runner.parent.launch.subprocess_launcher import _parent_death_signal
@@ -212,8 +222,17 @@ def minify_records(records: Iterable[dict[str, Any]], results_path: Path, output
         except Refused as exc:
             echo(f"experiment_runner minify: {exc}")
             continue
-        with open(sidecar_path(results_path), "ab") as sidecar:
-            sidecar.write(sidecar_line(record, block))
+        except OSError as exc:  # a full or read-only disk: its files cannot be written
+            echo(f"experiment_runner minify: {record['experiment_id']}: cannot write its minification "
+                 f"({exc.filename or folder}: {exc.strerror or exc}); not minified")
+            continue
+        line = sidecar_line(record, block)
+        try:
+            append_answer(sidecar_path(results_path), line)
+        except OSError as exc:
+            raise ResultsIOError(f"cannot append the answer for {record['experiment_id']} to "
+                                 f"{sidecar_path(results_path)} ({exc.strerror or exc}); the answer, not kept there: "
+                                 f"{line.decode().strip()}") from None
         blocks.append(block)
         nodes = (f", {block['nodes_after']} of {block['nodes_before']} nodes kept"
                  if block["nodes_before"] is not None else "")
@@ -221,6 +240,26 @@ def minify_records(records: Iterable[dict[str, Any]], results_path: Path, output
         echo(f"  {block['status']} in {block['minify_s']:.0f} s{nodes}{where}"
              + (f" ({block['message']})" if block["message"] else ""))
     return blocks
+
+
+def append_answer(sidecar: Path, line: bytes) -> None:
+    """Append one answer to the sidecar, a regular file only: a FIFO there would block the
+    command (or feed a reader), a link could lead anywhere (never followed), a device is no file."""
+    try:
+        kind = os.lstat(sidecar).st_mode
+    except FileNotFoundError:
+        kind = stat.S_IFREG
+    if not stat.S_ISREG(kind):
+        raise OSError(errno.EINVAL, "not a regular file", str(sidecar))
+    fd = os.open(sidecar, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced since it was looked at
+            raise OSError(errno.EINVAL, "not a regular file", str(sidecar))
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def _timeout_option() -> Any:
@@ -244,8 +283,43 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"{timeout.flag.help} (default: {timeout.default:g})")
     p.add_argument("--output-dirname", metavar="DIR",
                    help="the run's --output-dirname, which the records' artifact paths are relative to "
-                        "(default: the results file's folder)")
+                        "(default: the results file's folder, the real file's where it is given by a link)")
     return p
+
+
+# The fields minify reads, and the JSON types it can read them as (None: absent or null).
+_READ_FIELDS: dict[str, tuple[type, ...]] = {
+    "run_id": (str,), "experiment_id": (str,), "experiment": (dict,), "status": (str, type(None)),
+    "verification_code": (str, type(None)), "error": (dict, type(None)), "artifacts": (dict, type(None)),
+    "timestamp": (int, float, type(None))}
+
+
+def unusable(record: dict[str, Any]) -> str | None:
+    """Why minify cannot read a record (a list for an id, an experiment that is no object, a
+    timestamp that is text...), or None: such a record is passed over, said in one line, as a
+    traceback would stop every minification after it."""
+    for name, kinds in _READ_FIELDS.items():
+        value = record.get(name)
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            return f"{name} is {type(value).__name__} {str(value)[:40]!r}"
+    return None
+
+
+def readable(numbered: Iterable[tuple[int, dict[str, Any]]], results: Path,
+             echo: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The records minify can read; the others said in one line naming the first."""
+    kept, passed_over = [], []
+    for lineno, record in numbered:
+        problem = unusable(record)
+        if problem is None:
+            kept.append(record)
+        else:
+            passed_over.append((lineno, problem))
+    if passed_over:
+        lineno, problem = passed_over[0]
+        echo(f"experiment_runner minify: {results}:{lineno}: passed over {len(passed_over)} record(s) it cannot "
+             f"read ({problem})")
+    return kept
 
 
 def select(records: Sequence[dict[str, Any]], ids: Sequence[str]) -> list[dict[str, Any]]:
@@ -269,9 +343,11 @@ def main(argv: Sequence[str]) -> int:
         print(f"experiment_runner minify: error: {timeout.long} must be {timeout.flag.wanted}", file=sys.stderr)
         return EXIT_USAGE
     results = Path(args.results)
-    output_dir = Path(args.output_dirname) if args.output_dirname else results.parent
+    # Through a link, the artifacts are beside the results file itself.
+    output_dir = Path(args.output_dirname) if args.output_dirname else Path(os.path.realpath(results)).parent
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731 - one echo for every line
     try:
-        chosen = select(list(iter_records(results)), args.experiment_id)
+        chosen = select(readable(iter_numbered_records(results), results, say), args.experiment_id)
     except UsageError as exc:
         print(f"experiment_runner minify: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -286,8 +362,10 @@ def main(argv: Sequence[str]) -> int:
     previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS[1:]}
     start_reaper()
     try:
-        blocks = minify_records(red, results, output_dir, args.minify_timeout,
-                                lambda line: print(line, file=sys.stderr, flush=True))
+        blocks = minify_records(red, results, output_dir, args.minify_timeout, say)
+    except ResultsIOError as exc:
+        print(f"experiment_runner minify: error: {exc}", file=sys.stderr)
+        return EXIT_RESULTS_IO
     except KeyboardInterrupt as exc:  # run_child has ended the minifier and all it started
         signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
         print(f"experiment_runner minify: stopped by {signal.Signals(signum).name}: the minification under way was "

@@ -98,7 +98,9 @@ def test_inference_and_training_are_each_checked_against_their_own_file(
 
     code, out = pytorch(capsys, both_tests(tmp_path, train_code="FAIL"))
     assert code == 1
-    assert "beit_base_patch16_224: accuracy pass -> fail_accuracy (regression)" in out
+    # printed after the inference group's summary: it names its own group (it named none)
+    change = "inductor_timm_training: beit_base_patch16_224: accuracy pass -> fail_accuracy (regression)"
+    assert out.index(summary(out, "inductor_timm_inference.csv")) < out.index(change), out
     assert ": 1 change(s) (exit 1);" in summary(out, "inductor_timm_training.csv")
     assert ": as expected;" in summary(out, "inductor_timm_inference.csv")
 
@@ -115,7 +117,8 @@ def test_a_training_run_moved_to_the_cpu_is_said_and_its_differences_still_fail(
 
     code, out = pytorch(capsys, both_tests(tmp_path, train_code="FAIL", accelerator="cpu"))
     assert code == 1 and device in out, out
-    assert "beit_base_patch16_224: accuracy pass -> fail_accuracy (regression); possibly the device's (ran on the " \
+    assert "inductor_timm_training: beit_base_patch16_224: accuracy pass -> fail_accuracy (regression); " \
+           "possibly the device's (ran on the " \
            "CPU, the file on CUDA)" in out
     assert out.index(device) < out.index(summary(out, "inductor_timm_training.csv"))
 
@@ -204,7 +207,7 @@ def test_a_training_runs_graph_breaks_without_the_harness_count_are_said_to_be_t
     trained["measurements"]["graph_breaks"] = {"total": 10, "unique_graphs": 6}
     code, out = pytorch(capsys, results(tmp_path, [trained, record(MODELS[0], "eval")]))
     assert code == 1
-    assert f"{MODELS[0]}: graph_breaks {want} -> 10 (regression); this runner's count of every frame compiled, " \
+    assert f"inductor_timm_training: {MODELS[0]}: graph_breaks {want} -> 10 (regression); this runner's count of every frame compiled, " \
            "not the harness's (replayed only with --verify)" in out, out
     assert not any("not the harness's" in line for line in out if "inference" in line), out
 

@@ -138,6 +138,23 @@ def test_a_performance_csv_without_a_row_is_not_written_and_says_why(tmp_path: P
     assert (out / ACCURACY).read_text().count("\n") == 5  # the accuracy rows are still written
 
 
+def test_an_unknown_verification_code_is_the_reason_given_not_the_baseline(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Compiled experiments alone, with a code this reader does not know: it said "no eager
+    baseline", yet a baseline would not have given them a speedup."""
+    records = [json.loads(line) for line in RESULTS.read_text().splitlines()]
+    compiled = [{**r, "verification_code": "SOMETHING_NEWER"} for r in records if r["experiment"]["dynamo"] is not None]
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in compiled))
+    out = tmp_path / "csv"
+    assert cli_main(["export", str(results), "--format", "dynamo-csv", "-o", str(out)]) == 1
+    missing = out / "inductor_torchbench_float32_inference_cpu_performance.csv"
+    assert f"experiment_runner export: {missing} not written: none of its 4 experiment(s) has a speedup: " \
+           "SOMETHING_NEWER is no verification code this reader knows (a newer runner's?), so no verdict, and a " \
+           "timing without one is not exported: export with the runner that wrote them" \
+        in capsys.readouterr().err.splitlines()
+
+
 def test_check_expected_gates_on_status_and_graph_breaks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     expected = tmp_path / "expected.csv"
     group = ["--group", ACCURACY.removesuffix("_accuracy.csv")]
@@ -192,7 +209,8 @@ def test_check_expected_takes_pytorchs_files_shipped_or_named_as_pytorch_names_t
     summary = next(line for line in out if line.startswith("cpu_inductor_torchbench_inference: 4 model(s) checked"))
     commit = json.loads((SHIPPED / "SOURCES.json").read_text())["files"]["cpu_inductor_torchbench_inference.csv"]
     assert f"PyTorch's cpu_inductor_torchbench_inference.csv @ {commit[:12]}" in summary
-    assert "resnet50: accuracy pass -> fail_accuracy (regression)" in out  # PyTorch expects a pass
+    # PyTorch expects a pass; the run has two groups: each line names its own
+    assert "cpu_inductor_torchbench_inference: resnet50: accuracy pass -> fail_accuracy (regression)" in out
     absent = next(line for line in out if "not in this run" in line)
     expected_models = (SHIPPED / "cpu_inductor_torchbench_inference.csv").read_text().splitlines()[1:]
     lacking = sorted({line.split(",")[0] for line in expected_models if line} - {"dlrm", "llama", "nanogpt",
@@ -216,6 +234,23 @@ def test_check_expected_takes_pytorchs_files_shipped_or_named_as_pytorch_names_t
     assert capsys.readouterr().out.splitlines()[-1].startswith("cpu_inductor_torchbench_inference: 4 model(s) checked")
     assert cli_main(["check-expected", str(RESULTS), "--pytorch", "--update"]) == 2
     assert "never PyTorch's shipped ones" in capsys.readouterr().err
+
+
+def test_a_suites_expected_file_checked_against_another_suites_group_is_warned_of(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """timm's expected file against the golden run's torchbench group: every row read as absent
+    or new, and nothing said it was the wrong file."""
+    theirs = tmp_path / "inductor_timm_inference.csv"
+    theirs.write_bytes((SHIPPED / theirs.name).read_bytes())
+    group = ACCURACY.removesuffix("_accuracy.csv")
+    assert cli_main(["check-expected", str(RESULTS), "--expected", str(theirs), "--group", group]) == 1
+    assert "experiment_runner check-expected: warning: inductor_timm_inference.csv is named as PyTorch names " \
+           f"timm's expected file; {group} holds torchbench models: check it against its own suite's file" \
+        in capsys.readouterr().err.splitlines()
+    own = tmp_path / "cpu_inductor_torchbench_inference.csv"
+    own.write_bytes((SHIPPED / own.name).read_bytes())
+    cli_main(["check-expected", str(RESULTS), "--expected", str(own), "--group", group])
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_shipped_expected_files_are_pytorchs_and_read_as_its_checks_read_them() -> None:

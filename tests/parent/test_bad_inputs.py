@@ -60,6 +60,9 @@ def test_analysis_commands_refuse_a_device(command: str, tmp_path: Path, capsys:
                                        "give a name inside it, or an absolute path"),
     ("--output-basename=night/runs", "--output-basename=night/runs names the results file {out}/night/runs, the run "
                                      "registry of any run into {out}/night; name it otherwise"),
+    ("--output-basename=minified.jsonl", "--output-basename=minified.jsonl names the results file "
+                                         "{out}/minified.jsonl, the minification answers of any results file "
+                                         "beside it (minify and --minify append there); name it otherwise"),
     ("--min-pairs=400", "--min-pairs=400 is above --max-pairs=100"),
     ("--min-pairs=5", "--min-pairs must be at least 6 (fewer pairs have no 95% interval), got 5"),
     ("--pairs-half-width=0", "--pairs-half-width must be in (0, 1], got 0.0"),

@@ -379,3 +379,128 @@ def test_a_second_minification_of_an_experiment_is_refused_naming_the_holder(tmp
         holder.kill()
         holder.wait()
     assert not (tmp_path / SIDECAR).exists() and not (tmp_path / "exp" / "minify").exists()
+
+
+MALFORMED = {
+    "a list for experiment_id": {"experiment_id": ["relu/mlp/c"]},
+    "a list for run_id": {"run_id": ["r"]},
+    "no experiment_id": {"experiment_id": None},
+    "no run_id": {"run_id": None},
+    "an experiment that is no object": {"experiment": "relu/mlp/c"},
+    "an error that is no object": {"status": "error", "error": "boom"},
+    "a timestamp that is text": {"timestamp": "yesterday"},
+}
+
+
+@pytest.mark.e2e  # the command starts its reaper
+@pytest.mark.parametrize("kind", MALFORMED)
+def test_a_malformed_record_is_passed_over_in_one_line(tmp_path: Path, kind: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Each of these gave a traceback (select, final_records, plan, error_symptom). The record
+    is passed over, said once with its line; the well-formed one beside it is still chosen (not
+    minified: red_record's folder has no task, which is an answer of its own)."""
+    record = {**red_record("exp"), "timestamp": 1.0, **MALFORMED[kind]}
+    results = tmp_path / "results.jsonl"
+    results.write_text(json.dumps({k: v for k, v in record.items() if v is not None}) + "\n"
+                       + json.dumps({**red_record("exp"), "timestamp": 2.0, "experiment_id": "relu/mlp/d"}) + "\n")
+    assert minify.main([str(results)]) == EXIT_OK
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"experiment_runner minify: {results}:1: passed over 1 record(s) it cannot read ("), err
+    assert "minifying [1/1] relu/mlp/d" in err[1]
+    [answer] = read_minified(tmp_path / SIDECAR).values()
+    assert answer["status"] == "failed" and "cannot read the experiment's task" in answer["message"]
+
+
+@pytest.mark.e2e  # the command starts its reaper
+def test_a_disk_that_takes_no_write_gives_one_line_and_keeps_the_answer_said(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Read-only while the minification sets up: that experiment is not minified, in one line;
+    full when its answer is appended: one line holding the answer, exit 3 (it was a traceback,
+    and the finished answer was lost)."""
+    results = tmp_path / "results.jsonl"
+    results.write_text(json.dumps(red_record("exp")) + "\n")
+    experiment = Experiment("relu", "mlp", ExperimentConfig("cpu", None, None, "inductor", "eval", "fp32"))
+    Task(experiment, RunOptions(), str(tmp_path / "exp")).write()
+
+    def read_only(task: Task) -> None:
+        raise OSError(30, "Read-only file system", str(task.task_path))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(minify.Task, "write", read_only)
+        assert minify.main([str(results)]) == EXIT_USAGE
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"experiment_runner minify: relu/mlp/c: cannot write its minification "
+        f"({(tmp_path / 'exp' / 'minify' / 'task.json').resolve()}: Read-only file system); not minified")
+    (tmp_path / "exp" / "task.json").unlink()  # from here the answer comes at once: no task to minify
+
+    def full(sidecar: Path, line: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(minify, "append_answer", full)
+    assert minify.main([str(results)]) == 3
+    said = capsys.readouterr().err.splitlines()[-1]
+    assert said.startswith(f"experiment_runner minify: error: cannot append the answer for relu/mlp/c to "
+                           f"{tmp_path / SIDECAR} (No space left on device); the answer, not kept there: "), said
+    assert json.loads(said.split("not kept there: ", 1)[1])["minified"]["status"] == "failed"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+def test_the_answer_is_never_appended_to_what_is_no_regular_file(tmp_path: Path, kind: str) -> None:
+    """A FIFO at the sidecar's path blocked the command (or fed its reader); a link led anywhere."""
+    sidecar = tmp_path / SIDECAR
+    if kind == "fifo":
+        os.mkfifo(sidecar)
+    else:
+        (tmp_path / "elsewhere").write_text("")
+        sidecar.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OSError, match="not a regular file"):
+        minify.append_answer(sidecar, b"{}\n")
+    assert kind == "fifo" or (tmp_path / "elsewhere").read_text() == ""
+
+
+@pytest.mark.e2e
+def test_minify_through_a_linked_results_file_finds_the_artifacts_beside_the_real_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`minify elsewhere/results.jsonl`, a link to run/results.jsonl: the experiment's folder is
+    run/exp (it looked in elsewhere/exp, found no task, and answered "cannot read the
+    experiment's task"); the answer goes beside the real file, where readers through either look.
+    The minifier here is `false`: found, it exits 1 at once."""
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    experiment = Experiment("relu", "mlp", ExperimentConfig("cpu", None, None, "inductor", "eval", "fp32"))
+    Task(experiment, RunOptions(), str(run / "exp")).write()
+    (run / "results.jsonl").write_text(json.dumps(red_record("exp")) + "\n")
+    elsewhere.mkdir()
+    (elsewhere / "results.jsonl").symlink_to(run / "results.jsonl")
+    monkeypatch.setattr(sys, "executable", shutil.which("false"))
+    assert minify.main([str(elsewhere / "results.jsonl")]) == EXIT_OK
+    assert not (elsewhere / SIDECAR).exists()
+    [answer] = read_minified(run / SIDECAR).values()
+    assert answer["status"] == "failed" and answer["message"].startswith("the minifier's process exited 1"), answer
+    [joined] = join_minified([red_record("exp")], elsewhere / "results.jsonl")
+    assert joined["minified"] == answer
+
+
+@pytest.mark.e2e  # runs the script PyTorch generated in an interpreter of its own
+def test_a_cache_path_with_a_newline_and_a_quote_survives_the_generated_launcher(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyTorch pastes the environment into the launcher and repro it writes, unescaped: our cache
+    folder under an output folder named with a newline and a quote broke the launcher (a
+    SyntaxError: no_repro). The script PyTorch generates, quoted, sets the very path."""
+    import subprocess
+    import sys
+
+    from torch._dynamo.debug_utils import generate_env_vars_string
+
+    from experiment_runner.child.minify import quote_environment
+
+    cache = str(tmp_path / "night\n'1'" / "inductor_cache")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", cache)
+    script = tmp_path / "minifier_launcher.py"
+    script.write_text(generate_env_vars_string() + "\nprint(repr(os.environ['TORCHINDUCTOR_CACHE_DIR']))\n")
+    with pytest.raises(SyntaxError):
+        compile(script.read_text(), str(script), "exec")
+    quote_environment(script, os.environ)
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == repr(cache)

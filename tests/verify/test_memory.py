@@ -266,3 +266,157 @@ def test_a_gpu_runs_verification_is_planned_against_the_gpus_memory(tmp_path, gp
         assert "GPU 0 memory (faked)" in said, said
     else:
         assert "decided_by" not in details["memory"]
+
+
+# --- the whole verification, planned before its first run from what the timed run took ---
+
+ISSUE_OUTPUT = 64 * 2**20  # a 256 MiB float32 output, in 64 leaves: its comparison temporaries are small
+ISSUE_LEAVES = (ISSUE_OUTPUT // 64,) * 64
+
+
+def test_the_first_plan_counts_the_eager_pair_from_the_timed_peak():
+    """Each eager run grows the resident memory as the timed run did above what stays, and copies
+    its output; the second runs beside the first's output: about a run and two outputs."""
+    timed = memory.TimedRun(peak_rss_bytes=int(1.09 * GB), output_leaves=ISSUE_LEAVES)
+    out = ISSUE_OUTPUT * 4
+    resident = 400 * 2**20
+    before = memory.plan_before_eager(timed, resident, 0, "fp32")
+    assert before.without_reference >= (timed.peak_rss_bytes - resident) + 2 * out
+    # a result already held (the timed step served) is not counted as memory a run frees
+    served = memory.plan_before_eager(timed, resident + out, out, "fp32")
+    assert served.without_reference == before.without_reference
+    # the rest, as planned after the eager runs, needs less than the pair: only the first plan sees it
+    rest = memory.plan_leaves(list(ISSUE_LEAVES), timed.peak_rss_bytes - resident + out, "fp32")
+    assert rest.without_reference < before.without_reference
+    # without a timed peak a run still takes its output and its copy
+    assert memory.plan_before_eager(memory.TimedRun(None, ISSUE_LEAVES), resident, 0, "fp32").without_reference \
+        >= 3 * out
+
+
+def runs_counted(monkeypatch) -> list[str]:
+    """The precisions of the verifier's runs, in order."""
+    from verifier import run as verifier_run
+
+    seen: list[str] = []
+    real = verifier_run.run_once
+    monkeypatch.setattr(verifier_run, "run_once", lambda h, precision, compiled: seen.append(precision) or
+                        real(h, precision, compiled))
+    return seen
+
+
+@pytest.mark.parametrize("timed_peak_gb, code", [(1.09, "VERIFIER_SKIPPED"), (0.1, "PASS")])
+def test_the_eager_pair_does_not_start_where_a_v1_limit_cannot_hold_it(tmp_path, monkeypatch, timed_peak_gb, code):
+    """Issue 69: a 256 MB output and a 1.09 GB timed peak under a 2.5 GB v1 limit (1.5 GB of it
+    left): the plan came only after the eager pair, which the kernel OOM-killed
+    (VERIFIER_DIDNT_RUN). Now nothing runs where the whole verification cannot fit."""
+    host = v1_host(tmp_path / "host")
+    monkeypatch.setattr(memory, "available_bytes", lambda: memory.available(host, None))
+    monkeypatch.setattr(memory, "resident_bytes", lambda: 100 * 2**20)
+    runs = runs_counted(monkeypatch)
+    h = harness(tmp_path)
+    h.timed_run = memory.TimedRun(peak_rss_bytes=int(timed_peak_gb * GB), output_leaves=ISSUE_LEAVES)
+    verification = verify_experiment(h)
+    details = verification["details"]
+    assert verification["code"] == code, verification
+    assert details["memory_before_eager"]["available_from"].startswith("cgroup v1 limit (/sys/fs/cgroup/memory/")
+    if code == "VERIFIER_SKIPPED":
+        assert runs == [] and "memory" not in details
+        assert details["memory_before_eager"]["decided_by"] == details["memory_before_eager"]["available_from"]
+        assert "the eager pair included" in details["reason"] and "cgroup v1 limit" in details["reason"]
+    else:
+        assert runs[:2] == ["fp32", "fp32"] and "decided_by" not in details["memory_before_eager"]
+
+
+def test_a_gpu_that_cannot_hold_the_timed_runs_peak_again_runs_nothing(tmp_path, monkeypatch):
+    runs = runs_counted(monkeypatch)
+    h = harness(tmp_path, "train")
+    h.device = OnAGpu(h.config, FakeGpuMemory(free=GB), run_bytes=0)
+    h.timed_run = memory.TimedRun(peak_rss_bytes=None, output_leaves=(10,), peak_allocated_bytes=2 * GB)
+    verification = verify_experiment(h)
+    assert verification["code"] == "VERIFIER_SKIPPED", verification
+    assert verification["details"]["memory_before_eager"]["decided_by"] == "GPU 0 memory (faked)" and runs == []
+
+
+@pytest.mark.e2e
+def test_the_child_hands_the_verifier_what_the_timed_run_took(tmp_path, monkeypatch):
+    """run_task records the timed output's size (the dummy model's: 32 x 10) and peak for the first plan."""
+    from experiment_runner.child.main import run_task
+    from experiment_runner.core.protocol import Task
+
+    seen = []
+    real = memory.plan_before_eager
+    monkeypatch.setattr(memory, "plan_before_eager", lambda timed, *args: seen.append(timed) or real(timed, *args))
+    config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=None, test="eval",
+                              precision="fp32")
+    result = run_task(Task(Experiment("dummy", "dummy", config),
+                           RunOptions(verify=True, repeat=1, iterations_per_run=1, warmup_iterations=1),
+                           str(tmp_path)))
+    assert result["verification"]["code"] == "PASS", result["verification"]
+    assert "memory_before_eager" in result["verification"]["details"]
+    [timed] = seen
+    assert timed.output_leaves == (320,) and timed.peak_rss_bytes == result["metrics"]["timed_peak_rss_bytes"] > 0
+
+
+BIG_OUTPUT_CHILD = """
+import json, resource, sys
+from pathlib import Path
+import torch
+from experiment_runner.child.devices import DeviceRuntime
+from experiment_runner.child.harness import ExperimentHarness
+from experiment_runner.core.matrix import Experiment, ExperimentConfig
+from experiment_runner.core.options import RunOptions
+from verifier import memory, verify_experiment
+
+ELEMENTS = int(sys.argv[1])
+
+
+class BigOutput(ExperimentHarness):
+    # the dummy model whose step returns ELEMENTS float32 values: each run allocates its output
+    # and the verifier's copy of it
+    def make_step(self, model, compiled=True, precision=None, full_output=None, checking=False):
+        return lambda: torch.full((ELEMENTS,), 1.0)
+
+
+config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=None, test="eval", precision="fp32")
+h = BigOutput(Experiment("dummy", "dummy", config), RunOptions(verify=True), DeviceRuntime(config), Path(sys.argv[2]))
+out = ELEMENTS * 4
+if sys.argv[3] == "planned":
+    # the timed run grew the resident memory by its output, above what is resident now
+    h.timed_run = memory.TimedRun(peak_rss_bytes=memory.resident_bytes() + out, output_leaves=(ELEMENTS,))
+torch.full((1024,), 1.0).sum()  # the allocator and thread pool, before the limit
+mapped = int(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmSize:"))) * 1024
+limit = mapped + out * 5 // 2  # one run and its copy fit; a second beside the first's output does not
+resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+verification = verify_experiment(h)
+error = verification["details"].get("error", {})
+print(json.dumps({"code": verification["code"], "error": f"{error.get('type')}: {error.get('message', '')[:300]}",
+                  "reason": verification["details"].get("reason")}))
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("plan", ["unplanned", "planned"])
+def test_a_real_child_under_rlimit_as_is_not_started_into_a_memory_error(tmp_path, plan):
+    """A real address-space limit: unplanned, the second eager run fails to allocate (the
+    MemoryError an OOM kill is under a cgroup); planned from the timed run, nothing runs and the
+    record says why."""
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "1",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", BIG_OUTPUT_CHILD, str(32 * 2**20), str(tmp_path), plan],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        stdout, stderr = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, 9)
+            proc.wait()
+    assert proc.returncode == 0, stderr[-3000:]
+    said = json.loads(stdout.strip().splitlines()[-1])
+    if plan == "unplanned":
+        assert said["code"] == "EAGER_FAILED" and "allocate" in said["error"], said
+    else:
+        assert said["code"] == "VERIFIER_SKIPPED" and "RLIMIT_AS" in said["reason"], said
