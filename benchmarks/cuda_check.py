@@ -29,7 +29,7 @@ from typing import Any, Callable
 import torch
 
 from experiment_runner.child.devices.cuda import CudaRuntime
-from experiment_runner.child.harness import time_iterations
+from experiment_runner.child.driver import time_iterations
 from experiment_runner.child.instrument.profiling import profile_pass
 from experiment_runner.child.main import run_task
 from experiment_runner.core.matrix import Experiment, ExperimentConfig

@@ -72,7 +72,7 @@ def build_step(case: str, min_sample_time: float = DEFAULT_MIN_SAMPLE_TIME_S) ->
     region, threads exactly as a timed run has them), warmed up."""
     from experiment_runner.child.cpu_launch import set_threads
     from experiment_runner.child.devices import runtime_for
-    from experiment_runner.child.harness import ExperimentHarness
+    from experiment_runner.child.driver import ExperimentDriver
     from experiment_runner.core.matrix import Experiment, ExperimentConfig
     suite, model, dynamo, test, batch_size, repeat = CASES[case]
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=dynamo, test=test,
@@ -80,7 +80,7 @@ def build_step(case: str, min_sample_time: float = DEFAULT_MIN_SAMPLE_TIME_S) ->
     options = RunOptions(repeat=repeat, min_sample_time=min_sample_time)
     threads = set_threads(options)["threads"]
     device = runtime_for(config)
-    harness = ExperimentHarness(Experiment(suite, model, config), options, device, Path(tempfile.mkdtemp()))
+    harness = ExperimentDriver(Experiment(suite, model, config), options, device, Path(tempfile.mkdtemp()))
     step = harness.make_step(harness.load())
     for _ in range(options.warmup_iterations):
         step()
@@ -106,7 +106,7 @@ def interleaved_child(case: str, min_sample_time: float, turns: int = 3) -> dict
     """In one fresh process: our timing loop (`time_iterations`, calibrated) and Timer in turn on the
     same step object, so the ratio holds only the difference between the two methods, none of the
     process-to-process noise that separate processes add."""
-    from experiment_runner.child.harness import time_iterations
+    from experiment_runner.child.driver import time_iterations
     from experiment_runner.core.stats import summarize
 
     step, device, options, threads = build_step(case, min_sample_time)

@@ -55,13 +55,13 @@ def train_one(suite: str, model: str, steps: int, budget_s: float | None = None)
     import torch
 
     from experiment_runner.child.devices import DeviceRuntime
-    from experiment_runner.child.harness import ExperimentHarness
+    from experiment_runner.child.driver import ExperimentDriver
     from experiment_runner.core.matrix import Experiment, ExperimentConfig
     from experiment_runner.core.options import RunOptions
 
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=None, test="train",
                               precision="fp32")
-    harness = ExperimentHarness(Experiment(suite, model, config), RunOptions(), DeviceRuntime(config), Path("."))
+    harness = ExperimentDriver(Experiment(suite, model, config), RunOptions(), DeviceRuntime(config), Path("."))
     loaded = harness.load()
     start = [p.detach().clone() for p in loaded.module.parameters()]
     step = harness.make_step(loaded)

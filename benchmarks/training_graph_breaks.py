@@ -56,7 +56,7 @@ def count(suite: str, model: str, job: str) -> dict[str, Any]:
     """The child's own count for one model, with the reasons dynamo gave for each break and the
     library versions, or the error that stopped it."""
     from experiment_runner.child.devices import runtime_for
-    from experiment_runner.child.harness import ExperimentHarness
+    from experiment_runner.child.driver import ExperimentDriver
     from experiment_runner.child.main import harness_graph_break_count
     from experiment_runner.core.matrix import Experiment, ExperimentConfig
     from experiment_runner.core.options import RunOptions
@@ -69,7 +69,7 @@ def count(suite: str, model: str, job: str) -> dict[str, Any]:
                               compile_options=wanted.compile_options, training_recipe=dashboards.HARNESS_RECIPE)
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as artifacts:
-        harness = ExperimentHarness(Experiment(suite, model, config), RunOptions(verify=True), runtime_for(config),
+        harness = ExperimentDriver(Experiment(suite, model, config), RunOptions(verify=True), runtime_for(config),
                                     Path(artifacts))
         try:
             before = Counter(counters["graph_break"])

@@ -122,17 +122,17 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def dummy_harness(tmp_path: Path, test: str = "eval", dynamo: str | None = "eager",
+def dummy_driver(tmp_path: Path, test: str = "eval", dynamo: str | None = "eager",
                   compile_options: str = "default") -> Any:
     """The dummy model's experiment (fp32, batch 4, --verify) as the verifier gets it from the child."""
     from experiment_runner.child.devices import DeviceRuntime
-    from experiment_runner.child.harness import ExperimentHarness
+    from experiment_runner.child.driver import ExperimentDriver
     from experiment_runner.core.matrix import Experiment, ExperimentConfig
     from experiment_runner.core.options import RunOptions
 
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=dynamo, test=test,
                               precision="fp32", batch_size=4, compile_options=compile_options)
-    return ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(verify=True), DeviceRuntime(config),
+    return ExperimentDriver(Experiment("dummy", "dummy", config), RunOptions(verify=True), DeviceRuntime(config),
                              tmp_path)
 
 

@@ -2,7 +2,7 @@
 
 `verify_experiment(harness)` runs inside the experiment's child after timing and returns
 the record's `verification` block; `compare` is the pure comparison it uses. The harness is
-anything that satisfies `Subject` (the child's ExperimentHarness does): the verifier never
+anything that satisfies `Subject` (the child's ExperimentDriver does): the verifier never
 imports the child.
 """
 

@@ -72,14 +72,14 @@ def _tail(exc: BaseException) -> str:
     return "\n".join(text.rstrip().splitlines()[-TRACEBACK_TAIL_LINES:])
 
 
-def reference_harness(harness: Subject) -> Subject:
+def reference_subject(subject: Subject) -> Subject:
     """Where the eager and float64 runs happen: the experiment's own device, except that an
     XLA experiment is checked against native eager (CUDA for CUDA, otherwise the CPU), since
     eager on a lazy XLA device is the very thing under test when dynamo is None."""
-    config = harness.config
+    config = subject.config
     if config.xla is None:
-        return harness
-    return harness.with_config(dataclasses.replace(config, xla=None, xla_flags=None, dynamo=None, torch_xla2=None,
+        return subject
+    return subject.with_config(dataclasses.replace(config, xla=None, xla_flags=None, dynamo=None, torch_xla2=None,
                                                    accelerator="cuda" if config.accelerator == "cuda" else "cpu"))
 
 
@@ -87,9 +87,9 @@ def _error(exc: BaseException) -> dict[str, str]:
     return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback_tail": _tail(exc)}
 
 
-def context_of(harness: Subject) -> Context:
-    config = harness.config
-    return Context(suite=harness.experiment.suite_name, model=harness.experiment.model_name,
+def context_of(subject: Subject) -> Context:
+    config = subject.config
+    return Context(suite=subject.experiment.suite_name, model=subject.experiment.model_name,
                    test=config.test, precision=config.precision, accelerator=config.accelerator,
                    dynamo=config.dynamo, xla=config.xla)
 
@@ -115,18 +115,18 @@ def snapshot(value: Any) -> Any:
     return value
 
 
-def iterations(harness: Subject) -> int:
+def iterations(subject: Subject) -> int:
     """How many steps a verification run takes: one for inference; for training the harness's
     run_n_iterations (two) with its step, else --verify-iterations."""
-    config = harness.config
+    config = subject.config
     if config.test != "train":
         return 1
     if config.training_recipe == dashboards.HARNESS_RECIPE:
         return dashboards.harness_iterations()
-    return max(1, harness.options.verify_iterations)
+    return max(1, subject.options.verify_iterations)
 
 
-def run_once(harness: Subject, precision: str, compiled: bool) -> Any:
+def run_once(subject: Subject, precision: str, compiled: bool) -> Any:
     """Load a fresh model in `precision`, run it from the seeded RNG state, return what to compare.
 
     Training with the harness's step (--training-recipe=dynamo_harness, the dashboard's) is
@@ -142,16 +142,16 @@ def run_once(harness: Subject, precision: str, compiled: bool) -> Any:
     """
     import torch
 
-    model = harness.load(precision)
-    harness_step = harness.config.training_recipe == dashboards.HARNESS_RECIPE
+    model = subject.load(precision)
+    harness_step = subject.config.training_recipe == dashboards.HARNESS_RECIPE
     if not harness_step:
         model.recipe = dataclasses.replace(model.recipe, optimizer="SGD")
-    step = harness.make_step(model, compiled=compiled, precision=precision, full_output=True, checking=True)
-    harness.device.reset_rng(harness.options.seed)
-    for _ in range(iterations(harness)):
-        out = harness.device.run_iteration(step)
-    harness.device.synchronize()
-    if harness.config.test != "train":
+    step = subject.make_step(model, compiled=compiled, precision=precision, full_output=True, checking=True)
+    subject.device.reset_rng(subject.options.seed)
+    for _ in range(iterations(subject)):
+        out = subject.device.run_iteration(step)
+    subject.device.synchronize()
+    if subject.config.test != "train":
         return snapshot(out)
     loss, output = out
     params = dict(model.module.named_parameters())
@@ -163,10 +163,10 @@ def run_once(harness: Subject, precision: str, compiled: bool) -> Any:
                      "params": params, "buffers": dict(model.module.named_buffers())})
 
 
-def compile_settings(harness: Subject) -> dict[str, Any] | None:
+def compile_settings(subject: Subject) -> dict[str, Any] | None:
     """The inductor settings a fresh copy of the experiment compiles under, or None where it
     compiles nothing: an eager experiment, AOT Inductor (it loads the timed step's package)."""
-    config = harness.config
+    config = subject.config
     if config.dynamo is None or config.compile_options in AOT_INDUCTOR_OPTIONS:
         return None
     return dashboards.accuracy_inductor_config()
@@ -195,7 +195,7 @@ DRAWS_RANDOM_NUMBERS = ("the timed step draws random numbers, compiled to draw t
                         "does (fresh_compile)")
 
 
-def run_timed_step(harness: Subject) -> tuple[bool, Any]:
+def run_timed_step(subject: Subject) -> tuple[bool, Any]:
     """The timed step once more from the seeded RNG state: (True, what to compare), or (False,
     None) where the run moved a torch generator (a step may itself return None). A step that
     draws random numbers was compiled without the accuracy runs' settings, so its draws are not
@@ -204,45 +204,45 @@ def run_timed_step(harness: Subject) -> tuple[bool, Any]:
     memory."""
     import torch
 
-    step, harness.timed_step = harness.timed_step, None
-    harness.device.reset_rng(harness.options.seed)
-    before = harness.device.rng_states()
-    out = harness.device.run_iteration(step)
-    harness.device.synchronize()
-    drew = any(not torch.equal(a, b) for a, b in zip(before, harness.device.rng_states()))
+    step, subject.timed_step = subject.timed_step, None
+    subject.device.reset_rng(subject.options.seed)
+    before = subject.device.rng_states()
+    out = subject.device.run_iteration(step)
+    subject.device.synchronize()
+    drew = any(not torch.equal(a, b) for a, b in zip(before, subject.device.rng_states()))
     out = None if drew else snapshot(out)
     del step
     gc.collect()
     return not drew, out
 
 
-def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Verification:
+def procedure(subject: Subject, policy: Policy, timings: dict[str, float]) -> Verification:
     """Steps 1 to 4 of the module docstring (may raise: verify_experiment catches); `timings`
     gets each step's seconds (core/record.py VERIFY_STEPS)."""
-    precision = harness.config.precision
+    precision = subject.config.precision
     if policy.skip_reason is not None:
         return Verification("VERIFIER_SKIPPED", details={"reason": policy.skip_reason, **policy.describe()})
-    reference = reference_harness(harness)
+    reference = reference_subject(subject)
     served, result = False, None
-    if harness.timed_step is not None:
+    if subject.timed_step is not None:
         with phase(timings, "verify_compiled_s"):
-            served, result = run_timed_step(harness)
+            served, result = run_timed_step(subject)
         if not served:
-            harness.fresh_copy_reason = DRAWS_RANDOM_NUMBERS
+            subject.fresh_copy_reason = DRAWS_RANDOM_NUMBERS
     base = {**policy.describe(),
-            "iterations": iterations(harness),
+            "iterations": iterations(subject),
             "eager_device": reference.device.torch_device,
             "compiled_run": "timed step" if served else "fresh copy"}
     settings = None
     if not served:
-        if harness.fresh_copy_reason:
-            base["fresh_copy_reason"] = harness.fresh_copy_reason
-        settings = compile_settings(harness)
+        if subject.fresh_copy_reason:
+            base["fresh_copy_reason"] = subject.fresh_copy_reason
+        settings = compile_settings(subject)
         if settings is not None:
             base["inductor_config"] = settings
-    if harness.timed_run is not None:
+    if subject.timed_run is not None:
         gc.collect()
-        before = memory.plan_before_eager(harness.timed_run, memory.resident_bytes(),
+        before = memory.plan_before_eager(subject.timed_run, memory.resident_bytes(),
                                           memory.output_bytes(result, precision) if served else 0, precision,
                                           reference.device.device_memory())
         base["memory_before_eager"] = before.describe()
@@ -254,10 +254,10 @@ def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Ve
             gc.collect()
             resident = memory.resident_bytes()
             on_device = reference.device.device_memory()
-            harness.device.reset_peak_memory()
+            subject.device.reset_peak_memory()
             reference.device.reset_peak_memory()
             eager = run_once(reference, precision, compiled=False)
-            high_water = harness.device.peak_memory().get("timed_peak_rss_bytes")  # absent where it cannot be reset
+            high_water = subject.device.peak_memory().get("timed_peak_rss_bytes")  # absent where it cannot be reset
             eager_run_bytes = max(0, high_water - resident) if high_water and resident else 0
             device_peak = reference.device.peak_memory().get("peak_allocated_bytes", 0)
             device_run_bytes = max(0, device_peak - on_device.allocated) if on_device is not None else 0
@@ -283,7 +283,7 @@ def procedure(harness: Subject, policy: Policy, timings: dict[str, float]) -> Ve
         return does_not_fit(base, "memory", short)
     if not served:
         with phase(timings, "verify_compiled_s"), fresh_compile(settings):
-            result = run_once(harness, precision, compiled=True)
+            result = run_once(subject, precision, compiled=True)
             gc.collect()
     rules = {"tolerance": policy.tolerance, "cosine": policy.cosine,
              "larger_small_multiplier": policy.larger_multiplier_reason is not None}
@@ -334,16 +334,16 @@ def float64_reference(reference: Subject, fits: memory.MemoryPlan, base: dict[st
     return fp64
 
 
-def verify_experiment(harness: Subject, timings: dict[str, float] | None = None) -> dict[str, Any]:
+def verify_experiment(subject: Subject, timings: dict[str, float] | None = None) -> dict[str, Any]:
     """Verify the harness's experiment; never raises (a broken verifier is EXCEPTION_RAISED).
     `timings` gets the seconds of the steps that ran (core/record.py VERIFY_STEPS)."""
     policy: Policy | None = None
     timings = {} if timings is None else timings
     try:
-        policy = policy_for(context_of(harness), override=harness.options.tolerance)
-        determinism = dashboards.accuracy_determinism(harness.experiment.model_name)
+        policy = policy_for(context_of(subject), override=subject.options.tolerance)
+        determinism = dashboards.accuracy_determinism(subject.experiment.model_name)
         with deterministic(determinism):
-            verification = procedure(harness, policy, timings)
+            verification = procedure(subject, policy, timings)
         verification.details["determinism"] = determinism.describe()
         return verification.to_dict()
     except Exception as exc:  # noqa: BLE001 - every failure must become data

@@ -1,6 +1,6 @@
 """What the verifier needs of the experiment it judges, stated here so it never imports the child.
 
-The child's `ExperimentHarness` satisfies `Subject` structurally; tests and other callers
+The child's `ExperimentDriver` satisfies `Subject` structurally; tests and other callers
 may hand in anything else that does. The verifier depends on these few members only, so
 the child side can change how it loads, compiles and times models without the verifier
 following it (and the verifier stays importable where no child code is, e.g. by

@@ -26,8 +26,8 @@ from experiment_runner.child.cpu_launch import (
     wants_run_cpu,
 )
 from experiment_runner.child.devices import DeviceRuntime, runtime_for
-from experiment_runner.child.harness import (
-    ExperimentHarness,
+from experiment_runner.child.driver import (
+    ExperimentDriver,
     WarmupProbe,
     apply_denormal_mode,
     apply_matmul_precision,
@@ -64,35 +64,35 @@ def error_block(exc: BaseException) -> dict[str, Any]:
     return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback_tail": traceback_tail(exc)}
 
 
-def harness_counts_graph_breaks(harness: ExperimentHarness, metrics: dict[str, Any]) -> bool:
+def harness_counts_graph_breaks(driver: ExperimentDriver, metrics: dict[str, Any]) -> bool:
     """The harness's graph-break count is its accuracy mode's (--verify here), for dynamo
     inference, and training with its training step (--training-recipe=dynamo_harness), off XLA
     (PyTorch/XLA's runner has no such column); AOT Inductor goes through torch.export, where
     dynamo breaks nothing."""
-    config = harness.config
+    config = driver.config
     harness_step = config.test == "eval" or config.training_recipe == dashboards.HARNESS_RECIPE
     return (config.dynamo is not None and config.xla is None and harness_step and "graph_breaks" in metrics
             and config.compile_options not in AOT_INDUCTOR_OPTIONS)
 
 
-def harness_graph_break_count(harness: ExperimentHarness) -> tuple[int, str]:
+def harness_graph_break_count(driver: ExperimentDriver) -> tuple[int, str]:
     """The harness's graph-break count for this experiment, replayed on a fresh copy of the model,
     and how it was taken. A training step is replayed with the optimizer the harness takes on its
     CI job's device (a CUDA job's run on the CPU: the CUDA job's), since that decides frames and
     breaks and PyTorch's file counts that job's; its state (at most two tensors per parameter)
     fits in what the float64 verification before it held."""
-    config = harness.config
-    model = harness.load()
+    config = driver.config
+    model = driver.load()
     iterations = dashboards.harness_iterations()
 
     def autocast() -> Any:
-        return harness.autocast(config.precision)
+        return driver.autocast(config.precision)
 
     if config.test == "eval":
         return harness_graph_breaks(model, autocast, iterations), "replayed"
     job = dashboards.dashboards().get(config.dashboard or "")
     accelerator = job.accelerator if job is not None else config.accelerator
-    recipe = harness_recipe(model.recipe, harness.experiment.suite_name, harness.experiment.model_name,
+    recipe = harness_recipe(model.recipe, driver.experiment.suite_name, driver.experiment.model_name,
                             accelerator, config.dynamo)
     count = harness_training_graph_breaks(model, recipe.make_optimizer(model.module.parameters()), autocast,
                                           iterations)
@@ -116,7 +116,7 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
             "environment": describe_environment(), "timings": timings,
         }
     device: DeviceRuntime | None = None
-    harness: ExperimentHarness | None = None
+    driver: ExperimentDriver | None = None
     try:
         with phase(timings, "import_s"):
             import torch  # noqa: F401 - timed apart: it is start-up cost, not the experiment's work
@@ -135,11 +135,11 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
             apply_matmul_precision(task.options)
             apply_denormal_mode(task.options)
             device.prepare(task.options, Path(task.artifacts_dir))
-            harness = ExperimentHarness(task.experiment, task.options, device, Path(task.artifacts_dir))
+            driver = ExperimentDriver(task.experiment, task.options, device, Path(task.artifacts_dir))
 
         with phase(timings, "load_s"):
             write_phase(task, "loading")
-            model = harness.model = harness.load()
+            model = driver.model = driver.load()
             result.update(source=model.source, batch_size=model.batch_size)
             loaded_state = state_versions(model.module)
             result["environment"].update(model.provenance)
@@ -149,13 +149,13 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
 
         t0 = time.perf_counter()
         write_phase(task, "warm-up")
-        pairs = paired.applies(harness)
+        pairs = paired.applies(driver)
         probe = WarmupProbe(device, dynamo_stats=True) if pairs else None
         if pairs:
             with phase(timings, "baseline_first_warmup_s"):  # before anything compiles, as PyTorch's harness
-                eager_warmup = paired.warm_eager_first(harness, model, device, task.options)
+                eager_warmup = paired.warm_eager_first(driver, model, device, task.options)
         with phase(timings, "build_step_s"):  # torch.compile's wrapper: the first one imports dynamo
-            step = harness.make_step(model)
+            step = driver.make_step(model)
             instrumentation = Instrumentation(task, device)
         timed_leaves: list[int] = []
 
@@ -182,7 +182,7 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
                                                              iterations_per_run=result["iterations_per_run"]))
         if pairs:
             write_phase(task, "timing pairs")
-            metrics["paired"] = paired.measure_pairs(harness, model, step, device, task.options,
+            metrics["paired"] = paired.measure_pairs(driver, model, step, device, task.options,
                                                      result["iterations_per_run"], timings)
             metrics.update(paired.samples(metrics, task.options))
         elif config.dynamo is None and task.options.speedup in PAIRED_METHODS:
@@ -196,7 +196,7 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
         split_compile(timings, result["metrics"])
 
         if task.options.verify:
-            counted = harness_counts_graph_breaks(harness, result["metrics"])
+            counted = harness_counts_graph_breaks(driver, result["metrics"])
             breaks = result["metrics"].get("graph_breaks")
             # The harness's training step breaks (backward, its skipped calls) whatever the model does.
             replay = counted and (breaks["total"] > 0 or config.test == "train")
@@ -209,10 +209,10 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
                 from verifier import verify_experiment
                 from verifier.memory import timed_run
 
-                harness.timed_run = timed_run(result["metrics"], timed_leaves, model.module, config.test)
-                harness.model = None
-                harness.fresh_copy_reason = reusable_timed_step(harness, loaded_state, model)
-                harness.timed_step = step if harness.fresh_copy_reason is None else None
+                driver.timed_run = timed_run(result["metrics"], timed_leaves, model.module, config.test)
+                driver.model = None
+                driver.fresh_copy_reason = reusable_timed_step(driver, loaded_state, model)
+                driver.timed_step = step if driver.fresh_copy_reason is None else None
                 del model, step, instrumentation
                 gc.collect()
                 if on_timed is not None:
@@ -223,13 +223,13 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
 
             with phase(timings, "verify_s"):
                 write_phase(task, "verifying")
-                result["verification"] = verify_experiment(harness, timings)
+                result["verification"] = verify_experiment(driver, timings)
             if replay:
                 # After verification: the replay resets dynamo, which drops the timed step's code.
                 with phase(timings, "harness_graph_breaks_s"):
                     write_phase(task, "counting graph breaks as the harness")
                     try:
-                        count, method = harness_graph_break_count(harness)
+                        count, method = harness_graph_break_count(driver)
                     except MemoryError:
                         raise
                     except Exception as exc:  # noqa: BLE001 - a count must not discard the verdict
@@ -244,8 +244,8 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
         if isinstance(exc, paired.BaselineCopyFailed):
             result["error"]["phase"] = paired.BASELINE_COPY_PHASE
     with phase(timings, "finish_s"):
-        if harness is not None:
-            harness.discard_aot_package()
+        if driver is not None:
+            driver.discard_aot_package()
         result["verification_code"] = verification_code(task.options.verify, result["status"],
                                                         result["verification"])
         if device is not None:

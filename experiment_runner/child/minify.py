@@ -46,7 +46,7 @@ def dump_launcher(task: Task, job: MinifyJob, debug_root: Path) -> tuple[Path | 
     import torch
 
     from experiment_runner.child.devices import runtime_for
-    from experiment_runner.child.harness import ExperimentHarness, apply_denormal_mode, apply_matmul_precision
+    from experiment_runner.child.driver import ExperimentDriver, apply_denormal_mode, apply_matmul_precision
     from experiment_runner.child.plugins import import_plugins
 
     import_plugins()
@@ -60,11 +60,11 @@ def dump_launcher(task: Task, job: MinifyJob, debug_root: Path) -> tuple[Path | 
     apply_denormal_mode(task.options)
     device = runtime_for(task.experiment.config)
     device.prepare(task.options, Path(task.artifacts_dir))
-    harness = ExperimentHarness(task.experiment, task.options, device, Path(task.artifacts_dir))
+    driver = ExperimentDriver(task.experiment, task.options, device, Path(task.artifacts_dir))
     raised = None
     try:
-        model = harness.load()
-        step = harness.make_step(model)
+        model = driver.load()
+        step = driver.make_step(model)
         step()
         device.synchronize()
     except Exception as exc:  # noqa: BLE001 - the symptom we came for, or another failure: the result says

@@ -49,7 +49,7 @@ from time import perf_counter
 from typing import Any, Callable
 
 from experiment_runner.child.devices import DeviceRuntime
-from experiment_runner.child.harness import ExperimentHarness, WarmupProbe, run_sample
+from experiment_runner.child.driver import ExperimentDriver, WarmupProbe, run_sample
 from experiment_runner.core import dashboards
 from experiment_runner.core.cpus import HostLoadSample
 from experiment_runner.core.options import PAIRED_METHODS, RunOptions
@@ -71,9 +71,9 @@ HARNESS_BATCH = {"low": 0.8, "high": 1.2, "minimum": 2, "seed": 1337, "compile_o
                  "source": "pytorch/benchmark userbenchmark/dynamo/dynamobench/common.py @ 0e83c440, timed()"}
 
 
-def applies(harness: ExperimentHarness) -> bool:
-    config = harness.config
-    return harness.options.speedup in PAIRED_METHODS and config.dynamo is not None and config.xla is None
+def applies(driver: ExperimentDriver) -> bool:
+    config = driver.config
+    return driver.options.speedup in PAIRED_METHODS and config.dynamo is not None and config.xla is None
 
 
 # measurements.samples_from: where a record's per_iter_time comes from in the paired modes.
@@ -99,7 +99,7 @@ class BaselineCopyFailed(RuntimeError):
     this --speedup, not a failure of the compiler or of the eager run itself."""
 
 
-def warm_eager_first(harness: ExperimentHarness, model: BenchmarkModel, device: DeviceRuntime,
+def warm_eager_first(driver: ExperimentDriver, model: BenchmarkModel, device: DeviceRuntime,
                      options: RunOptions) -> dict[str, Any]:
     """The baseline's first warm-up, before anything compiles: eager iterations on a deep copy of
     the module (its parameters, buffers and optimizer state are the copy's, so the timed model is
@@ -113,7 +113,7 @@ def warm_eager_first(harness: ExperimentHarness, model: BenchmarkModel, device: 
         raise BaselineCopyFailed(f"--speedup={options.speedup}: the paired eager baseline's copy of the module failed "
                                  f"(copy.deepcopy, as PyTorch's harness copies it): {type(exc).__name__}: {exc}") from exc
     twin = replace(model, module=module, training_state=None)
-    step = harness.make_step(twin, compiled=False)
+    step = driver.make_step(twin, compiled=False)
     probe = WarmupProbe(device, dynamo_stats=False)
     probe.start()
     times = []
@@ -196,7 +196,7 @@ def resized(value: Any, batch: int, size: int) -> Any:
     return value
 
 
-def measure_pairs(harness: ExperimentHarness, model: BenchmarkModel, compiled: Callable[[], Any],
+def measure_pairs(driver: ExperimentDriver, model: BenchmarkModel, compiled: Callable[[], Any],
                   device: DeviceRuntime, options: RunOptions, iterations: int,
                   timings: dict[str, float]) -> dict[str, Any]:
     """measurements.paired: both series (seconds per iteration), the ratios and their summary.
@@ -205,7 +205,7 @@ def measure_pairs(harness: ExperimentHarness, model: BenchmarkModel, compiled: C
     compiled_state = model.training_state
     if compiled_state is not None:
         compiled_state.rewind()  # back to the saved start before the baseline saves its own
-    eager = harness.make_step(model, compiled=False)
+    eager = driver.make_step(model, compiled=False)
     eager_state = model.training_state if compiled_state is not None else None
     model.training_state = compiled_state
     as_harness = options.speedup == "harness"
@@ -214,13 +214,13 @@ def measure_pairs(harness: ExperimentHarness, model: BenchmarkModel, compiled: C
         run_sample(eager, device, 1)
     if as_harness:
         iterations = 1
-    size = harness_batch(model.batch_size, harness.config.compile_options) if as_harness else model.batch_size
+    size = harness_batch(model.batch_size, driver.config.compile_options) if as_harness else model.batch_size
     if size != model.batch_size:
         if compiled_state is not None:
             compiled_state.rewind()  # the shared module back at the start the new state saves
         resized_model = replace(model, args=resized(model.args, model.batch_size, size),
                                 kwargs=resized(model.kwargs, model.batch_size, size), training_state=None)
-        eager, eager_state = harness.make_step(resized_model, compiled=False), resized_model.training_state
+        eager, eager_state = driver.make_step(resized_model, compiled=False), resized_model.training_state
 
     def timed(step: Callable[[], Any], state: Any, faults: list[int]) -> float:
         if state is not None:

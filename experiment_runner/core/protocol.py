@@ -50,7 +50,7 @@ def check_protocol(data: dict[str, Any], what: str) -> None:
     if found != PROTOCOL_VERSION:
         raise ProtocolMismatch(f"{what} was written by protocol version {found}, and this side speaks "
                                f"{PROTOCOL_VERSION}: the two run different checkouts of experiment_runner")
-# The AOT Inductor package an attempt's child compiles into its folder (child.harness): as large
+# The AOT Inductor package an attempt's child compiles into its folder (child.driver): as large
 # as the model's weights and no evidence, so the parent removes it once the attempt is over.
 AOT_PACKAGE = "aot_inductor.pt2"
 

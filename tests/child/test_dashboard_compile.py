@@ -13,7 +13,7 @@ from torch import nn
 from benchmark_models.model import BenchmarkModel
 from benchmark_models.training import TrainingRecipe
 from experiment_runner.child.devices import DeviceRuntime
-from experiment_runner.child.harness import (AotInductorModule, AotPackage, ExperimentHarness, input_signature,
+from experiment_runner.child.driver import (AotInductorModule, AotPackage, ExperimentDriver, input_signature,
                                              state_versions)
 from experiment_runner.child.instrument.dynamo import harness_graph_breaks, harness_training_graph_breaks
 from experiment_runner.child.main import NO_BREAK, run_task
@@ -38,10 +38,10 @@ class Breaking(nn.Module):
         return x * 2
 
 
-def harness_for(tmp_path: Path, options: str, batch_size: int | None = None, verify: bool = False) -> ExperimentHarness:
+def harness_for(tmp_path: Path, options: str, batch_size: int | None = None, verify: bool = False) -> ExperimentDriver:
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="inductor", test="eval",
                               precision="fp32", batch_size=batch_size, compile_options=options)
-    return ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(verify=verify), DeviceRuntime(config),
+    return ExperimentDriver(Experiment("dummy", "dummy", config), RunOptions(verify=verify), DeviceRuntime(config),
                              tmp_path)
 
 
@@ -201,7 +201,7 @@ def test_a_replay_that_raises_leaves_the_verdict_and_says_why(tmp_path, monkeypa
     monkeypatch.setenv("EXPERIMENT_RUNNER_SUITES", "graph_break=graph_break_suite:GraphBreakSuite")
     monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "support"))
 
-    def broken(harness: ExperimentHarness) -> tuple[int, str]:
+    def broken(harness: ExperimentDriver) -> tuple[int, str]:
         raise RuntimeError("replay broke")
 
     monkeypatch.setattr("experiment_runner.child.main.harness_graph_break_count", broken)

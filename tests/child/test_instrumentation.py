@@ -15,7 +15,7 @@ import torch
 from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.child.devices.cpu import resident_bytes
 from experiment_runner.child.devices.cuda import CudaRuntime
-from experiment_runner.child.harness import WarmupProbe, time_iterations
+from experiment_runner.child.driver import WarmupProbe, time_iterations
 from experiment_runner.child.instrument import cachebench
 from experiment_runner.child.instrument.dynamo import (
     compile_time_metrics,

@@ -14,7 +14,7 @@ from torch import nn
 
 from benchmark_models.training import TrainingState
 from experiment_runner.child.devices import DeviceRuntime
-from experiment_runner.child.harness import time_iterations
+from experiment_runner.child.driver import time_iterations
 from experiment_runner.core.matrix import ExperimentConfig
 from experiment_runner.core.options import RunOptions
 

@@ -9,7 +9,7 @@ import torch
 from torch._dynamo.testing import reduce_to_scalar_loss
 
 from experiment_runner.child.devices import DeviceRuntime
-from experiment_runner.child.harness import ExperimentHarness, apply_denormal_mode, time_iterations
+from experiment_runner.child.driver import ExperimentDriver, apply_denormal_mode, time_iterations
 from experiment_runner.child.paired import HARNESS_EAGER_WARMUP, first_warmup_iterations, warm_eager_first
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
@@ -82,10 +82,10 @@ def test_rewind_restores_weights_buffers_and_optimizer_state_in_place():
     assert float(step().detach()) == pytest.approx(losses[0])
 
 
-def harness(tmp_path: Path, **options) -> ExperimentHarness:
+def harness(tmp_path: Path, **options) -> ExperimentDriver:
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=None, test="train",
                               precision="fp32")
-    return ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(**options),
+    return ExperimentDriver(Experiment("dummy", "dummy", config), RunOptions(**options),
                              DeviceRuntime(config), tmp_path)
 
 
@@ -153,13 +153,13 @@ def mlp_by_hand(module: torch.nn.Sequential, inputs: torch.Tensor) -> tuple[floa
     return float(y.sum() / y.numel()), grads
 
 
-def harness_step(tmp_path: Path, recipe: str) -> ExperimentHarness:
+def harness_step(tmp_path: Path, recipe: str) -> ExperimentDriver:
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=None, test="train",
                               precision="fp32", training_recipe=recipe)
-    return ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(), DeviceRuntime(config), tmp_path)
+    return ExperimentDriver(Experiment("dummy", "dummy", config), RunOptions(), DeviceRuntime(config), tmp_path)
 
 
-def one_step(h: ExperimentHarness, model) -> tuple:
+def one_step(h: ExperimentDriver, model) -> tuple:
     """Run the step once: its loss, gradients and parameters after, the by-hand loss and gradients
     at the parameters before, and those parameters."""
     expected_loss, expected_grads = mlp_by_hand(model.module, model.args[0])

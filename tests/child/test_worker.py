@@ -7,14 +7,14 @@ import pytest
 import torch
 
 from experiment_runner.child.devices import DeviceRuntime
-from experiment_runner.child.harness import ExperimentHarness, apply_matmul_precision, randomize_inputs, time_iterations
+from experiment_runner.child.driver import ExperimentDriver, apply_matmul_precision, randomize_inputs, time_iterations
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
 
 
-def harness(tmp_path: Path, test: str = "eval", **options) -> ExperimentHarness:
+def harness(tmp_path: Path, test: str = "eval", **options) -> ExperimentDriver:
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=None, test=test, precision="fp32")
-    return ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(**options),
+    return ExperimentDriver(Experiment("dummy", "dummy", config), RunOptions(**options),
                              DeviceRuntime(config), tmp_path)
 
 
@@ -97,7 +97,7 @@ def test_timing_keeps_warm_up_apart_and_one_sample_per_repeat(tmp_path):
 def test_calibrated_samples_last_the_minimum_and_record_the_count(tmp_path, monkeypatch):
     """On a clock that a 2 ms step advances exactly: a 1-iteration trial (2 ms) is scaled to the
     20 ms target with 20% headroom (13 iterations, 26 ms), which is long enough and is kept."""
-    import experiment_runner.child.harness as harness_module
+    import experiment_runner.child.driver as harness_module
 
     clock = [0.0]
     monkeypatch.setattr(harness_module, "perf_counter", lambda: clock[0])
@@ -157,7 +157,7 @@ def recording_backend():
 def test_compile_scope_decides_what_the_backend_gets(tmp_path, recording_backend, scope, graphs):
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="test_recording", test="train",
                               precision="fp32")
-    h = ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(compile_scope=scope),
+    h = ExperimentDriver(Experiment("dummy", "dummy", config), RunOptions(compile_scope=scope),
                           DeviceRuntime(config), tmp_path)
     step = h.make_step(h.load())
     step()
@@ -176,6 +176,6 @@ def test_compile_options_reach_torch_compile(tmp_path, monkeypatch):
                               ("dynamic", {}), ("freezing", {"options": {"freezing": True}})]:
         config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="inductor", test="eval",
                                   precision="fp32", compile_options=options)
-        h = ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(), DeviceRuntime(config), tmp_path)
+        h = ExperimentDriver(Experiment("dummy", "dummy", config), RunOptions(), DeviceRuntime(config), tmp_path)
         h.make_step(h.load())
         assert seen.pop() == {"backend": "inductor", "fullgraph": False, **expected}

@@ -160,7 +160,7 @@ def _hang_at_exit(request: LoadRequest) -> BenchmarkModel:
 
 def _aot_package_then_hang(request: LoadRequest) -> BenchmarkModel:
     """As an AOT Inductor experiment's child once its package exists: the package in its
-    attempt's folder (where child.harness puts it; it holds this process's pid, for the test
+    attempt's folder (where child.driver puts it; it holds this process's pid, for the test
     that kills it) and AOT Inductor's unpacked copy in TMPDIR, then a hang. Later attempts
     (counted in FAULTY_STATE_DIR) run normally."""
     if _attempt("aot_hang") > 1:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import dummy_harness
+from conftest import dummy_driver
 from verifier import DEFERRED, ReferenceNeeded, compare, verify_experiment
 from verifier import run as verifier_run
 
@@ -107,7 +107,7 @@ def test_no_verdict_changes_on_the_agreement_corpus():
 
 def test_an_eval_output_allclose_passes_builds_no_reference(tmp_path, verifier_runs):
     timings: dict[str, float] = {}
-    verification = verify_experiment(dummy_harness(tmp_path, "eval", "eager"), timings)
+    verification = verify_experiment(dummy_driver(tmp_path, "eval", "eager"), timings)
     assert verification["code"] == "PASS" and verification["method"] == "allclose"
     details = verification["details"]
     assert details["reference_not_needed"] is True and details["reference"] is None
@@ -117,7 +117,7 @@ def test_an_eval_output_allclose_passes_builds_no_reference(tmp_path, verifier_r
 
 def test_a_training_loss_builds_the_reference_and_says_where(tmp_path, verifier_runs):
     timings: dict[str, float] = {}
-    verification = verify_experiment(dummy_harness(tmp_path, "train", "eager"), timings)
+    verification = verify_experiment(dummy_driver(tmp_path, "train", "eager"), timings)
     assert verification["code"] == "PASS"
     details = verification["details"]
     assert details["reference_needed_at"] == {"path": "loss", "rule": "scalar"}
@@ -134,8 +134,8 @@ def test_a_float64_run_that_would_fail_matters_only_where_it_is_needed(tmp_path,
         return real(harness, precision, compiled)
 
     monkeypatch.setattr(verifier_run, "run_once", broken_float64)
-    unneeded = verify_experiment(dummy_harness(tmp_path, "eval", "eager"))["details"]
+    unneeded = verify_experiment(dummy_driver(tmp_path, "eval", "eager"))["details"]
     assert unneeded["reference_not_needed"] is True and "reference_error" not in unneeded
-    needed = verify_experiment(dummy_harness(tmp_path, "train", "eager"))
+    needed = verify_experiment(dummy_driver(tmp_path, "train", "eager"))
     assert needed["code"] == "PASS" and needed["details"]["reference"] is None  # allclose decides the loss
     assert "no float64 kernel" in needed["details"]["reference_error"]["message"]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from conftest import dummy_harness
+from conftest import dummy_driver
 from experiment_runner.core import dashboards
 from verifier import run as verifier_run
 from verifier import verify_experiment
@@ -47,7 +47,7 @@ def test_every_verification_run_is_deterministic_as_the_harness_makes_it(tmp_pat
 
     monkeypatch.setattr(verifier_run, "run_once", spied)
     try:
-        verification = verify_experiment(dummy_harness(tmp_path, test=test))
+        verification = verify_experiment(dummy_driver(tmp_path, test=test))
         after = settings_now()
     finally:
         torch.backends.cudnn.benchmark = False

@@ -9,16 +9,16 @@ import pytest
 import torch
 
 from experiment_runner.child.devices import DeviceRuntime
-from experiment_runner.child.harness import ExperimentHarness
+from experiment_runner.child.driver import ExperimentDriver
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
 from verifier import memory, verify_experiment
 
 
-def harness(tmp_path: Path, test: str = "eval") -> ExperimentHarness:
+def harness(tmp_path: Path, test: str = "eval") -> ExperimentDriver:
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="eager", test=test,
                               precision="fp32", batch_size=4)
-    return ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(verify=True), DeviceRuntime(config),
+    return ExperimentDriver(Experiment("dummy", "dummy", config), RunOptions(verify=True), DeviceRuntime(config),
                              tmp_path)
 
 
@@ -362,7 +362,7 @@ import json, resource, sys
 from pathlib import Path
 import torch
 from experiment_runner.child.devices import DeviceRuntime
-from experiment_runner.child.harness import ExperimentHarness
+from experiment_runner.child.driver import ExperimentDriver
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
 from verifier import memory, verify_experiment
@@ -370,7 +370,7 @@ from verifier import memory, verify_experiment
 ELEMENTS = int(sys.argv[1])
 
 
-class BigOutput(ExperimentHarness):
+class BigOutput(ExperimentDriver):
     # the dummy model whose step returns ELEMENTS float32 values: each run allocates its output
     # and the verifier's copy of it
     def make_step(self, model, compiled=True, precision=None, full_output=None, checking=False):

@@ -10,13 +10,13 @@ import torch
 from torch import nn
 
 from benchmark_models.model import BenchmarkModel
-from conftest import dummy_harness
-from experiment_runner.child.harness import ExperimentHarness, reusable_timed_step, state_versions
+from conftest import dummy_driver
+from experiment_runner.child.driver import ExperimentDriver, reusable_timed_step, state_versions
 from verifier import verify_experiment
 from verifier.run import DRAWS_RANDOM_NUMBERS, compile_settings
 
 
-def timed(harness: ExperimentHarness) -> ExperimentHarness:
+def timed(harness: ExperimentDriver) -> ExperimentDriver:
     """The harness as the child leaves it: its compiled step timed, then handed over."""
     step = harness.make_step(harness.load())
     for _ in range(3):
@@ -26,7 +26,7 @@ def timed(harness: ExperimentHarness) -> ExperimentHarness:
 
 
 def test_the_timed_step_is_the_compiled_run_and_is_dropped_after_it(tmp_path, verifier_runs):
-    harness = timed(dummy_harness(tmp_path))
+    harness = timed(dummy_driver(tmp_path))
     timings: dict[str, float] = {}
     verification = verify_experiment(harness, timings)
     assert verification["code"] == "PASS", verification
@@ -36,7 +36,7 @@ def test_the_timed_step_is_the_compiled_run_and_is_dropped_after_it(tmp_path, ve
 
 
 def test_what_the_timed_step_computes_is_what_is_judged(tmp_path, verifier_runs):
-    harness = timed(dummy_harness(tmp_path))
+    harness = timed(dummy_driver(tmp_path))
     step = harness.timed_step
     harness.timed_step = lambda: step() * 1.5
     verification = verify_experiment(harness)
@@ -44,7 +44,7 @@ def test_what_the_timed_step_computes_is_what_is_judged(tmp_path, verifier_runs)
 
 
 def test_without_it_a_fresh_copy_is_compiled_and_the_record_says_why(tmp_path, verifier_runs):
-    harness = dummy_harness(tmp_path)
+    harness = dummy_driver(tmp_path)
     harness.fresh_copy_reason = "the model changed its parameters or buffers while it was timed"
     verification = verify_experiment(harness)
     assert verification["code"] == "PASS" and ("fp32", True) in verifier_runs
@@ -70,7 +70,7 @@ class Counting(nn.Module):
 
 @pytest.mark.parametrize("mutation, reusable", [(None, True), ("in place", False), ("replaced", False)])
 def test_a_model_that_changed_its_state_while_timed_is_compiled_afresh(tmp_path, mutation, reusable):
-    harness = dummy_harness(tmp_path)
+    harness = dummy_driver(tmp_path)
     model = BenchmarkModel(module=Counting(mutation).eval(), args=(torch.randn(2, 4),), batch_size=2)
     loaded = state_versions(model.module)
     step = harness.make_step(model)
@@ -85,7 +85,7 @@ def test_a_model_that_changed_its_state_while_timed_is_compiled_afresh(tmp_path,
 @pytest.mark.parametrize("test, dynamo, options", [("train", "eager", "default"), ("eval", None, "default"),
                                                     ("eval", "inductor", "aot-inductor")])
 def test_only_a_compiled_inference_step_serves(tmp_path, test, dynamo, options):
-    harness = dummy_harness(tmp_path, test, dynamo, options)
+    harness = dummy_driver(tmp_path, test, dynamo, options)
     model = BenchmarkModel(module=Counting(None).eval(), args=(torch.randn(2, 4),), batch_size=2)
     assert reusable_timed_step(harness, state_versions(model.module), model) is not None
 
@@ -97,14 +97,14 @@ def test_only_a_compiled_inference_step_serves(tmp_path, test, dynamo, options):
     ("eval", "inductor", "aot-inductor", False),  # loads the timed step's package
 ])
 def test_a_fresh_copy_compiles_under_the_harness_s_accuracy_settings(tmp_path, test, dynamo, options, compiles):
-    assert compile_settings(dummy_harness(tmp_path, test, dynamo, options)) == (
+    assert compile_settings(dummy_driver(tmp_path, test, dynamo, options)) == (
         {"fallback_random": True} if compiles else None)
 
 
 def test_a_timed_step_that_draws_random_numbers_is_not_the_compiled_run(tmp_path, verifier_runs):
     """A step that moved the seeded generator drew what it was compiled to draw, not eager's: a
     fresh copy compiled under the accuracy runs' settings is judged, and the record says why."""
-    harness = timed(dummy_harness(tmp_path))
+    harness = timed(dummy_driver(tmp_path))
     step = harness.timed_step
     harness.timed_step = lambda: step() + torch.rand(())
     verification = verify_experiment(harness)
@@ -117,7 +117,7 @@ def test_a_timed_step_that_draws_random_numbers_is_not_the_compiled_run(tmp_path
 def test_a_timed_step_that_returns_nothing_is_still_the_compiled_run(tmp_path, verifier_runs):
     """None is a step's output like any other: judged against eager's (and wrong here), not taken
     for a step that drew random numbers and set aside for a fresh copy that would pass."""
-    harness = timed(dummy_harness(tmp_path))
+    harness = timed(dummy_driver(tmp_path))
     step = harness.timed_step
     harness.timed_step = lambda: (step(), None)[1]
     verification = verify_experiment(harness)

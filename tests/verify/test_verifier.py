@@ -14,14 +14,14 @@ import pytest
 import torch
 
 from experiment_runner.child.devices import DeviceRuntime
-from experiment_runner.child.harness import ExperimentHarness
+from experiment_runner.child.driver import ExperimentDriver
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
 from experiment_runner.core.record import VERIFY_STEPS
 from verifier import (Context, UnsupportedOutput, compare, identical, policy_for,
                       verify_experiment)
 from verifier.closeness import COSINE_MIN_ELEMENTS, COSINE_THRESHOLD
-from verifier.run import reference_harness
+from verifier.run import reference_subject
 from verifier.tolerances import load_data
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
@@ -744,10 +744,10 @@ def test_unknown_condition_in_data_is_an_error(tmp_path):
 
 # --- the procedure in process, on the dummy suite ----------------------------------------
 
-def harness_for(test: str, dynamo: str | None, tmp_path: Path, **options) -> ExperimentHarness:
+def harness_for(test: str, dynamo: str | None, tmp_path: Path, **options) -> ExperimentDriver:
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=dynamo, test=test,
                               precision="fp32", batch_size=4)
-    return ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(verify=True, **options),
+    return ExperimentDriver(Experiment("dummy", "dummy", config), RunOptions(verify=True, **options),
                              DeviceRuntime(config), tmp_path)
 
 
@@ -779,14 +779,14 @@ def test_training_verification_does_not_assume_a_summed_loss(backend, code, tmp_
     """With a mean loss (PyTorch's reduce_to_scalar_loss) a scaled loss still fails, by its path."""
     import verifier_plugin  # noqa: F401 - registers verifier_loss_x1_5
 
-    load = ExperimentHarness.load
+    load = ExperimentDriver.load
 
     def mean_loss(self, precision=None):
         model = load(self, precision)
         model.loss = lambda output: output.mean()
         return model
 
-    monkeypatch.setattr(ExperimentHarness, "load", mean_loss)
+    monkeypatch.setattr(ExperimentDriver, "load", mean_loss)
     verification = verify_experiment(harness_for("train", backend, tmp_path))
     assert verification["code"] == code, verification
     assert ("loss" in verification["details"]["failed_paths"]) == (code == "FAIL")
@@ -816,12 +816,12 @@ def test_each_step_of_the_verification_is_timed(tmp_path, monkeypatch):
 def test_xla_experiments_are_checked_against_native_eager(tmp_path):
     """Eager on the lazy XLA device is what is under test, so the reference runs natively."""
     plain = harness_for("eval", "inductor", tmp_path)
-    assert reference_harness(plain) is plain
+    assert reference_subject(plain) is plain
     config = ExperimentConfig(accelerator="tpu", xla="PJRT", xla_flags="--x", dynamo="openxla", test="train",
                               precision="bf16")
-    xla = ExperimentHarness(Experiment("dummy", "dummy", config), RunOptions(verify=True),
+    xla = ExperimentDriver(Experiment("dummy", "dummy", config), RunOptions(verify=True),
                             DeviceRuntime(config), tmp_path)
-    reference = reference_harness(xla)
+    reference = reference_subject(xla)
     assert reference.config == ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=None,
                                                 test="train", precision="bf16")
     assert reference.device.torch_device == "cpu" and reference.experiment.model_name == "dummy"

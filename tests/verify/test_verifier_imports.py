@@ -39,6 +39,6 @@ def test_the_verifier_imports_nothing_of_the_child_parent_or_analysis() -> None:
 def test_the_check_sees_annotation_only_imports(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                      "    from experiment_runner.child.harness import ExperimentHarness\n")
+                      "    from experiment_runner.child.driver import ExperimentDriver\n")
     assert [name for _, name in imported_names(module) if forbidden(name)] == [
-        "experiment_runner.child.harness.ExperimentHarness"]
+        "experiment_runner.child.driver.ExperimentDriver"]

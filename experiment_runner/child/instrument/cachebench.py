@@ -43,8 +43,8 @@ def probe(task: Task) -> dict[str, Any]:
     import torch  # noqa: F401 - timed apart: start-up cost, not compilation
 
     from experiment_runner.child.devices import runtime_for
-    from experiment_runner.child.harness import (
-        ExperimentHarness,
+    from experiment_runner.child.driver import (
+        ExperimentDriver,
         apply_matmul_precision,
     )
     from experiment_runner.child.instrument.dynamo import dynamo_compile_summary
@@ -54,8 +54,8 @@ def probe(task: Task) -> dict[str, Any]:
     import_s = perf_counter() - start
     device = runtime_for(task.experiment.config)
     apply_matmul_precision(task.options)
-    harness = ExperimentHarness(task.experiment, task.options, device, Path(task.artifacts_dir))
-    step = harness.make_step(harness.load())
+    driver = ExperimentDriver(task.experiment, task.options, device, Path(task.artifacts_dir))
+    step = driver.make_step(driver.load())
     times: list[float] = []
     for _ in range(1 + PROBE_STEADY_ITERATIONS):
         device.reset_rng(task.options.seed)

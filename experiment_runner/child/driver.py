@@ -1,4 +1,4 @@
-"""The experiment harness: load a model, build its step, and time it.
+"""The experiment driver: load a model, build its step, and time it (in the child).
 
 Shared by the timing run and the verifier, which loads the same model again (eager,
 float64) from the same seed to judge the experiment's outputs.
@@ -52,7 +52,7 @@ def randomize_inputs(value: Any) -> Any:
 
 
 @dataclass
-class ExperimentHarness:
+class ExperimentDriver:
     """Everything needed to run one experiment's iterations, shared by timing and the verifier.
 
     `load(dtype)` builds a fresh copy of the model from the same seed, so the verifier can
@@ -78,10 +78,10 @@ class ExperimentHarness:
     def config(self) -> ExperimentConfig:
         return self.experiment.config
 
-    def with_config(self, config: ExperimentConfig) -> "ExperimentHarness":
+    def with_config(self, config: ExperimentConfig) -> "ExperimentDriver":
         """The same model and options under `config`, on its own device runtime (the verifier's
         native reference for an XLA experiment)."""
-        return ExperimentHarness(replace(self.experiment, config=config), self.options, runtime_for(config),
+        return ExperimentDriver(replace(self.experiment, config=config), self.options, runtime_for(config),
                                  self.artifacts_dir)
 
     def load(self, precision: str | None = None) -> BenchmarkModel:
@@ -232,14 +232,14 @@ def state_versions(module: Any) -> dict[str, tuple[int, int]]:
     return {name: (id(tensor), tensor._version) for name, tensor in tensors}
 
 
-def reusable_timed_step(harness: ExperimentHarness, loaded: dict[str, tuple[int, int]],
+def reusable_timed_step(driver: ExperimentDriver, loaded: dict[str, tuple[int, int]],
                         model: BenchmarkModel) -> str | None:
     """Why the verifier must run a fresh copy rather than the step that was timed, or
     None where the timed step serves: a compiled inference step whose model still holds the
     state it was loaded with computes what a fresh compile of a fresh copy would, and running
     it once more saves tracing and compiling the model again (AOT Inductor reuses its package
     instead, a training step has moved its weights, XLA steps are left to a fresh copy)."""
-    config = harness.config
+    config = driver.config
     if config.test != "eval" or config.dynamo is None or config.xla is not None:
         return "not a compiled inference step off XLA"
     if config.compile_options in AOT_INDUCTOR_OPTIONS:
