@@ -187,11 +187,16 @@ class _Rules:
     larger_small_multiplier: bool = False
     referenced: bool = False  # a float64 reference was given: every float leaf must find its own
     deferred: bool = False  # DEFERRED was given: a leaf that needs the reference raises ReferenceNeeded
+    computed_in: Any = None  # the coarsest dtype the experiment computes in (torch.bfloat16 for bf16), or None
 
 
 def compare(ref: Any, res: Any, fp64_ref: Any = None, *, tolerance: float, cosine: bool = False,
-            larger_small_multiplier: bool = False) -> Comparison:
+            larger_small_multiplier: bool = False, computed_in: Any = None) -> Comparison:
     """Judge `res` (the experiment) against `ref` (eager) with `fp64_ref` as ground truth.
+
+    `computed_in`: the coarsest floating dtype the experiment computes in where it is coarser
+    than its outputs' (a bf16 model whose logits are float32): eager's own distance from float64
+    is that dtype's rounding, which the tracking rule must not take for another branch.
 
     `fp64_ref=None` means there is no float64 run: every float leaf is judged against eager
     alone (allclose), except where `cosine` is chosen. `larger_small_multiplier` is PyTorch's
@@ -202,7 +207,7 @@ def compare(ref: Any, res: Any, fp64_ref: Any = None, *, tolerance: float, cosin
     """
     deferred = fp64_ref is DEFERRED
     rules = _Rules(tol=tolerance, cosine=cosine, larger_small_multiplier=larger_small_multiplier,
-                   referenced=fp64_ref is not None and not deferred, deferred=deferred)
+                   referenced=fp64_ref is not None and not deferred, deferred=deferred, computed_in=computed_in)
     return _summarize(list(_walk(ref, res, fp64_ref, "", rules)), tolerance)
 
 
@@ -535,10 +540,11 @@ def _compare_tensors(ref: "torch.Tensor", res: "torch.Tensor", fp64: Any,
     if rules.deferred and loss:
         raise ReferenceNeeded(path, "scalar")
     g, silent = _reference(fp64, ref, path, rules)
+    noise = _coarser(precision, rules.computed_in)
     if loss and g is not None:
         if not bool(g.isfinite().all()):
             silent = "the float64 reference is NaN/inf here"
-        elif not (silent := _untracked(a, g, precision, tol)):
+        elif not (silent := _untracked(a, g, noise, tol)):
             leaf.multiplier = _multiplier(dtype, shape, rules)
             return _scalar_rule(leaf, a, b, g, precision, rules)
         else:
@@ -555,8 +561,8 @@ def _compare_tensors(ref: "torch.Tensor", res: "torch.Tensor", fp64: Any,
         raise ReferenceNeeded(path, "rmse")
     band = limit + _rounding_band(a, b, precision)
     if g is not None and bool((g.isfinite() & a.isfinite()).any()):
-        if not (silent := _untracked(a, g, precision, tol)):
-            astray = _astray(a, g, precision, tol)
+        if not (silent := _untracked(a, g, noise, tol)):
+            astray = _astray(a, g, noise, tol)
             if bool(astray.any()):
                 g = g.masked_fill(astray, math.nan)
                 leaf.note = "; ".join(filter(None, (leaf.note, f"the float64 reference does not track eager at "
@@ -586,6 +592,16 @@ def _half_ulp(x: "torch.Tensor", precision: "torch.dtype") -> "torch.Tensor":
     info = torch.finfo(precision)
     _, exponent = torch.frexp(x.abs().clamp(info.smallest_normal, info.max))
     return torch.ldexp(torch.full_like(x, info.eps / 4), exponent)
+
+
+def _coarser(precision: "torch.dtype", computed_in: "torch.dtype | None") -> "torch.dtype":
+    """The coarser of a leaf's dtype and the dtype the experiment computes in: what bounds eager's
+    own rounding away from float64."""
+    import torch
+
+    if computed_in is None or torch.finfo(computed_in).eps <= torch.finfo(precision).eps:
+        return precision
+    return computed_in
 
 
 def _untracked(a: "torch.Tensor", g: "torch.Tensor", precision: "torch.dtype", tol: float) -> str:

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from experiment_runner.core import dashboards
-from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS
+from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS, ExperimentConfig, autocast_dtype
 from experiment_runner.core.record import phase
 from verifier import memory
 from verifier.determinism import deterministic
@@ -286,7 +286,8 @@ def procedure(subject: Subject, policy: Policy, timings: dict[str, float]) -> Ve
             result = run_once(subject, precision, compiled=True)
             gc.collect()
     rules = {"tolerance": policy.tolerance, "cosine": policy.cosine,
-             "larger_small_multiplier": policy.larger_multiplier_reason is not None}
+             "larger_small_multiplier": policy.larger_multiplier_reason is not None,
+             "computed_in": computed_in(subject.config)}
     try:
         with phase(timings, "verify_compare_s"):
             outcome: Comparison = compare(eager, result, DEFERRED, **rules)
@@ -311,6 +312,15 @@ def does_not_fit(base: dict[str, Any], plan: str, short: memory.MemoryPlan) -> V
         **base, "reason": f"the verification would not fit in the memory available ({short.available_from}: "
                           f"about {short.without_reference / memory.GIB:.1f} GiB more even without the "
                           f"float64 reference; {what})"})
+
+
+def computed_in(config: ExperimentConfig) -> Any:
+    """The floating dtype an experiment computes in where it is coarser than float32 (bf16, fp16,
+    amp's autocast dtype), or None."""
+    import torch
+
+    name = autocast_dtype(config) or {"bf16": "bfloat16", "fp16": "float16"}.get(config.precision)
+    return None if name is None else getattr(torch, name)
 
 
 def float64_reference(reference: Subject, fits: memory.MemoryPlan, base: dict[str, Any],

@@ -126,8 +126,8 @@ def test_the_readme_says_which_torch_index_a_cpu_host_takes() -> None:
 
 
 def test_the_readme_says_what_its_main_command_runs_and_what_takes_its_time() -> None:
-    """The main command's figures are a quiet host's, and half its experiments train: a newcomer
-    on a busy host, or timing eval alone, must not read 81 s as a promise."""
+    """Half the main command's experiments train, and its time depends on the host: a newcomer on a
+    busy host, or timing eval alone, must find the dated figures rather than read one as a promise."""
     from experiment_runner.core.matrix import HostCapabilities
     from experiment_runner.parent.session import build_plan
     from experiment_runner.parent.suites import suite_catalog
@@ -146,4 +146,5 @@ def test_the_readme_says_what_its_main_command_runs_and_what_takes_its_time() ->
     assert ("It runs four experiments of the built-in llama, eval (bf16) and train (fp32), each in eager and "
             "under inductor") in prose
     assert "the two training experiments take most of its time; `--test=eval` leaves them out" in prose
-    assert "The times below are a quiet host's" in prose and "busy with other work" in prose
+    assert "beside other work: dated timings on quiet and busy hosts are in" in prose
+    assert "](docs/benchmarks/first_hour.md)" in prose

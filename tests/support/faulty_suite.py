@@ -44,14 +44,14 @@ def _tiny(request: LoadRequest, forward: Callable[[Any], Any] | None = None, bat
 
 def _paced_clock(pace: float) -> Callable[[Any], Any]:
     """A paced model's forward: instead of sleeping, it moves the clock the runner's samples are
-    read on (the child harness's perf_counter) forward by `pace`, and by a fixed 0.01% more on each
+    read on (the child driver's perf_counter) forward by `pace`, and by a fixed 0.01% more on each
     of seven calls in turn, so that samples are distinct as real ones are (a rank test has no ties
     to lose power on). Its samples are then fixed, whatever else runs on the host: a test comparing
     runs of it judges what the runner did with them, not the scheduler's latency that day."""
-    from experiment_runner.child import harness
+    from experiment_runner.child import driver
 
     now, calls = [0.0], [0]
-    harness.perf_counter = lambda: now[0]
+    driver.perf_counter = lambda: now[0]
 
     def forward(output: Any) -> Any:
         now[0] += pace * (1 + 1e-4 * (calls[0] % 7))

@@ -336,6 +336,22 @@ def test_a_reference_that_does_not_track_eager_does_not_widen_the_rmse_threshold
     assert compare(eager, result, tracking, tolerance=1e-3).method == "rmse"
 
 
+def test_a_model_computed_in_bf16_tracks_its_reference_at_bf16s_rounding_not_its_outputs_dtype():
+    """The README's llama in eval (bf16) returns float32 logits 0.3% off float64 in allclose's
+    units: bf16's rounding, not another branch. Judged by its float32 eps alone the reference
+    would not track, and eager alone at 1e-4 failed a correct compile; at bf16's eps it tracks
+    and the RMSE rule speaks. An unrelated reference still vouches for nothing."""
+    truth = TRUTH[:1000]
+    eager, result = noisy(truth, 4e-3, 4), noisy(truth, 3e-3, 5)
+    assert not compare(eager, result, truth, tolerance=1e-4).passed
+    computed = compare(eager, result, truth, tolerance=1e-4, computed_in=torch.bfloat16)
+    assert computed.passed and computed.method == "rmse"
+    assert not compare(eager, eager * 1.5, truth, tolerance=1e-4, computed_in=torch.bfloat16).passed
+    unrelated = torch.randn(1000, generator=gen(73), dtype=torch.float64)
+    refused = compare(eager, torch.zeros_like(eager), unrelated, tolerance=1e-4, computed_in=torch.bfloat16)
+    assert not refused.passed and "does not track eager" in refused.details()["reason"]
+
+
 def test_a_loss_whose_reference_does_not_track_eager_is_judged_against_eager():
     """The scalar rule let the result be three times eager's excess off: a float64 loss of 5
     against eager's 1 passed a loss of 0. Against eager alone it fails, and a note says why a
