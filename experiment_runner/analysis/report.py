@@ -10,7 +10,6 @@ import argparse
 import csv
 import io
 import json
-import math
 import os
 import sys
 import time
@@ -28,6 +27,7 @@ from experiment_runner.analysis.loader import (
     speedup_method,
 )
 from experiment_runner.analysis.files import check_output
+from experiment_runner.analysis.stats import geomean
 from experiment_runner.core.matrix import parse_none
 from experiment_runner.core.record import TIMING_PHASES, VERIFY_STEPS
 from experiment_runner.core.requirements import install_command
@@ -108,10 +108,6 @@ PHASE_LABELS: dict[str, str] = {
     "outside": "child start and exit (wall_s - child_s)",
     "no_result": "children without a final result (crashed, timed out)",
 }
-
-
-def geomean(values: Sequence[float]) -> float | None:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 def parse_baseline(spec: str) -> dict[str, str | None]:
