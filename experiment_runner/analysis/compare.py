@@ -36,11 +36,20 @@ from pathlib import Path
 from typing import Sequence
 
 from experiment_runner.analysis.aggregates import FairFigures, fair_figures, render_fair
+from experiment_runner.analysis.baselines import DEFAULT_BASELINE, parse_baseline
 from experiment_runner.analysis.confirm import DEFAULT_PROCESSES, Suspect, Verdict, confirm, render_confirmation
 from experiment_runner.analysis.evidence import Difference, differences
-from experiment_runner.analysis.loader import Row, RunInfo, comparison_key, results_file, run_records, runs_of
+from experiment_runner.analysis.files import render_csv
+from experiment_runner.analysis.loader import (
+    Row,
+    RunInfo,
+    comparison_key,
+    read_rows,
+    results_file,
+    run_records,
+    runs_of,
+)
 from experiment_runner.analysis.repro import repro_of, row_fields
-from experiment_runner.analysis.report import DEFAULT_BASELINE, parse_baseline, read_rows, render_csv
 from experiment_runner.analysis.stats import benjamini_hochberg, mann_whitney_ps, min_two_sided_p, welch_log_ps
 from experiment_runner.errors import (
     EXIT_OK,

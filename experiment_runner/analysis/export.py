@@ -36,16 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from experiment_runner.analysis.loader import Row, results_files, run_records, runs_of
+from experiment_runner.analysis.baselines import DEFAULT_BASELINE, ModelResult, pair_with_baselines, parse_baseline
 from experiment_runner.analysis.files import check_output
-from experiment_runner.analysis.report import (
-    DEFAULT_BASELINE,
-    ModelResult,
-    pair_with_baselines,
-    parse_baseline,
-    read_rows,
-    select_run,
-)
+from experiment_runner.analysis.loader import Row, read_rows, results_files, run_records, runs_of, select_run
 from experiment_runner.core import dashboards
 from experiment_runner.errors import (
     EXIT_INCOMPLETE,
