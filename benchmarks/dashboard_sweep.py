@@ -36,9 +36,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from experiment_runner.analysis.expected import PYTORCH_FILE, SHIPPED, read_expected  # noqa: E402
-from experiment_runner.analysis.export import Exported, exported  # noqa: E402
-from experiment_runner.analysis.loader import runs_of  # noqa: E402
-from experiment_runner.analysis.report import read_rows  # noqa: E402
+from experiment_runner.analysis.harness_rows import Exported, exported  # noqa: E402
+from experiment_runner.analysis.loader import read_rows, runs_of  # noqa: E402
 from experiment_runner.core import dashboards  # noqa: E402
 
 SUITES = ("torchbench", "huggingface", "timm")

@@ -29,7 +29,8 @@ PACKAGES = {
     "experiment_runner/core": "any process (pure Python, never torch)",
     "experiment_runner/parent": "the runner's process",
     "experiment_runner/child": "each experiment's own process (`python -m experiment_runner.child`)",
-    "experiment_runner/analysis": "the user's process, on results files",
+    "experiment_runner/analysis": "the user's process, on results files: each `experiment_runner NAME` module is "
+                                  "one command, standing on the others, never on another command",
     "verifier": "each experiment's process, after timing (`--verify`)",
     "benchmark_models": "catalogs in the runner's process; every `load` in the experiment's",
 }

@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from experiment_runner.analysis.baselines import ModelResult, pair_with_baselines
 from experiment_runner.analysis.loader import Row, speedup_method
-from experiment_runner.analysis.report import ModelResult, geomean, pair_with_baselines
+from experiment_runner.analysis.stats import geomean
 
 INFRASTRUCTURE = ("timeout", "crashed", "interrupted", "oom")
 

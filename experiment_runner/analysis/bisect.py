@@ -52,9 +52,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from experiment_runner.analysis.compare import welch_log_ps
 from experiment_runner.analysis.files import file_kind, read_small
 from experiment_runner.analysis.loader import Row, load_rows
+from experiment_runner.analysis.stats import welch_log_ps
 from experiment_runner.core.flags import declared
 from experiment_runner.core.minify import SIDECAR, exception_names, read_minified, repro_environment, shows_symptom
 from experiment_runner.core.process_groups import ATTEMPT_TOKEN_ENV, kill_experiment

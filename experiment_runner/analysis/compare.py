@@ -16,7 +16,7 @@ can see depends on how the runs were measured:
   enough of them: in an A/A comparison that spread *is* the process-to-process noise).
 
 Benjamini-Hochberg controls the false discovery rate over every experiment tested at
-once; the verdicts use its adjusted p-values (q). scipy is imported only here.
+once; the verdicts use its adjusted p-values (q). The tests are analysis.stats's, shared with bisect.
 
 Each regression and new failure carries what else differs between its two records
 (analysis.evidence: versions, host, graph breaks, compile time, memory) and the command that
@@ -31,18 +31,26 @@ import json
 import math
 import statistics
 import sys
-import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from experiment_runner.analysis.aggregates import FairFigures, fair_figures, render_fair
+from experiment_runner.analysis.baselines import DEFAULT_BASELINE, parse_baseline
 from experiment_runner.analysis.confirm import DEFAULT_PROCESSES, Suspect, Verdict, confirm, render_confirmation
 from experiment_runner.analysis.evidence import Difference, differences
-from experiment_runner.analysis.loader import Row, RunInfo, comparison_key, results_file, run_records, runs_of
+from experiment_runner.analysis.files import render_csv
+from experiment_runner.analysis.loader import (
+    Row,
+    RunInfo,
+    comparison_key,
+    read_rows,
+    results_file,
+    run_records,
+    runs_of,
+)
 from experiment_runner.analysis.repro import repro_of, row_fields
-from experiment_runner.analysis.report import DEFAULT_BASELINE, parse_baseline, read_rows, render_csv
-from experiment_runner.core.requirements import install_command
+from experiment_runner.analysis.stats import benjamini_hochberg, mann_whitney_ps, min_two_sided_p, welch_log_ps
 from experiment_runner.errors import (
     EXIT_OK,
     EXIT_REGRESSION,
@@ -52,7 +60,6 @@ from experiment_runner.errors import (
     relative_change,
 )
 
-EXACT_MAX_SAMPLES = 50
 # One process per side: a change must exceed FLOOR_FACTOR times the noise we can see.
 # Under normal noise 3 robust standard deviations would do; the margin is for the heavy tail
 # of real hosts (a neighbour's job, a bad memory layout): on the test suite's noise model
@@ -134,11 +141,6 @@ PROCESS_TEST, SAMPLE_TEST = "welch-processes", "mann-whitney-samples"
 NOISY_HOST = "noisy host (not judged)"
 
 
-def min_two_sided_p(n_a: int, n_b: int) -> float:
-    """The smallest exact two-sided Mann-Whitney p-value n_a vs n_b samples can give."""
-    return min(1.0, 2.0 / math.comb(n_a + n_b, n_a)) if n_a and n_b else 1.0
-
-
 def _comparable(a: Row, b: Row) -> bool:
     """Both ok with timings, at the same batch size (a model's default may change between
     versions of its suite; per-iteration times at two sizes are different measurements)."""
@@ -149,69 +151,6 @@ def _comparable(a: Row, b: Row) -> bool:
 def test_for(a: Row, b: Row) -> str:
     """Per-process medians when both sides have at least two, else the samples of one process."""
     return PROCESS_TEST if min(len(a.process_medians), len(b.process_medians)) >= 2 else SAMPLE_TEST
-
-
-def _scipy():
-    """numpy and the three scipy.stats functions compare uses; one line and exit 2 without them."""
-    try:
-        import numpy as np
-        from scipy.stats import false_discovery_control, mannwhitneyu, ttest_ind
-    except ImportError:
-        raise ReportError(f"compare needs scipy: {install_command(['scipy'])}") from None
-    return np, mannwhitneyu, ttest_ind, false_discovery_control
-
-
-def _batched(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], key, test) -> list[float]:
-    """p-values, one scipy call per batch of pairs with the same `key` (sizes, method).
-
-    Batching matters: one call costs about half a millisecond of scipy overhead, which on
-    tens of thousands of experiments would dwarf reading the file."""
-    np = _scipy()[0]
-    batches: dict[tuple, list[int]] = {}
-    for i, (a, b) in enumerate(pairs):
-        batches.setdefault(key(a, b), []).append(i)
-    ps = [1.0] * len(pairs)
-    for batch_key, members in batches.items():
-        a = np.array([pairs[i][0] for i in members], dtype=float)
-        b = np.array([pairs[i][1] for i in members], dtype=float)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # identical samples: scipy warns and returns nan
-            pvalues = test(a, b, batch_key)
-        for i, p in zip(members, np.atleast_1d(pvalues).tolist()):
-            ps[i] = 1.0 if math.isnan(p) else p
-    return ps
-
-
-def mann_whitney_ps(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> list[float]:
-    """Two-sided Mann-Whitney U p-values. Exact when valid (no ties) and cheap, so 10 vs 10
-    samples can reach p ~ 1.1e-5; scipy's 'auto' switches to the normal approximation
-    above 8 samples."""
-    mannwhitneyu = _scipy()[1]
-
-    def key(a: Sequence[float], b: Sequence[float]) -> tuple:
-        exact = len(set(a) | set(b)) == len(a) + len(b) and max(len(a), len(b)) <= EXACT_MAX_SAMPLES
-        return len(a), len(b), exact
-
-    return _batched(pairs, key, lambda a, b, k: mannwhitneyu(
-        a, b, axis=1, alternative="two-sided", method="exact" if k[2] else "asymptotic").pvalue)
-
-
-def welch_log_ps(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> list[float]:
-    """Two-sided Welch t-test p-values on the logarithms of per-process medians: timings
-    are multiplicative and skewed, their logs close to normal, and the variances of the
-    two sides need not be equal."""
-    np, _, ttest_ind, _ = _scipy()
-    return _batched(pairs, lambda a, b: (len(a), len(b)), lambda a, b, _: ttest_ind(
-        np.log(a), np.log(b), axis=1, equal_var=False).pvalue)
-
-
-def benjamini_hochberg(ps: Sequence[float]) -> list[float]:
-    """Benjamini-Hochberg adjusted p-values (q): q < alpha keeps the expected share of false
-    discoveries among the flagged experiments at most alpha."""
-    if not ps:
-        return []
-    false_discovery_control = _scipy()[3]
-    return [float(q) for q in false_discovery_control(list(ps), method="bh")]
 
 
 def change_spread(pairs: Sequence[tuple[Row, Row]]) -> float | None:

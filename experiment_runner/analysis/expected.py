@@ -3,7 +3,7 @@
 PyTorch's CI keeps an expected-results CSV per configuration (`name,accuracy,graph_breaks`,
 benchmarks/dynamo/ci_expected_accuracy/) and fails a job whose accuracy status or graph-break
 count differs from it, improvements included, so the file is updated on purpose
-(check_accuracy.py, check_graph_breaks.py). This reads a run through `export`'s mapping (the
+(check_accuracy.py, check_graph_breaks.py). This reads a run through `harness_rows`'s mapping (the
 harness's accuracy statuses and graph-break counts) and does the same: one line per model whose
 status or count changed, exit 1; exit 0 when nothing did; `--update` rewrites the file.
 `--pytorch` takes PyTorch's own files for the run's dashboard configurations (`--dashboard`),
@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from experiment_runner.analysis.export import MAPPING, Exported, exported
 from experiment_runner.analysis.files import check_output, read_small
+from experiment_runner.analysis.harness_rows import MAPPING, Exported, exported
 from experiment_runner.analysis.loader import results_files
 from experiment_runner.core import dashboards
 from experiment_runner.errors import (

@@ -1,18 +1,21 @@
-"""The files an analysis command writes, and the small ones it reads whole.
+"""The files and CSV text an analysis command writes, and the small files it reads whole.
 
 Every writer (export, history --html, merge, check-expected --update, report --plot) asks
 `check_output` before it reads anything, so a wrong `-o` costs one line and exit 2, not the
 results it was about to read, nor a write that blocks forever on a FIFO nobody reads. A small
 input read whole (an expected-results CSV, bisect's --envs) goes through `read_small`: a FIFO
-would block that read, /dev/zero would never end it.
+would block that read, /dev/zero would never end it. `render_csv` is the one CSV writer of
+the commands' `--format csv` (report, compare).
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import stat
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Sequence
 
 from experiment_runner.errors import EXIT_RESULTS_IO, EXIT_USAGE, ReportError
 
@@ -69,3 +72,12 @@ def read_small(path: Path, what: str, limit: int) -> bytes:
     if len(data) > limit:
         raise ReportError(f"{path} is larger than {limit} bytes: not {what}", EXIT_USAGE)
     return data
+
+
+def render_csv(records: Sequence[dict[str, Any]]) -> str:
+    buffer = io.StringIO()
+    if records:
+        writer = csv.DictWriter(buffer, fieldnames=list(records[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(records)
+    return buffer.getvalue()

@@ -596,6 +596,39 @@ def load_rows(paths: Sequence[Path], bad_lines: dict[Path, list[BadLine]] | None
         return final_rows(_indexed_rows(paths, bad_lines, runs_in))
 
 
+def select_run(runs: Sequence[RunInfo], run_id: str | None) -> RunInfo:
+    if not runs:
+        raise ReportError("no records in the given file(s)")
+    if run_id is None:
+        return runs[-1]
+    for run in runs:
+        if run.run_id == run_id:
+            return run
+    known = ", ".join(r.run_id for r in runs[-10:])
+    raise ReportError(f"no run {run_id!r} in the given file(s); latest runs: {known}")
+
+
+def read_rows(paths: Sequence[Path], runs_in: dict[Path, set[str]] | None = None) -> list[Row]:
+    """Final rows of every file; torn or corrupt lines are summarized, one warning per file."""
+    bad: dict[Path, list[BadLine]] = {}
+    try:
+        rows = load_rows(paths, bad, runs_in)
+    except ResultsFileError as exc:
+        raise ReportError(str(exc), EXIT_RESULTS_IO) from None
+    for path, lines in bad.items():
+        if lines:
+            print(f"warning: {path}: {corrupt_summary(lines)}", file=sys.stderr)
+    return rows
+
+
+def corrupt_summary(lines: Sequence[BadLine], shown: int = 3) -> str:
+    """One line for any number of skipped lines: how many, the first few, and the first reason
+    (a garbage file has as many bad lines as lines)."""
+    where = ", ".join(str(line.lineno) for line in lines[:shown]) + (", ..." if len(lines) > shown else "")
+    return (f"skipped {len(lines)} corrupt or torn line(s) (line {where}; "
+            f"line {lines[0].lineno}: {lines[0].reason})")
+
+
 def load_dataframe(paths: Sequence[str | Path] | str | Path, run_id: str | None = None,
                    samples: bool = False) -> "pandas.DataFrame":
     """One flat row per experiment (final record per run), with the columns of COLUMNS.

@@ -7,10 +7,7 @@ seconds without pandas, numpy or torch; matplotlib is imported only for --plot.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
-import math
 import os
 import sys
 import time
@@ -18,20 +15,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from experiment_runner.analysis.baselines import (
+    BASELINE_KEYS,
+    DEFAULT_BASELINE,
+    PAIR_METHODS,
+    GroupKey,
+    ModelResult,
+    is_baseline,
+    pair_with_baselines,
+    parse_baseline,
+)
 from experiment_runner.analysis.loader import (
     CONFIG_FIELDS,
     Row,
     RunInfo,
-    load_rows,
+    read_rows,
     results_files,
     runs_of,
+    select_run,
     speedup_method,
 )
-from experiment_runner.analysis.files import check_output
-from experiment_runner.core.matrix import parse_none
+from experiment_runner.analysis.files import check_output, render_csv
+from experiment_runner.analysis.stats import geomean
 from experiment_runner.core.record import TIMING_PHASES, VERIFY_STEPS
 from experiment_runner.core.requirements import install_command
-from experiment_runner.core.results import BadLine, ResultsFileError
 from experiment_runner.errors import (
     EXIT_OK,
     EXIT_RESULTS_IO,
@@ -72,8 +79,6 @@ never read from `stats`.
 Corrupt or torn lines are skipped; one warning per file says how many and where.
 Exit status: 0 done, 2 bad flags or no such run, 3 a file cannot be read."""
 
-BASELINE_KEYS: tuple[str, ...] = ("accelerator", "test", "precision") + CONFIG_FIELDS
-DEFAULT_BASELINE = "xla=None,dynamo=None"
 # The plots' notes for flagged speedups, in the text report's words (ModelResult.flags, !N).
 FLAGGED_BARS = "hatched, (noisy host) or (unstable):\nrerun on a quiet host before trusting it"
 FLAGGED_GEOMEAN = "!N: N of the geomean's speedups come from noisy-host or unstable samples"
@@ -110,29 +115,6 @@ PHASE_LABELS: dict[str, str] = {
 }
 
 
-def geomean(values: Sequence[float]) -> float | None:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
-
-
-def parse_baseline(spec: str) -> dict[str, str | None]:
-    """`key=value,...` over BASELINE_KEYS; xla, xla_flags, dynamo, torch_xla2 and compile_options
-    (None: plain torch.compile) default to None.
-
-    accelerator, test and precision default to the configuration's own value.
-    """
-    fixed: dict[str, str | None] = {key: None for key in CONFIG_FIELDS}
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        key, sep, value = part.partition("=")
-        key = key.strip()
-        if not sep or key not in BASELINE_KEYS:
-            raise ReportError(f"bad --baseline item {part!r}: expected key=value with key in "
-                              f"{', '.join(BASELINE_KEYS)}")
-        given = parse_none(value.strip())
-        # a record's default compile options read as None (loader.Row.compile_options)
-        fixed[key] = None if key == "compile_options" and given == "default" else given
-    return fixed
-
-
 def check_baseline(fixed: dict[str, str | None], rows: Sequence[Row], run_id: str) -> None:
     """A --baseline value no experiment of the run has can match nothing: a misspelling
     (dynamo=inductr) would otherwise read as a run without a baseline. None is never checked: a
@@ -150,71 +132,6 @@ def describe_baseline(fixed: dict[str, str | None]) -> str:
     same = [k for k in ("accelerator", "test", "precision") if k not in fixed]
     shown = " ".join(f"{k}={v}" for k, v in fixed.items() if v is not None or k in ("xla", "dynamo"))
     return f"{shown} (same {', '.join(same + ['batch size'])})"
-
-
-def _match_key(row: Row) -> tuple:
-    return (row.suite, row.model, row.accelerator, row.test, row.precision, row.batch_size,
-            row.xla, row.xla_flags, row.dynamo, row.torch_xla2, row.compile_options)
-
-
-def _baseline_key(row: Row, fixed: dict[str, str | None]) -> tuple:
-    get = lambda name: fixed[name] if name in fixed else getattr(row, name)  # noqa: E731
-    return (row.suite, row.model, get("accelerator"), get("test"), get("precision"), row.batch_size,
-            get("xla"), get("xla_flags"), get("dynamo"), get("torch_xla2"), get("compile_options"))
-
-
-def _peaks(row: Row, base: Row) -> tuple[int, int] | None:
-    for name in ("peak_allocated_bytes", "timed_peak_rss_bytes"):
-        mine, theirs = getattr(row, name), getattr(base, name)
-        if mine and theirs:
-            return theirs, mine
-    return None
-
-
-GroupKey = tuple[str, str, str, str]  # suite, accelerator, test, precision
-# The speedup methods that time the eager baseline in the compiled experiment's own process,
-# as Row.paired_method names them; each is named beside its figure.
-PAIR_METHODS = ("paired", "harness")
-
-
-@dataclass
-class ModelResult:
-    """One experiment of the run beside its baseline."""
-
-    row: Row
-    baseline: Row | None
-    speedup: float | None
-    memory_ratio: float | None
-    # "paired": the median ratio of baseline and compiled samples interleaved in the experiment's own
-    # process (--speedup=paired); "harness": the ratio of their medians, timed in that process as
-    # PyTorch's harness times them (--speedup=harness); "isolated": baseline median / configuration
-    # median across processes
-    method: str | None = None
-
-    @property
-    def group(self) -> GroupKey:
-        r = self.row
-        return (str(r.suite), str(r.accelerator), str(r.test), str(r.precision))
-
-    def cell(self) -> str:
-        """What the per-model table shows: the speedup, or why there is none."""
-        r = self.row
-        if r.status != "ok":
-            return r.status
-        if not r.usable:
-            return str(r.verification_code)
-        if self.speedup is None:
-            return "no baseline" if self.baseline is None or self.baseline.status == "ok" else \
-                f"baseline {self.baseline.status}"
-        flags = "".join(f" ({flag})" for flag in self.flags())
-        return f"{self.speedup:.2f}x" + (f" {self.method}" if self.method in PAIR_METHODS else "") + flags
-
-    def flags(self) -> list[str]:
-        """Why the speedup may not be trusted: samples taken beside busy neighbours (noisy host), or
-        spread over more than 10% of their median (unstable), on either side of the ratio."""
-        rows = [r for r in (self.row, self.baseline) if r is not None]
-        return [flag for flag, hit in (("noisy host", any(r.noisy_host for r in rows)),
-                                       ("unstable", any(r.unstable for r in rows))) if hit]
 
 
 @dataclass
@@ -257,30 +174,6 @@ class Summary:
         }
 
 
-def pair_with_baselines(rows: Sequence[Row], fixed: dict[str, str | None]) -> list[ModelResult]:
-    index = {_match_key(r): r for r in rows}
-    results = []
-    for row in rows:
-        base = index.get(_baseline_key(row, fixed))
-        speedup = memory = method = None
-        if row.usable and row.paired_speedup is not None and base is not row:
-            speedup, method = row.paired_speedup, row.paired_method
-        if base is not None and row.usable and base.status == "ok":
-            mine, theirs = row.median_per_iter_time_s, base.median_per_iter_time_s
-            if speedup is None and mine and theirs:
-                speedup, method = theirs / mine, "isolated"
-            peaks = _peaks(row, base)
-            memory = peaks[0] / peaks[1] if peaks else None
-        if row.usable and base is not row and row.harness_compression_ratio is not None:
-            memory = row.harness_compression_ratio  # the harness's own, from the warm-ups in its process
-        results.append(ModelResult(row, base, speedup, memory, method))
-    return results
-
-
-def _is_baseline(row: Row, fixed: dict[str, str | None]) -> bool:
-    return _baseline_key(row, fixed) == _match_key(row)
-
-
 def summarize_run(results: Iterable[ModelResult], fixed: dict[str, str | None]) -> list[Summary]:
     table: dict[tuple, Summary] = {}
     for res in results:
@@ -289,7 +182,7 @@ def summarize_run(results: Iterable[ModelResult], fixed: dict[str, str | None]) 
         summary = table.get(key)
         if summary is None:
             config = {name: getattr(r, name) for name in CONFIG_FIELDS}
-            summary = table[key] = Summary(*res.group, r.configuration, config, _is_baseline(r, fixed), r.compiles)
+            summary = table[key] = Summary(*res.group, r.configuration, config, is_baseline(r, fixed), r.compiles)
         summary.models += 1
         summary.ok += r.status == "ok"
         summary.checked += r.checked
@@ -309,31 +202,6 @@ def summarize_run(results: Iterable[ModelResult], fixed: dict[str, str | None]) 
                                                  not s.is_baseline, s.configuration))
 
 
-def select_run(runs: Sequence[RunInfo], run_id: str | None) -> RunInfo:
-    if not runs:
-        raise ReportError("no records in the given file(s)")
-    if run_id is None:
-        return runs[-1]
-    for run in runs:
-        if run.run_id == run_id:
-            return run
-    known = ", ".join(r.run_id for r in runs[-10:])
-    raise ReportError(f"no run {run_id!r} in the given file(s); latest runs: {known}")
-
-
-def read_rows(paths: Sequence[Path], runs_in: dict[Path, set[str]] | None = None) -> list[Row]:
-    """Final rows of every file; torn or corrupt lines are summarized, one warning per file."""
-    bad: dict[Path, list[BadLine]] = {}
-    try:
-        rows = load_rows(paths, bad, runs_in)
-    except ResultsFileError as exc:
-        raise ReportError(str(exc), EXIT_RESULTS_IO) from None
-    for path, lines in bad.items():
-        if lines:
-            print(f"warning: {path}: {corrupt_summary(lines)}", file=sys.stderr)
-    return rows
-
-
 def describe_source(run: RunInfo, runs: Sequence[RunInfo], runs_in: dict[Path, set[str]]) -> str:
     """Which files of a folder the reported run came from and what else is there: a folder
     holds many runs, and the report alone names only the one it chose."""
@@ -349,14 +217,6 @@ def describe_source(run: RunInfo, runs: Sequence[RunInfo], runs_in: dict[Path, s
     if len(runs) > 1:
         line += f"; {len(runs) - 1} other run(s) in the files read: choose one with --run-id"
     return line
-
-
-def corrupt_summary(lines: Sequence[BadLine], shown: int = 3) -> str:
-    """One line for any number of skipped lines: how many, the first few, and the first reason
-    (a garbage file has as many bad lines as lines)."""
-    where = ", ".join(str(line.lineno) for line in lines[:shown]) + (", ..." if len(lines) > shown else "")
-    return (f"skipped {len(lines)} corrupt or torn line(s) (line {where}; "
-            f"line {lines[0].lineno}: {lines[0].reason})")
 
 
 def time_breakdown(rows: Sequence[Row]) -> list[dict[str, Any]]:
@@ -484,7 +344,7 @@ def render_text(run: RunInfo, fixed: dict[str, str | None], summaries: Sequence[
             groups.setdefault(res.group, []).append(res)
         for group in sorted(groups):
             members = groups[group]
-            configs = sorted({m.row.configuration for m in members if not _is_baseline(m.row, fixed)})
+            configs = sorted({m.row.configuration for m in members if not is_baseline(m.row, fixed)})
             if not configs:
                 continue
             cells: dict[tuple[str, int | None], dict[str, str]] = {}
@@ -554,15 +414,6 @@ def _first_line(text: str, width: int = 100) -> str:
     return line if len(line) <= width else line[:width - 1] + "…"
 
 
-def render_csv(records: Sequence[dict[str, Any]]) -> str:
-    buffer = io.StringIO()
-    if records:
-        writer = csv.DictWriter(buffer, fieldnames=list(records[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(records)
-    return buffer.getvalue()
-
-
 # ---- plots -------------------------------------------------------------------------------
 
 def _pyplot() -> Any:
@@ -595,7 +446,7 @@ def write_plots(directory: Path, rows: Sequence[Row], run: RunInfo, runs: Sequen
 
     groups: dict[GroupKey, list[ModelResult]] = {}
     for res in pair_with_baselines(by_run[run.run_id], fixed):
-        if res.speedup is not None and not _is_baseline(res.row, fixed):
+        if res.speedup is not None and not is_baseline(res.row, fixed):
             groups.setdefault(res.group, []).append(res)
     for group, members in sorted(groups.items()):
         models = sorted({m.row.model or "" for m in members})

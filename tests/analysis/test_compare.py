@@ -19,8 +19,8 @@ from typing import Sequence
 
 import pytest
 
-from experiment_runner.analysis.compare import mann_whitney_ps, min_two_sided_p
 from experiment_runner.analysis.loader import load_rows
+from experiment_runner.analysis.stats import mann_whitney_ps, min_two_sided_p
 from experiment_runner.cli import main as cli_main
 
 MODELS = ("llama", "nanogpt", "resnet50", "dlrm", "BERT_pytorch")

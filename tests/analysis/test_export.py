@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from experiment_runner.analysis.export import DATA
 from experiment_runner.analysis.expected import SHIPPED
+from experiment_runner.analysis.harness_rows import DATA
 from experiment_runner.cli import main as cli_main
 
 GOLDEN = Path(__file__).parents[1] / "golden"
