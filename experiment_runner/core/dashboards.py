@@ -174,6 +174,34 @@ def accuracy_batch_size(suite: str) -> int | None:
     return _data()["accuracy_batch_size"]["sizes"].get(suite)
 
 
+@dataclass(frozen=True)
+class Batches:
+    """The batch a dashboard experiment's verdict and speedup are taken at, here and in PyTorch's
+    job; None is the model's own. PyTorch takes its verdict from an --accuracy run (its accuracy
+    batch for the suite) and its speedup from a --performance run (the models' own); we verify and
+    time one experiment at one batch, so one of the two figures may be at another batch."""
+
+    verdict: int | None
+    speedup: int | None
+    job_verdict: int | None
+    job_speedup: int | None
+
+    def differing(self) -> tuple[str, ...]:
+        """The figures taken at another batch than PyTorch's job takes them."""
+        return tuple(figure for figure, here, job in (("verdict", self.verdict, self.job_verdict),
+                                                      ("speedup", self.speedup, self.job_speedup))
+                     if here != job)
+
+
+def batches(suite: str, batch_size: int | None) -> Batches | None:
+    """Where an experiment planned at `batch_size` (None: the model's own) takes a dashboard job's
+    two figures, against the job; None for a suite PyTorch's harness does not run. The same for
+    every configuration: an accuracy job's own CSV has no speedup, and the one PyTorch publishes
+    for its compile comes from the performance runs, at the models' own batch."""
+    wanted = accuracy_batch_size(suite)
+    return None if wanted is None else Batches(batch_size, batch_size, wanted, None)
+
+
 def overrides(name: str, suite: str, accelerator: str, verify: bool, batch_size: int | None,
               speedup: str, planned_batch_size: int | None = None,
               pairs: int | str = HARNESS_PAIRS) -> dict[str, Any]:

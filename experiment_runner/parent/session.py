@@ -83,6 +83,8 @@ def print_dry_run(plan: matrix.Plan, done: set[tuple[str, int]], processes: int 
         elif finished:
             mark = f"  [{finished} of {processes} processes done in the run being resumed]"
         print(printable(f"{i:4d}. {exp.model_name}: {exp.config.label()}{mark}"))
+    print_dashboard_batches([(p.experiment.suite_name, p.experiment.config) for p in planned]
+                            + [(d.suite_name, d.config) for d in plan.dropped])
     if plan.dropped:
         # A combination is one model in one configuration: say so, or 20 dropped reads as 10 listed.
         models = {d.model_name for d in plan.dropped}
@@ -105,6 +107,32 @@ def print_dry_run(plan: matrix.Plan, done: set[tuple[str, int]], processes: int 
                 continue
             examples = "; ".join(labels[:3]) + (f"; and {len(labels) - 3} more" if len(labels) > 3 else "")
             print(printable(f"{head}: {examples}"))
+
+
+def print_dashboard_batches(configs: list[tuple[str, matrix.ExperimentConfig]]) -> None:
+    """--dry-run of a dashboard plan: per configuration (of a suite), planned or dropped here, the
+    batch its verdict and its speedup are taken at here and in PyTorch's job (accuracy run,
+    performance run), so a figure at another batch than the dashboard's is known before the
+    machine time is spent."""
+    def batch(size: int | None) -> str:
+        return "the model's own" if size is None else f"bs={size}"
+
+    lines: dict[str, str] = {}
+    for suite, config in configs:
+        if config.dashboard is None or config.label() in lines:
+            continue
+        if (found := dashboards.batches(suite, config.batch_size)) is None:
+            continue
+        differing = found.differing()
+        note = f"; {' and '.join(differing)} at another batch than PyTorch's" if differing else "; as PyTorch's"
+        lines[config.label()] = (f"  {config.label()}: verdict {batch(found.verdict)} "
+                                     f"(PyTorch's {batch(found.job_verdict)}), speedup {batch(found.speedup)} "
+                                     f"(PyTorch's {batch(found.job_speedup)}){note}")
+    if lines:
+        print("\nbatches of the dashboard figures, here (PyTorch's job: verdict from its --accuracy run, "
+              "speedup from its --performance run):")
+        for line in lines.values():
+            print(printable(line))
 
 
 def print_machine_time(plan: matrix.Plan, processes: int, estimate_from: str | None, lanes: int) -> None:

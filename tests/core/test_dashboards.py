@@ -15,6 +15,7 @@ from experiment_runner.core.matrix import (
     invalid_reason,
     uses_cuda_graphs,
 )
+from experiment_runner.parent.session import print_dry_run
 
 BACKENDS = frozenset({"inductor", "aot_eager", "eager"})  # torch._dynamo.list_backends(exclude_tags=())'s
 CPU_ONLY = HostCapabilities(dynamo_backends=BACKENDS)
@@ -297,3 +298,27 @@ def test_a_changed_pair_rule_and_the_autocast_dtype_are_in_the_record(tmp_path):
     assert experiment(harness)["autocast_dtype"] is None
     assert experiment(harness, precision="amp")["autocast_dtype"] == "bfloat16"
     assert experiment(harness, accelerator="cuda", precision="amp")["autocast_dtype"] == "float16"
+
+
+def test_dry_run_shows_the_batch_of_each_figure_and_which_is_not_pytorchs(capsys: pytest.CaptureFixture[str]):
+    # A CPU host: the CUDA configurations are dropped, and their batches still shown.
+    planned = plan(("cpu_inductor", "inductor_with_cudagraphs"), caps=CPU_ONLY, tests=("eval",),
+                   dashboard_batch_size=8)
+    print_dry_run(planned, set())
+    out = capsys.readouterr().out.splitlines()
+    rows = {line.split("[")[1].split("]")[0]: line.split("]: ")[1] for line in out if "]: verdict" in line}
+    # An accuracy job verifies at PyTorch's accuracy batch; PyTorch's speedup is its performance run's.
+    assert rows["cpu_inductor"] == ("verdict bs=8 (PyTorch's bs=8), speedup bs=8 (PyTorch's the model's own); "
+                                    "speedup at another batch than PyTorch's")
+    # A performance mode times at the model's own batch, where PyTorch's --accuracy run takes bs=8.
+    assert rows["inductor_with_cudagraphs"] == (
+        "verdict the model's own (PyTorch's bs=8), speedup the model's own (PyTorch's the model's own); "
+        "verdict at another batch than PyTorch's")
+    assert dashboards.batches("timm", None).differing() == ("verdict",)
+    assert dashboards.batches("timm", 8).differing() == ("speedup",)
+    assert dashboards.batches("huggingface", 8).differing() == ("verdict", "speedup")
+    assert dashboards.batches("dummy", 8) is None
+    # No dashboard, no batch lines.
+    print_dry_run(expand("timm", ["ghostnet_100"], MatrixChoices(dynamo=("inductor",), tests=("eval",),
+                                                                 accelerators=("cpu",)), CPU_ONLY), set())
+    assert "batches of the dashboard figures" not in capsys.readouterr().out
