@@ -15,7 +15,9 @@
   `inductor_timm/training_timm_models.csv`, whose expected files are PyTorch's
   `cpu_inductor_amp_freezing_timm_inference.csv` and `inductor_timm_training.csv` (check-expected).
   A CUDA performance mode's pair is named by the mode, as its job names them
-  (`inductor_with_cudagraphs_timm_models_bfloat16_inference_cuda_performance.csv`).
+  (`inductor_with_cudagraphs_timm_models_bfloat16_inference_cuda_performance.csv`). Beside a
+  performance CSV, its `_compilation_metrics.csv` where the records hold dynamo's compile-time
+  accounting (`measurements.dynamo_compile`): the four dynamo_timed columns that accounting covers.
 
 With `--cache-bench` measurements, `pytorch-benchmark` also writes each compiled experiment's
 cold and warm compile times and the warm speedup as PyTorch's cachebench.py writes them
@@ -86,6 +88,10 @@ def dynamo_csv(items: Sequence[Exported]) -> tuple[dict[str, str], dict[str, str
             files[name] = _csv(performance, MAPPING["performance_columns"])
         else:
             left_out[name] = f"none of its {len(members)} experiment(s) has a speedup: {no_speedup(members)}"
+        metrics = [row for row in (m.compilation_metrics() for m in members) if row is not None]
+        if metrics:  # as the harness names it: the performance CSV's name, then the suffix
+            spec = MAPPING["compilation_metrics"]
+            files[f"{output}_performance{spec['suffix']}"] = _csv(metrics, [*spec["first_columns"], *spec["columns"]])
         files[f"{output}_accuracy.csv"] = _csv([m.accuracy() for m in members], MAPPING["accuracy_columns"])
     ci_files: dict[str, list[Exported]] = {}
     for item in items:

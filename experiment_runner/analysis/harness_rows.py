@@ -216,6 +216,18 @@ class Exported:
                 "dynamo_peak_mem": round(dynamo_mem, 6) if dynamo_mem else 0.0,
                 **self.performance_stats()}
 
+    def compilation_metrics(self) -> dict[str, Any] | None:
+        """The harness's compilation-metrics row, beside a performance row: dynamo's own phase times
+        from measurements.dynamo_compile under the dynamo_timed names the harness's columns carry
+        (data/dynamo_export.json, compilation_metrics); None without a performance row or that record."""
+        compiled = self.measurements.get("dynamo_compile")
+        if not compiled or self.performance() is None:
+            return None
+        r, spec = self.row, MAPPING["compilation_metrics"]
+        times = {column: f"{compiled[field]:.6f}" if isinstance(compiled.get(field), (int, float)) else ""
+                 for column, field in spec["columns"].items()}
+        return {"dev": r.accelerator, "name": r.model, "batch_size": r.batch_size, **times}
+
     def accuracy(self) -> dict[str, Any]:
         r = self.row
         return {"dev": r.accelerator, "name": r.model, "batch_size": r.batch_size,

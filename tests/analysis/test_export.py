@@ -351,3 +351,24 @@ def test_the_harness_warmups_give_its_memory_compile_and_dynamo_columns(tmp_path
     assert row["compression_ratio"] == pytest.approx(2_508_668_930 / 2_715_369_470, rel=1e-6)
     assert row["compilation_latency"] == pytest.approx(38.5)
     assert {column: int(row[column]) for column in stats} == stats
+
+
+def test_dynamo_compile_accounting_exports_as_the_harness_compilation_metrics_csv(tmp_path: Path) -> None:
+    """llama's compiled CPU inference given dynamo's accounting (code_gen_time_s missing): the file
+    the harness writes beside its performance CSV, with the four columns the record fills."""
+    records = [json.loads(line) for line in RESULTS.read_text().splitlines()]
+    llama = next(r for r in records if r["experiment_id"] == "torchbench/llama/cpu-None-inductor-eval-fp32-bsdefault"
+                 and r["run_id"] == "20250102T000000Z-bbbbbb")  # the latest run, which export takes
+    llama["measurements"]["dynamo_compile"] = {"frames": 2, "entire_frame_compile_time_s": 4.25,
+                                               "backend_compile_time_s": 3.5, "inductor_compile_time_s": 3.0}
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "csv"
+    assert cli_main(["export", str(results), "--format", "dynamo-csv", "-o", str(out)]) == 0
+    written = out / "inductor_torchbench_float32_inference_cpu_performance_compilation_metrics.csv"
+    assert written.read_text().splitlines() == [
+        "dev,name,batch_size,_compile.compile_inner,OutputGraph.call_user_compiler,compile_fx_inner,"
+        "GraphLowering.compile_to_module",
+        "cpu,llama,4,4.250000,3.500000,3.000000,"]
+    # Only beside a performance CSV whose records hold the accounting: no other group gets one.
+    assert [p.name for p in out.rglob("*_compilation_metrics.csv")] == [written.name]
