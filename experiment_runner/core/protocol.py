@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,41 @@ class Task:
     @classmethod
     def read(cls, path: Path) -> "Task":
         return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+@dataclass
+class ChildResult:
+    """What the worker found, as result.json carries it (less the stamps `publish_result` adds).
+
+    Built up by `run_task` as the experiment gets further, so it is mutable; a field the
+    child never reached stays at its default, which the parent reads as "not measured".
+    """
+
+    status: str  # ok, skipped, oom or error: how the experiment ended inside the child
+    batch_size: int | None  # the batch the model ran with (the config's, None for the suite's, until it loaded)
+    precision: str  # the precision the config asked for
+    environment: dict[str, Any] = field(default_factory=dict)  # host, libraries, model provenance: the child's view
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per phase of its life (record.TIMING_PHASES)
+    error: dict[str, Any] | None = None  # type, message, traceback tail (and phase) of a failure
+    metrics: dict[str, Any] = field(default_factory=dict)  # the timed runs' figures and the instrumentation's
+    source: str | None = None  # where the model came from (suite, builtin), once it loaded
+    accelerator_model: str | None = None  # the device's product name, once the runtime is up
+    verification: dict[str, Any] | None = None  # the verifier's verdict with --verify
+    verification_code: str | None = None  # the verdict's one word, set once the outcome is known
+    artifacts: dict[str, str] = field(default_factory=dict)  # name -> path under the attempt's folder
+    loss: str | None = None  # train only: how the step computes its loss
+    optimizer: str | None = None  # train only: the optimizer that steps
+    iterations_per_run: int | None = None  # the count the timed runs used; None until they ran
+    iterations_per_run_calibrated: bool | None = None  # whether that count was calibrated; None until then
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON-ready values, shallowly: metrics may hold what only `default=str` writes."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ChildResult":
+        """The result `data` holds; keys that are not fields (the stamps) are left out."""
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 def write_result(path: Path, result: dict[str, Any]) -> None:
