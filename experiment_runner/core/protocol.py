@@ -1,10 +1,10 @@
 """The parent ↔ worker protocol.
 
 The parent writes a `Task` as JSON into the experiment's folder and starts
-`python -m experiment_runner.child TASK_PATH`. The worker writes its `result.json`
-beside it (atomically: temporary file, then rename) and exits. The parent never parses
-the child's stdout; a child that dies before writing its result is classified from its
-exit status and log instead.
+`python -m experiment_runner.child TASK_PATH`. The worker writes its result, a typed
+`ChildResult`, as `result.json` beside it (atomically: temporary file, then rename) and
+exits. The parent never parses the child's stdout; a child that dies before writing its
+result is classified from its exit status and log instead.
 
 Every launch is an attempt with its own id. The folder's result files are removed before
 the launch and every result carries the attempt id, which the parent checks, so a retry
@@ -37,7 +37,8 @@ PHASES: tuple[str, ...] = ("loading", "warm-up", "timing", "timing pairs", "inst
                           "counting graph breaks as the harness")
 PHASE_FILE = "phase"
 # The version of task.json and result.json; raise it whenever either changes shape.
-PROTOCOL_VERSION = 1
+# 2: result.json carries every ChildResult field, null where the child did not get that far.
+PROTOCOL_VERSION = 2
 
 
 class ProtocolMismatch(ValueError):
@@ -152,9 +153,9 @@ def write_result(path: Path, result: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def publish_result(task: Task, result: dict[str, Any], final: bool = True) -> None:
+def publish_result(task: Task, result: ChildResult, final: bool = True) -> None:
     """The worker's result for this attempt: the interim one after timing, the final one at the end."""
-    stamped = {**result, "protocol": PROTOCOL_VERSION, "attempt_id": task.attempt_id, "final": final}
+    stamped = {**result.to_dict(), "protocol": PROTOCOL_VERSION, "attempt_id": task.attempt_id, "final": final}
     write_result(task.result_path if final else task.interim_path, stamped)
 
 
