@@ -43,7 +43,7 @@ from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS
 from experiment_runner.core.options import PAIRED_METHODS
 from experiment_runner.child.plugins import import_plugins
 from experiment_runner.core.environment import describe_environment
-from experiment_runner.core.protocol import ProtocolMismatch, Task, publish_result, write_phase
+from experiment_runner.core.protocol import ChildResult, ProtocolMismatch, Task, publish_result, write_phase
 from experiment_runner.core.record import TIMING_PHASES, phase
 from experiment_runner.core.results import verification_code
 from benchmark_models import ModelSkipped
@@ -99,7 +99,7 @@ def harness_graph_break_count(driver: ExperimentDriver) -> tuple[int, str]:
     return count, f"replayed with optimizer {recipe.optimizer_spec}, the harness's on {accelerator}"
 
 
-def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+def run_task(task: Task, on_timed: Callable[[ChildResult], None] | None = None) -> ChildResult:
     """Run one experiment in this process and return the worker's result (never raises).
 
     With --verify, `on_timed` gets the result as it stands once timing and instrumentation
@@ -109,12 +109,8 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
     config = task.experiment.config
     timings: dict[str, float] = {}
     with phase(timings, "setup_s"):
-        result: dict[str, Any] = {
-            "status": "ok", "error": None, "metrics": {}, "source": None,
-            "batch_size": config.batch_size, "precision": config.precision, "accelerator_model": None,
-            "verification": None, "artifacts": {},
-            "environment": describe_environment(), "timings": timings,
-        }
+        result = ChildResult(status="ok", batch_size=config.batch_size, precision=config.precision,
+                             environment=describe_environment(), timings=timings)
     device: DeviceRuntime | None = None
     driver: ExperimentDriver | None = None
     try:
@@ -129,9 +125,9 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
                 from verifier.determinism import apply_environment
 
                 apply_environment(dashboards.accuracy_determinism(task.experiment.model_name))
-            result["environment"]["cpu"] = {**set_threads(task.options), **describe_cpu()}
+            result.environment["cpu"] = {**set_threads(task.options), **describe_cpu()}
             device = runtime_for(config)
-            result["accelerator_model"] = device.accelerator_model()
+            result.accelerator_model = device.accelerator_model()
             apply_matmul_precision(task.options)
             apply_denormal_mode(task.options)
             device.prepare(task.options, Path(task.artifacts_dir))
@@ -140,12 +136,12 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
         with phase(timings, "load_s"):
             write_phase(task, "loading")
             model = driver.model = driver.load()
-            result.update(source=model.source, batch_size=model.batch_size)
+            result.source, result.batch_size = model.source, model.batch_size
             loaded_state = state_versions(model.module)
-            result["environment"].update(model.provenance)
+            result.environment.update(model.provenance)
             if config.test == "train":
-                result.update(loss=model.recipe.loss_spec(model.loss is not None),
-                              optimizer=model.recipe.optimizer_spec)
+                result.loss = model.recipe.loss_spec(model.loss is not None)
+                result.optimizer = model.recipe.optimizer_spec
 
         t0 = time.perf_counter()
         write_phase(task, "warm-up")
@@ -168,22 +164,22 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
                 timed_leaves[:] = float_leaves(last)
             instrumentation.after_repeat(index, last)
 
-        metrics = result["metrics"] = time_iterations(step, device, paired.timing_options(task.options, pairs),
-                                                      on_repeat=after_repeat,
-                                                      training_state=model.training_state,
-                                                      on_timing=lambda: write_phase(task, "timing"),
-                                                      timings=timings, warmup_probe=probe)
+        metrics = result.metrics = time_iterations(step, device, paired.timing_options(task.options, pairs),
+                                                   on_repeat=after_repeat,
+                                                   training_state=model.training_state,
+                                                   on_timing=lambda: write_phase(task, "timing"),
+                                                   timings=timings, warmup_probe=probe)
         if probe is not None:
             metrics["harness_warmup"] = {"eager": eager_warmup, "compiled": probe.block}
-        result["iterations_per_run"] = metrics.pop("iterations_per_run")
-        result["iterations_per_run_calibrated"] = metrics.pop("iterations_per_run_calibrated")
+        result.iterations_per_run = metrics.pop("iterations_per_run")
+        result.iterations_per_run_calibrated = metrics.pop("iterations_per_run_calibrated")
         # The profiling pass repeats the timed runs' shape, calibrated count included.
         instrumentation.task = replace(task, options=replace(task.options,
-                                                             iterations_per_run=result["iterations_per_run"]))
+                                                             iterations_per_run=result.iterations_per_run))
         if pairs:
             write_phase(task, "timing pairs")
             metrics["paired"] = paired.measure_pairs(driver, model, step, device, task.options,
-                                                     result["iterations_per_run"], timings)
+                                                     result.iterations_per_run, timings)
             metrics.update(paired.samples(metrics, task.options))
         elif config.dynamo is None and task.options.speedup in PAIRED_METHODS:
             metrics.update(samples_from=paired.ISOLATED_SAMPLES, paired_baseline=paired.EAGER_BESIDE_PAIRS)
@@ -191,13 +187,13 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
 
         with phase(timings, "instrument_s"):
             write_phase(task, "instrumenting")
-            instrumentation.finish(step, result["metrics"])
-            result["artifacts"].update(instrumentation.artifacts)
-        split_compile(timings, result["metrics"])
+            instrumentation.finish(step, result.metrics)
+            result.artifacts.update(instrumentation.artifacts)
+        split_compile(timings, result.metrics)
 
         if task.options.verify:
-            counted = harness_counts_graph_breaks(driver, result["metrics"])
-            breaks = result["metrics"].get("graph_breaks")
+            counted = harness_counts_graph_breaks(driver, result.metrics)
+            breaks = result.metrics.get("graph_breaks")
             # The harness's training step breaks (backward, its skipped calls) whatever the model does.
             replay = counted and (breaks["total"] > 0 or config.test == "train")
             if counted and not replay:
@@ -209,21 +205,20 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
                 from verifier import verify_experiment
                 from verifier.memory import timed_run
 
-                driver.timed_run = timed_run(result["metrics"], timed_leaves, model.module, config.test)
+                driver.timed_run = timed_run(result.metrics, timed_leaves, model.module, config.test)
                 driver.model = None
                 driver.fresh_copy_reason = reusable_timed_step(driver, loaded_state, model)
                 driver.timed_step = step if driver.fresh_copy_reason is None else None
                 del model, step, instrumentation
                 gc.collect()
                 if on_timed is not None:
-                    on_timed({**result,
-                              "verification_code": verification_code(task.options.verify, result["status"], None),
-                              "artifacts": {**result["artifacts"], **device.artifacts()},
-                              "timings": dict(timings)})
+                    on_timed(replace(result, verification_code=verification_code(task.options.verify,
+                                                                                 result.status, None),
+                                     artifacts={**result.artifacts, **device.artifacts()}, timings=dict(timings)))
 
             with phase(timings, "verify_s"):
                 write_phase(task, "verifying")
-                result["verification"] = verify_experiment(driver, timings)
+                result.verification = verify_experiment(driver, timings)
             if replay:
                 # After verification: the replay resets dynamo, which drops the timed step's code.
                 with phase(timings, "harness_graph_breaks_s"):
@@ -237,21 +232,21 @@ def run_task(task: Task, on_timed: Callable[[dict[str, Any]], None] | None = Non
                     else:
                         breaks.update(harness_count=count, harness_count_method=method)
     except ModelSkipped as exc:
-        result.update(status="skipped", error={"type": "ModelSkipped", "message": str(exc)})
+        result.status, result.error = "skipped", {"type": "ModelSkipped", "message": str(exc)}
     except BaseException as exc:  # noqa: BLE001 - every failure must become data
         oom = device.is_oom(exc) if device is not None else isinstance(exc, MemoryError)
-        result.update(status="oom" if oom else "error", error=error_block(exc))
+        error = error_block(exc)
         if isinstance(exc, paired.BaselineCopyFailed):
-            result["error"]["phase"] = paired.BASELINE_COPY_PHASE
+            error["phase"] = paired.BASELINE_COPY_PHASE
+        result.status, result.error = "oom" if oom else "error", error
     with phase(timings, "finish_s"):
         if driver is not None:
             driver.discard_aot_package()
-        result["verification_code"] = verification_code(task.options.verify, result["status"],
-                                                        result["verification"])
+        result.verification_code = verification_code(task.options.verify, result.status, result.verification)
         if device is not None:
-            result["artifacts"].update(device.artifacts())
-            if result["metrics"]:
-                result["metrics"].update(device.lifetime_peak_memory())
+            result.artifacts.update(device.artifacts())
+            if result.metrics:
+                result.metrics.update(device.lifetime_peak_memory())
     timings["work_s"] = sum(timings.get(k, 0.0) for k in ("load_s", "measure_s", "instrument_s", "verify_s",
                                                           "harness_graph_breaks_s"))
     timings["child_s"] = time.perf_counter() - started
@@ -285,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{WORKER_HEADER}{task.experiment.experiment_id}", flush=True)
     result = run_task(task, on_timed=lambda interim: publish_result(task, interim, final=False))
     publish_result(task, result)
-    return 0 if result["status"] in ("ok", "skipped") else 1
+    return 0 if result.status in ("ok", "skipped") else 1
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """The parent ↔ worker protocol.
 
 The parent writes a `Task` as JSON into the experiment's folder and starts
-`python -m experiment_runner.child TASK_PATH`. The worker writes its `result.json`
-beside it (atomically: temporary file, then rename) and exits. The parent never parses
-the child's stdout; a child that dies before writing its result is classified from its
-exit status and log instead.
+`python -m experiment_runner.child TASK_PATH`. The worker writes its result, a typed
+`ChildResult`, as `result.json` beside it (atomically: temporary file, then rename) and
+exits. The parent never parses the child's stdout; a child that dies before writing its
+result is classified from its exit status and log instead.
 
 Every launch is an attempt with its own id. The folder's result files are removed before
 the launch and every result carries the attempt id, which the parent checks, so a retry
@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,8 @@ PHASES: tuple[str, ...] = ("loading", "warm-up", "timing", "timing pairs", "inst
                           "counting graph breaks as the harness")
 PHASE_FILE = "phase"
 # The version of task.json and result.json; raise it whenever either changes shape.
-PROTOCOL_VERSION = 1
+# 2: result.json carries every ChildResult field, null where the child did not get that far.
+PROTOCOL_VERSION = 2
 
 
 class ProtocolMismatch(ValueError):
@@ -110,6 +111,41 @@ class Task:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
+@dataclass
+class ChildResult:
+    """What the worker found, as result.json carries it (less the stamps `publish_result` adds).
+
+    Built up by `run_task` as the experiment gets further, so it is mutable; a field the
+    child never reached stays at its default, which the parent reads as "not measured".
+    """
+
+    status: str  # ok, skipped, oom or error: how the experiment ended inside the child
+    batch_size: int | None  # the batch the model ran with (the config's, None for the suite's, until it loaded)
+    precision: str  # the precision the config asked for
+    environment: dict[str, Any] = field(default_factory=dict)  # host, libraries, model provenance: the child's view
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per phase of its life (record.TIMING_PHASES)
+    error: dict[str, Any] | None = None  # type, message, traceback tail (and phase) of a failure
+    metrics: dict[str, Any] = field(default_factory=dict)  # the timed runs' figures and the instrumentation's
+    source: str | None = None  # where the model came from (suite, builtin), once it loaded
+    accelerator_model: str | None = None  # the device's product name, once the runtime is up
+    verification: dict[str, Any] | None = None  # the verifier's verdict with --verify
+    verification_code: str | None = None  # the verdict's one word, set once the outcome is known
+    artifacts: dict[str, str] = field(default_factory=dict)  # name -> path under the attempt's folder
+    loss: str | None = None  # train only: how the step computes its loss
+    optimizer: str | None = None  # train only: the optimizer that steps
+    iterations_per_run: int | None = None  # the count the timed runs used; None until they ran
+    iterations_per_run_calibrated: bool | None = None  # whether that count was calibrated; None until then
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON-ready values, shallowly: metrics may hold what only `default=str` writes."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ChildResult":
+        """The result `data` holds; keys that are not fields (the stamps) are left out."""
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
 def write_result(path: Path, result: dict[str, Any]) -> None:
     """Atomically publish a result file: the parent sees all of it or none."""
     tmp = path.with_suffix(".tmp")
@@ -117,9 +153,9 @@ def write_result(path: Path, result: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def publish_result(task: Task, result: dict[str, Any], final: bool = True) -> None:
+def publish_result(task: Task, result: ChildResult, final: bool = True) -> None:
     """The worker's result for this attempt: the interim one after timing, the final one at the end."""
-    stamped = {**result, "protocol": PROTOCOL_VERSION, "attempt_id": task.attempt_id, "final": final}
+    stamped = {**result.to_dict(), "protocol": PROTOCOL_VERSION, "attempt_id": task.attempt_id, "final": final}
     write_result(task.result_path if final else task.interim_path, stamped)
 
 

@@ -29,7 +29,7 @@ from experiment_runner.core import dashboards
 from experiment_runner.core.logs import last_words
 from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS, Experiment, autocast_dtype, uses_cuda_graphs
 from experiment_runner.core.options import RunOptions
-from experiment_runner.core.protocol import read_phase
+from experiment_runner.core.protocol import ChildResult, read_phase
 from experiment_runner.core.record_schema import SCHEMA_VERSION
 from experiment_runner.core.results import verification_code
 from experiment_runner.core.stats import summarize
@@ -234,21 +234,25 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
     aggregate the processes of one (run_id, experiment_id).
     """
     config = exp.config
-    result = usable_result(outcome)
+    published = usable_result(outcome)
+    interim = published is not None and not published.get("final", True)
+    # What the child said, and the experiment's config for what it did not say.
+    child = None if published is None else ChildResult.from_dict({"batch_size": config.batch_size,
+                                                                  "precision": config.precision, **published})
     note = lingered(outcome, timeout_s) or (outcome.launcher_note if outcome is not None else None)
-    verification = result.get("verification") if result is not None else None
+    verification = child.verification if child is not None else None
     if skip_reason is not None:
         status, error = "skipped", {"type": "Skipped", "message": skip_reason}
-    elif result is not None and not result.get("final", True):
+    elif child is not None and interim:
         # The timed runs finished and were published; the child died verifying them.
         assert outcome is not None
         death_status, death = classify_death(outcome, timeout_s)
-        status, error = result["status"], {**death, "phase": "verification"}
+        status, error = child.status, {**death, "phase": "verification"}
         verification = {"code": verification_code(ctx.options.verify, status, None), "method": None,
                         "tolerance": None, "details": {"reason": f"the child died during verification "
                                                                  f"({death_status}): {death['message']}"}}
-    elif result is not None:
-        status, error = result["status"], result.get("error")
+    elif child is not None:
+        status, error = child.status, child.error
         if error is not None:
             error = {**error, "returncode": outcome.returncode, "signal": None}
     else:
@@ -257,9 +261,9 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
         error.update(last_phase(artifacts_dir, status))
         if status == "timeout" and "last_phase" in error:
             error["message"] += f"; it had been {error['last_phase']} for {error['last_phase_s']:.0f} s"
-    result = result or {}
+    result = child or ChildResult(status, config.batch_size, config.precision)
     code = verification_code(ctx.options.verify, status, verification)
-    metrics, measurements = split_metrics(result.get("metrics", {}))
+    metrics, measurements = split_metrics(result.metrics)
     failure = reference_error(status, error)
     if failure is not None:
         metrics["error"] = failure
@@ -270,10 +274,10 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
         "fingerprint": ctx.fingerprint,
         "experiment_id": exp.experiment_id,
         "model": {"suite_name": exp.suite_name, "model_name": exp.model_name,
-                  "source": result.get("source") or source},
+                  "source": result.source or source},
         "experiment": {
             "accelerator": config.accelerator,
-            "accelerator_model": result.get("accelerator_model"),
+            "accelerator_model": result.accelerator_model,
             "xla": config.xla,
             "xla_flags": config.xla_flags,
             "dynamo": config.dynamo,
@@ -282,13 +286,13 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
             # Off unless --enable-functionalization: xla children get XLA_DISABLE_FUNCTIONALIZATION=1.
             "enable_functionalization": config.enable_functionalization,
             "test": config.test,
-            "batch_size": result.get("batch_size", config.batch_size),
-            "precision": result.get("precision", config.precision),
+            "batch_size": result.batch_size,
+            "precision": result.precision,
             "autocast_dtype": autocast_dtype(config),
             # Train only: whose step it is, how it computes its loss and which optimizer steps it.
             "training_recipe": config.training_recipe if config.test == "train" else None,
-            "loss": result.get("loss"),
-            "optimizer": result.get("optimizer"),
+            "loss": result.loss,
+            "optimizer": result.optimizer,
             "flush_denormal": ctx.options.flush_denormal,
             "matmul_precision": ctx.options.effective_matmul_precision,
             "cuda_graphs": uses_cuda_graphs(config),
@@ -301,19 +305,22 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
             "dashboard": config.dashboard,
             "dashboard_overrides": None if config.dashboard is None else dashboards.overrides(
                 config.dashboard, exp.suite_name, config.accelerator, ctx.options.verify,
-                result.get("batch_size", config.batch_size), ctx.options.speedup, config.batch_size,
+                result.batch_size, ctx.options.speedup, config.batch_size,
                 dashboards.ADAPTIVE_PAIRS if ctx.options.pairs_adaptive
                 else max(ctx.options.repeat, dashboards.HARNESS_PAIRS)),
         },
         "process": {"index": process_index, "count": ctx.processes},
         "repeat": ctx.options.repeat,
-        # The count the child used: --iterations-per-run, or the one it calibrated.
-        "iterations_per_run": result.get("iterations_per_run", ctx.options.iterations_per_run),
-        "iterations_per_run_calibrated": result.get("iterations_per_run_calibrated",
-                                                    ctx.options.iterations_per_run is None),
+        # The count the child used: --iterations-per-run, or the one it calibrated; the options'
+        # where it never timed.
+        "iterations_per_run": (ctx.options.iterations_per_run if result.iterations_per_run is None
+                               else result.iterations_per_run),
+        "iterations_per_run_calibrated": (ctx.options.iterations_per_run is None
+                                          if result.iterations_per_run_calibrated is None
+                                          else result.iterations_per_run_calibrated),
         "metrics": metrics,
         "measurements": measurements,
-        "stats": {"per_iter_time": summarize(result.get("metrics", {}).get("per_iter_time", []))},
+        "stats": {"per_iter_time": summarize(result.metrics.get("per_iter_time", []))},
         "status": status,
         "error": error,
         "verification_code": code,
@@ -321,11 +328,11 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
         "artifacts": {
             **({"dir": relative(artifacts_dir), "log": relative(artifacts_dir / "child.log")}
                if relative is not None and outcome is not None else {}),
-            **{k: os.path.join(relative(artifacts_dir), v) for k, v in result.get("artifacts", {}).items()
+            **{k: os.path.join(relative(artifacts_dir), v) for k, v in result.artifacts.items()
                if relative is not None},
         },
         # finished_at: when this experiment ended (the run's `timestamp` is one for every record).
-        "timings": {**result.get("timings", {}), **({"wall_s": outcome.wall_s} if outcome else {}),
+        "timings": {**result.timings, **({"wall_s": outcome.wall_s} if outcome else {}),
                     "finished_at": time.time()},
         "placement": {"executor": "local", "host": ctx.host_environment.get("hostname"), "node_id": None,
                       **(placement or {}),
@@ -333,6 +340,6 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
                       **({"launcher_note": note} if note else {}),
                       "cuda_visible_devices": outcome.cuda_visible_devices if outcome else None,
                       "shard": ctx.shard},
-        "environment": result.get("environment") or ctx.host_environment,
+        "environment": result.environment or ctx.host_environment,
         "timestamp": ctx.timestamp,
     }

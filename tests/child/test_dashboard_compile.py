@@ -163,13 +163,13 @@ def test_the_harness_count_is_replayed_after_verification_only_where_a_frame_bro
                               precision="fp32", batch_size=2)
     task = Task(Experiment("graph_break", model, config), RunOptions(verify=True, repeat=1), str(tmp_path))
     result = run_task(task)
-    breaks = result["metrics"]["graph_breaks"]
-    assert result["status"] == "ok" and result["verification_code"] == "PASS", result["error"]
+    breaks = result.metrics["graph_breaks"]
+    assert result.status == "ok" and result.verification_code == "PASS", result.error
     assert breaks["harness_count_method"] == method
     assert (breaks["total"] > 0) == (breaks["harness_count"] > 0) == (model == "breaks")
     # The verifier ran the timed step either way: a replay comes after it, as it resets dynamo.
-    assert result["verification"]["details"]["compiled_run"] == "timed step"
-    phases = list(result["timings"])
+    assert result.verification["details"]["compiled_run"] == "timed step"
+    phases = list(result.timings)
     assert ("harness_graph_breaks_s" in phases) == (method == "replayed")
     if method == "replayed":
         assert phases.index("harness_graph_breaks_s") > phases.index("verify_s")
@@ -186,11 +186,11 @@ def test_a_training_run_with_the_harness_step_always_replays_it_with_the_jobs_op
         (tmp_path / model).mkdir()
         result = run_task(Task(Experiment("graph_break", model, config), RunOptions(verify=True, repeat=1),
                                str(tmp_path / model)))
-        assert result["status"] == "ok" and result["verification_code"] == "PASS", result["error"]
-        breaks = result["metrics"]["graph_breaks"]
+        assert result.status == "ok" and result.verification_code == "PASS", result.error
+        breaks = result.metrics["graph_breaks"]
         # No CI job trains in fp32 on the CPU: the harness on this device takes no optimizer.
         assert breaks["harness_count_method"] == "replayed with optimizer none, the harness's on cpu"
-        assert list(result["timings"]).index("harness_graph_breaks_s") > list(result["timings"]).index("verify_s")
+        assert list(result.timings).index("harness_graph_breaks_s") > list(result.timings).index("verify_s")
         counts[model] = breaks["harness_count"]
     # Even a model that breaks nowhere breaks the harness's step; one that breaks adds to that.
     assert 0 < counts["whole"] < counts["breaks"]
@@ -209,8 +209,8 @@ def test_a_replay_that_raises_leaves_the_verdict_and_says_why(tmp_path, monkeypa
                               precision="fp32", batch_size=2)
     result = run_task(Task(Experiment("graph_break", "breaks", config), RunOptions(verify=True, repeat=1),
                            str(tmp_path)))
-    breaks = result["metrics"]["graph_breaks"]
-    assert result["status"] == "ok" and result["verification_code"] == "PASS", result["error"]
+    breaks = result.metrics["graph_breaks"]
+    assert result.status == "ok" and result.verification_code == "PASS", result.error
     assert breaks["harness_count_error"] == "RuntimeError: replay broke"
     assert "harness_count" not in breaks
 

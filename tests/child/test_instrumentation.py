@@ -426,17 +426,17 @@ def test_worker_records_counters_dumps_and_profiles(tmp_path, fresh_dynamo):
                     collect_dynamo_counters=True, dump_dynamo_counters=True, profile_cuda_cpu=True,
                     profile_cuda_cpu_individual_ops=True, dump_pytorch_profiles=True)
     result = run_task(task)
-    assert result["status"] == "ok", result["error"]
-    metrics = result["metrics"]
+    assert result.status == "ok", result.error
+    metrics = result.metrics
     assert metrics["dynamo_counters"]["frames"]["ok"] >= 1
     assert metrics["dynamo_compile"]["frames"] >= 1
     assert metrics["graph_breaks"]["total"] == 0 and metrics["graph_breaks"]["unique_graphs"] == 1
     assert metrics["first_iter_time_s"] == metrics["warmup_time"][0]
     assert metrics["first_iter_time_s"] > metrics["compile_time_s"] > 0
     assert "aten::addmm" in metrics["per_op_profile"]
-    assert result["timings"]["instrument_s"] > 0
+    assert result.timings["instrument_s"] > 0
 
-    artifacts = result["artifacts"]
+    artifacts = result.artifacts
     assert {f"dynamo_counters_repeat_{i}" for i in (0, 1)} <= set(artifacts)
     for name, path in artifacts.items():
         assert not Path(path).is_absolute() and (tmp_path / path).is_file(), name
@@ -445,15 +445,15 @@ def test_worker_records_counters_dumps_and_profiles(tmp_path, fresh_dynamo):
     assert dump["changed_in_this_repeat"] == {}, "no recompilation inside the timed runs"
 
     ctx = RecordContext(run_id="r", fingerprint="0123456789ab", options=task.options, output_dir=tmp_path)
-    record = build_record(ctx, task.experiment, ChildOutcome(result, 0), artifacts_dir=tmp_path)
+    record = build_record(ctx, task.experiment, ChildOutcome(result.to_dict(), 0), artifacts_dir=tmp_path)
     assert record_errors(json.loads(encode(record))) == [], "a record of every figure follows the record schema"
 
 
 @pytest.mark.e2e
 def test_eager_experiment_has_compile_time_but_no_dynamo_sections(tmp_path, fresh_dynamo):
     result = run_task(task_for(tmp_path, repeat=1, collect_dynamo_counters=True))
-    metrics = result["metrics"]
-    assert result["status"] == "ok" and "compile_time_s" in metrics
+    metrics = result.metrics
+    assert result.status == "ok" and "compile_time_s" in metrics
     assert metrics["dynamo_counters"] == {}
     assert "graph_breaks" not in metrics and "dynamo_compile" not in metrics
 

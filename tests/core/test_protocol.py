@@ -13,7 +13,7 @@ import pytest
 
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
-from experiment_runner.core.protocol import PROTOCOL_VERSION, ProtocolMismatch, Task, publish_result
+from experiment_runner.core.protocol import PROTOCOL_VERSION, ChildResult, ProtocolMismatch, Task, publish_result
 from experiment_runner.parent.executors.ray import other_protocols
 
 
@@ -31,7 +31,7 @@ def test_a_task_and_its_result_carry_the_protocol_and_a_task_of_another_is_refus
         Task.from_dict({**written, "protocol": 0})
     with pytest.raises(ProtocolMismatch, match="protocol version None"):
         Task.from_dict({k: v for k, v in written.items() if k != "protocol"})
-    publish_result(task(tmp_path), {"status": "ok"})
+    publish_result(task(tmp_path), ChildResult("ok", None, "fp32"))
     assert json.loads((tmp_path / "result.json").read_text())["protocol"] == PROTOCOL_VERSION
 
 

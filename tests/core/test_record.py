@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import os
 import signal
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
-from experiment_runner.core.protocol import Task, publish_result, read_attempt_result, write_phase
+from experiment_runner.core.protocol import ChildResult, Task, publish_result, read_attempt_result, write_phase
 from experiment_runner.core.record import ChildOutcome, RecordContext, build_record, classify_death
 
-TIMED = {"status": "ok", "error": None, "metrics": {"per_iter_time": [0.01, 0.011]},
-         "verification_code": "VERIFIER_DIDNT_RUN", "verification": None, "artifacts": {}, "timings": {}}
+TIMED = ChildResult(status="ok", batch_size=None, precision="fp32",
+                    metrics={"per_iter_time": [0.01, 0.011]}, verification_code="VERIFIER_DIDNT_RUN")
 
 
 def experiment() -> Experiment:
@@ -36,7 +37,7 @@ def record(tmp_path: Path, outcome: ChildOutcome) -> dict:
 def test_a_result_of_another_attempt_is_never_read(tmp_path: Path) -> None:
     first, second = task(tmp_path), task(tmp_path)
     assert first.attempt_id != second.attempt_id
-    publish_result(first, {**TIMED, "status": "error"})
+    publish_result(first, replace(TIMED, status="error"))
     assert read_attempt_result(first)["status"] == "error"
     assert read_attempt_result(second) is None  # stale: written by the first attempt
     second.clear_results()
@@ -47,7 +48,7 @@ def test_final_result_wins_over_interim(tmp_path: Path) -> None:
     attempt = task(tmp_path)
     publish_result(attempt, TIMED, final=False)
     assert read_attempt_result(attempt)["final"] is False
-    publish_result(attempt, {**TIMED, "verification_code": "PASS"})
+    publish_result(attempt, replace(TIMED, verification_code="PASS"))
     assert read_attempt_result(attempt)["verification_code"] == "PASS"
 
 
@@ -160,5 +161,5 @@ def test_a_record_takes_its_code_from_the_same_decision(tmp_path: Path) -> None:
     ctx = RecordContext(run_id="r", fingerprint="0123456789ab", options=RunOptions(verify=True), output_dir=tmp_path)
     skipped = build_record(ctx, experiment(), skip_reason="listed")
     assert skipped["verification_code"] == "VERIFIER_SKIPPED"
-    verified = record(tmp_path, ChildOutcome(result={**TIMED, "verification": {"code": "PASS"}}, returncode=0))
+    verified = record(tmp_path, ChildOutcome(result={**TIMED.to_dict(), "verification": {"code": "PASS"}}, returncode=0))
     assert verified["verification_code"] == "PASS"

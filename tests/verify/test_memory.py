@@ -351,10 +351,10 @@ def test_the_child_hands_the_verifier_what_the_timed_run_took(tmp_path, monkeypa
     result = run_task(Task(Experiment("dummy", "dummy", config),
                            RunOptions(verify=True, repeat=1, iterations_per_run=1, warmup_iterations=1),
                            str(tmp_path)))
-    assert result["verification"]["code"] == "PASS", result["verification"]
-    assert "memory_before_eager" in result["verification"]["details"]
+    assert result.verification["code"] == "PASS", result.verification
+    assert "memory_before_eager" in result.verification["details"]
     [timed] = seen
-    assert timed.output_leaves == (320,) and timed.peak_rss_bytes == result["metrics"]["timed_peak_rss_bytes"] > 0
+    assert timed.output_leaves == (320,) and timed.peak_rss_bytes == result.metrics["timed_peak_rss_bytes"] > 0
 
 
 BIG_OUTPUT_CHILD = """
