@@ -461,7 +461,7 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
     samples are the device's own clock where it has one (CUDA events), and `timing_clock` says
     which clock every sample was read from. A training step's state is rewound before every timed run,
     outside the clock, so every run times the same workload; the loss of the first and of
-    the last timed step are kept (copied out: kept_loss) to show it. The host's load during the timed runs is
+    the last timed step are kept (DeviceRuntime.keep) to show it. The host's load during the timed runs is
     recorded beside them (`host_load`, `noisy_host`: see core/cpus.py). `on_timing()` runs once
     warm-up and calibration are over (the worker reports its phase). `timings` gets the seconds of
     each part, on the wall clock around it: warmup_s, calibration_s and samples_s. `warmup_probe`
@@ -498,10 +498,10 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
             device.synchronize()  # XLA: run (and compile) the copies now, outside the repeat's metrics
         device.reset_rng(options.seed)
         device.begin_repeat()
-        keep = kept_loss if training_state is not None and index == 0 else None
+        keep = (lambda result: device.keep(loss_of(result))) if training_state is not None and index == 0 else None
         sample = run_sample(step, device, iterations, device_clock=options.pure_wall_time, keep_first=keep)
         first = sample.first if index == 0 else first
-        last = kept_loss(sample.last) if training_state is not None else None
+        last = device.keep(loss_of(sample.last)) if training_state is not None else None
         elapsed = sample.elapsed if sample.device_elapsed is None else sample.device_elapsed
         clocks.add("host" if sample.device_elapsed is None else "device")
         metrics["total_time"].append(elapsed)
@@ -527,13 +527,9 @@ def time_iterations(step: Callable[[], Any], device: DeviceRuntime, options: Run
     return metrics
 
 
-def kept_loss(step_result: Any) -> Any:
-    """A copy, on its device, of the loss a train step returned (alone, or as (loss, output) with
-    --collect-full-output). A compiled step may hand back the same storage on every call: CUDA
-    graphs replay into static output buffers, and cudagraph trees refuse to read an output once
-    a later replay began; so a loss read after the step ran again must be copied out first."""
-    loss = step_result[0] if isinstance(step_result, tuple) else step_result
-    return loss.detach().clone()
+def loss_of(step_result: Any) -> Any:
+    """The loss a train step returned (alone, or as (loss, output) with --collect-full-output)."""
+    return step_result[0] if isinstance(step_result, tuple) else step_result
 
 
 def apply_denormal_mode(options: RunOptions) -> None:

@@ -76,6 +76,13 @@ class DeviceRuntime:
         """One iteration; lazy devices also cut and launch their graph here."""
         return step()
 
+    def keep(self, tensor: Any) -> Any:
+        """A tensor a step returned, made safe to read after the step runs again: a copy on its
+        device. A compiled step may hand back the same storage on every call (CUDA graphs replay
+        into static output buffers, and cudagraph trees refuse to read an output once a later
+        replay began; a custom backend may do the same)."""
+        return tensor.detach().clone()
+
     def begin_repeat(self) -> None:
         """Called before each timed repeat, outside the clock."""
 

@@ -37,7 +37,7 @@ class CudaRuntime(DeviceRuntime):
         """One iteration; under CUDA graphs, marked as a new step of the cudagraph trees first
         (torch.compiler.cudagraph_mark_step_begin), so a replay may reuse the memory of the
         previous iteration's outputs: whatever is kept across iterations is copied out
-        (harness.kept_loss, verifier.run.snapshot)."""
+        (DeviceRuntime.keep, verifier.run.snapshot)."""
         if uses_cuda_graphs(self.config):
             if self._mark_step_begin is None:
                 import torch

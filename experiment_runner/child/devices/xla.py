@@ -99,6 +99,12 @@ class XlaRuntime(DeviceRuntime):
         torch_xla.sync()
         return output
 
+    def keep(self, tensor: Any) -> Any:
+        """The tensor itself: a lazy tensor is the value of its graph's execution, which a later
+        execution never overwrites, and a copy would add an op to the timed graph (a compilation in
+        the first timed repeat)."""
+        return tensor
+
     def begin_repeat(self) -> None:
         import torch_xla.debug.metrics as met
 
