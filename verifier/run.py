@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from experiment_runner.core import dashboards
-from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS, ExperimentConfig, autocast_dtype
+from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS, PRECISION_DTYPES, ExperimentConfig, autocast_dtype
 from experiment_runner.core.record import phase
 from verifier import memory
 from verifier.determinism import deterministic
@@ -319,7 +319,8 @@ def computed_in(config: ExperimentConfig) -> Any:
     amp's autocast dtype), or None."""
     import torch
 
-    name = autocast_dtype(config) or {"bf16": "bfloat16", "fp16": "float16"}.get(config.precision)
+    name = autocast_dtype(config) or (PRECISION_DTYPES.get(config.precision)
+                                      if config.precision in ("bf16", "fp16") else None)
     return None if name is None else getattr(torch, name)
 
 

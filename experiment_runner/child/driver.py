@@ -20,6 +20,7 @@ from experiment_runner.core import dashboards
 from experiment_runner.core.matrix import (
     AOT_INDUCTOR_OPTIONS,
     FREEZING_OPTIONS,
+    PRECISION_DTYPES,
     Experiment,
     ExperimentConfig,
     autocast_dtype,
@@ -32,9 +33,6 @@ from benchmark_models.training import TrainingState, harness_recipe
 
 if TYPE_CHECKING:
     from verifier.subject import TimedRun
-
-_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
-
 
 def randomize_inputs(value: Any) -> Any:
     """New random values, same shapes and dtypes (integer ids stay within their range)."""
@@ -102,8 +100,8 @@ class ExperimentDriver:
         if self.config.test == "train" and self.config.training_recipe == dashboards.HARNESS_RECIPE:
             model.recipe = harness_recipe(model.recipe, self.experiment.suite_name, self.experiment.model_name,
                                           self.config.accelerator, self.config.dynamo)
-        if precision in _DTYPES and precision != "fp32":
-            dtype = getattr(torch, _DTYPES[precision])
+        if precision in PRECISION_DTYPES and precision != "fp32":
+            dtype = getattr(torch, PRECISION_DTYPES[precision])
             model.module = model.module.to(dtype)
             cast = lambda t: t.to(dtype) if t.is_floating_point() else t  # noqa: E731
             model.args, model.kwargs = map_tensors(model.args, cast), map_tensors(model.kwargs, cast)

@@ -319,6 +319,10 @@ def invalid_reason(config: ExperimentConfig, caps: HostCapabilities) -> str | No
     return compile_options_invalid_reason(config)
 
 
+# --precision values that cast the model, and the torch dtype each casts to (amp casts nothing).
+PRECISION_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
+
+
 def autocast_dtype(config: "ExperimentConfig") -> str | None:
     """The dtype --precision=amp autocasts to, as the record names it: float16 on CUDA (PyTorch's
     CUDA jobs' and PyTorch/XLA's XLA:CUDA), bfloat16 elsewhere (the CPU jobs', TPU's); None
