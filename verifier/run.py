@@ -19,8 +19,9 @@ float64 and the experiment see identical weights and inputs:
 4. eager in float64, the ground truth those rules need (if it fails or does not fit, every
    leaf is judged against eager alone), and the comparison again with it.
 
-Every run is under the determinism PyTorch's accuracy runs set (verifier/determinism.py), which
-the details name (`determinism`). The record's details say which: `reference_not_needed`, or
+Every run but the timed step's is under the determinism PyTorch's accuracy runs set
+(verifier/determinism.py), which the details name (`determinism`); the timed step runs as it was
+timed, or it would compile again. The record's details say which: `reference_not_needed`, or
 `reference_needed_at` (the first leaf that needed it and its rule) with `reference` (float64, or
 null and why). A float64 run that would have failed matters only where it is needed, as it is
 the costliest run on a large model and the least often read.
@@ -216,19 +217,30 @@ def run_timed_step(subject: Subject) -> tuple[bool, Any]:
     return not drew, out
 
 
-def procedure(subject: Subject, policy: Policy, timings: dict[str, float]) -> Verification:
+def procedure(subject: Subject, policy: Policy, determinism: dashboards.Determinism,
+              timings: dict[str, float]) -> Verification:
     """Steps 1 to 4 of the module docstring (may raise: verify_experiment catches); `timings`
-    gets each step's seconds (core/record.py VERIFY_STEPS)."""
-    precision = subject.config.precision
+    gets each step's seconds (core/record.py VERIFY_STEPS). The timed step runs as it was timed,
+    before the determinism settings: dynamo guards on them (deterministic algorithms, TF32), so
+    under them it would trace and compile the model a second time and be judged as another graph
+    than the one timed. Everything after it runs under them."""
     if policy.skip_reason is not None:
         return Verification("VERIFIER_SKIPPED", details={"reason": policy.skip_reason, **policy.describe()})
-    reference = reference_subject(subject)
     served, result = False, None
     if subject.timed_step is not None:
         with phase(timings, "verify_compiled_s"):
             served, result = run_timed_step(subject)
         if not served:
             subject.fresh_copy_reason = DRAWS_RANDOM_NUMBERS
+    with deterministic(determinism):
+        return judge(subject, policy, timings, served, result)
+
+
+def judge(subject: Subject, policy: Policy, timings: dict[str, float], served: bool, result: Any) -> Verification:
+    """Steps 1, 3 and 4, and step 2 where the timed step did not serve (`served`: its output is
+    `result`)."""
+    precision = subject.config.precision
+    reference = reference_subject(subject)
     base = {**policy.describe(),
             "iterations": iterations(subject),
             "eager_device": reference.device.torch_device,
@@ -353,8 +365,7 @@ def verify_experiment(subject: Subject, timings: dict[str, float] | None = None)
     try:
         policy = policy_for(context_of(subject), override=subject.options.tolerance)
         determinism = dashboards.accuracy_determinism(subject.experiment.model_name)
-        with deterministic(determinism):
-            verification = procedure(subject, policy, timings)
+        verification = procedure(subject, policy, determinism, timings)
         verification.details["determinism"] = determinism.describe()
         return verification.to_dict()
     except Exception as exc:  # noqa: BLE001 - every failure must become data

@@ -35,6 +35,22 @@ def test_the_timed_step_is_the_compiled_run_and_is_dropped_after_it(tmp_path, ve
     assert timings["verify_compiled_s"] > 0
 
 
+def test_the_timed_step_is_not_compiled_again_for_the_verification(tmp_path):
+    """The determinism settings are in dynamo's global-state guard: run under them, the timed step
+    would trace and compile the model a second time (dynamo's own counters say how many graphs
+    it compiled), and the verdict would be another graph's."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    harness = timed(dummy_driver(tmp_path, dynamo="aot_eager"))
+    compiled = counters["stats"]["unique_graphs"]
+    assert compiled > 0
+    verification = verify_experiment(harness)
+    assert verification["code"] == "PASS" and verification["details"]["compiled_run"] == "timed step"
+    assert counters["stats"]["unique_graphs"] == compiled
+    assert verification["details"]["determinism"]["torch.use_deterministic_algorithms"] is True  # the rest under them
+
+
 def test_what_the_timed_step_computes_is_what_is_judged(tmp_path, verifier_runs):
     harness = timed(dummy_driver(tmp_path))
     step = harness.timed_step
