@@ -4,7 +4,8 @@ same process and alternated with it, as PyTorch's dynamo harness measures a spee
 Separate processes see different hosts: a frequency change, a neighbour ramping up, another
 memory layout. Timing the baseline and the compiled step in one process, pair by pair, gives
 both the same host at almost the same moment, so a slow drift cancels in each pair's ratio.
-Both steps warm up first (the compiled one already did, before its own samples); then each
+Both steps warm up first (the compiled one already did, before its own samples; under harness
+eager's warm-up is the one on a copy before the compile, as the harness's); then each
 pair times one sample of each with the same iterations per sample, in ABBA order (baseline
 first in even pairs, compiled first in odd ones) so that neither always runs on the other's
 heels. How many pairs (pairs_rule): with --adaptive-pairs (paired's default) until the median
@@ -126,6 +127,14 @@ def warm_eager_first(driver: ExperimentDriver, model: BenchmarkModel, device: De
     return block
 
 
+def eager_warmup_before_pairs(options: RunOptions) -> int:
+    """Eager iterations on the timed model between the compile and the pairs: none under harness,
+    whose speedup_experiment times eager on the model straight after the compiled warm-up (its
+    eager warm-up ran on the copy, warm_eager_first), so its first pairs are taken as the
+    harness takes them and the iterations it never runs cost nothing; --warmup-iterations else."""
+    return 0 if options.speedup == "harness" else options.warmup_iterations
+
+
 def timing_options(options: RunOptions, pairs: bool) -> RunOptions:
     """The options of the compiled step's own samples. Under harness its warm-up is the harness's
     five iterations, the eager warm-up's count, so that compilation_latency (their difference)
@@ -209,7 +218,7 @@ def measure_pairs(driver: ExperimentDriver, model: BenchmarkModel, compiled: Cal
     eager_state = model.training_state if compiled_state is not None else None
     model.training_state = compiled_state
     as_harness = options.speedup == "harness"
-    for _ in range(max(options.warmup_iterations, HARNESS_EAGER_WARMUP if as_harness else 0)):
+    for _ in range(eager_warmup_before_pairs(options)):
         device.reset_rng(options.seed)
         run_sample(eager, device, 1)
     if as_harness:

@@ -34,6 +34,11 @@ SPEEDUP = "harness"
 HARNESS_PAIRS = 30
 # dashboard_overrides.pairs of a sequential pair rule (--adaptive-pairs).
 ADAPTIVE_PAIRS = "adaptive"
+# The pair rule a --dashboard run takes unless told otherwise: sequential, stopping once the
+# speedup's 95% interval is within ±5% of it, after --min-pairs and at most the job's 30 pairs. It never times
+# more pairs than the job and keeps each speedup within 5% of the harness's fixed 30
+# (docs/benchmarks/paired_vs_harness.md, issue 72's study); --no-adaptive-pairs restores the 30.
+PAIRS_HALF_WIDTH = 0.05
 # The expected files' word for each test.
 MODES = {"eval": "inference", "train": "training"}
 # Which dashboard a configuration feeds: its accuracy jobs (gated by expected files) or its

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
+from experiment_runner.core import dashboards
 from experiment_runner.core.flags import Flag, declared, option
 
 # How compile_time_s is derived; the child computes it, --help states it.
@@ -144,17 +145,19 @@ class RunOptions:
         "it, after at least --min-pairs and at most --max-pairs pairs (measurements.paired.stop_reason says "
         "which); --no-adaptive-pairs: a fixed count, max(--repeat, 30), PyTorch's harness's 30 by default",
         MEASUREMENT, kind="toggle",
-        default_help="on for --speedup=paired; off for --speedup=harness, which keeps the harness's exact 30 "
-                     "pairs for strict comparability"))
+        default_help="on for --speedup=paired, and under --dashboard (with its --pairs-half-width and --max-pairs "
+                     "defaults); off for --speedup=harness otherwise, which keeps the harness's exact 30 pairs"))
     pairs_half_width: float = option(DEFAULT_PAIRS_HALF_WIDTH, Flag(
         "--adaptive-pairs: the 95% interval's half-width to reach, relative to the median ratio", MEASUREMENT,
-        parse=float, metavar="SHARE", low=0, high=1, low_open=True, wanted="in (0, 1]"))
+        parse=float, metavar="SHARE", low=0, high=1, low_open=True, wanted="in (0, 1]",
+        default_help=f"{DEFAULT_PAIRS_HALF_WIDTH}; {dashboards.PAIRS_HALF_WIDTH} with --dashboard"))
     min_pairs: int = option(DEFAULT_MIN_PAIRS, Flag(
         "--adaptive-pairs: the floor, pairs timed before the interval is read at all", MEASUREMENT, parse=int,
         metavar="N", low=6, wanted="at least 6 (fewer pairs have no 95% interval)"))
     max_pairs: int = option(DEFAULT_MAX_PAIRS, Flag(
         "--adaptive-pairs: the ceiling, pairs after which it stops however wide the interval still is",
-        MEASUREMENT, parse=int, metavar="N", low=6, wanted="at least 6 and at least --min-pairs"))
+        MEASUREMENT, parse=int, metavar="N", low=6, wanted="at least 6 and at least --min-pairs",
+        default_help=f"{DEFAULT_MAX_PAIRS}; {dashboards.HARNESS_PAIRS}, the harness's count, with --dashboard"))
     isolated_samples: bool = option(False, Flag(
         "--speedup=paired or harness: also time the compiled experiment's --repeat isolated samples before its "
         "pairs and take its per_iter_time from them; by default its per_iter_time is its samples in the pairs "

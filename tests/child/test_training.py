@@ -10,7 +10,8 @@ from torch._dynamo.testing import reduce_to_scalar_loss
 
 from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.child.driver import ExperimentDriver, apply_denormal_mode, time_iterations
-from experiment_runner.child.paired import HARNESS_EAGER_WARMUP, first_warmup_iterations, warm_eager_first
+from experiment_runner.child.paired import (HARNESS_EAGER_WARMUP, first_warmup_iterations, measure_pairs,
+                                            warm_eager_first)
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
 from benchmark_models import get_suite
@@ -133,6 +134,28 @@ def test_the_baseline_s_first_warm_up_trains_a_copy_and_leaves_the_timed_model_a
     for key, value in model.module.state_dict().items():
         assert torch.equal(value, saved[key]), key
     assert model.training_state is None
+
+
+@pytest.mark.parametrize("speedup, before_pairs", [("paired", 3), ("harness", 0)])
+def test_between_the_compile_and_the_pairs_eager_warms_up_only_where_the_harness_would(tmp_path, speedup,
+                                                                                      before_pairs):
+    """Under harness the pairs' first eager sample is the model's first eager step after the compile,
+    as in the harness's speedup_experiment (its warm-up ran on a copy before); paired warms it up."""
+    h = harness(tmp_path, speedup=speedup, warmup_iterations=3, adaptive_pairs=False, repeat=6)
+    model = h.load()
+    calls: list[torch.nn.Module] = []
+
+    def counted(module: torch.nn.Module, args: tuple, kwargs: dict):
+        calls.append(module)
+        return module(*args, **kwargs)
+
+    model = replace(model, forward=counted)
+    compiled = h.make_step(replace(model, forward=None))
+    timings: dict[str, float] = {}
+    paired = measure_pairs(h, model, compiled, h.device, h.options, 1, timings)
+    assert len(paired["baseline_per_iter_time"]) == 30
+    assert len(calls) == 30 + before_pairs
+    assert set(timings) == {"pairs_warmup_s", "pairs_s"}
 
 
 def mlp_by_hand(module: torch.nn.Sequential, inputs: torch.Tensor) -> tuple[float, dict[str, torch.Tensor]]:

@@ -202,7 +202,23 @@ def test_a_dashboard_run_takes_the_jobs_settings_unless_told_otherwise(argv, ver
     assert planned(["--dashboard=cpu_inductor", *argv]) == (verify, batch_size, speedup)
     plain = parse_config(["--suite-name=torchbench", "--dry-run"])  # without --dashboard nothing changes
     assert (plain.options.verify, plain.matrix.batch_size, plain.options.speedup) == (False, None, "isolated")
+    assert (plain.options.pairs_adaptive, plain.options.pairs_half_width, plain.options.max_pairs) == (True, 0.02, 100)
     assert planned(["--dashboard=cpu_inductor"], "dummy")[1] is None  # no suite of PyTorch's: the models' own
+
+
+@pytest.mark.parametrize(("argv", "rule"), [
+    ((), (True, 0.05, 10, 30)),  # the job's speedup, known within ±5%, from at most its 30 pairs
+    (("--no-adaptive-pairs",), (False, 0.05, 10, 30)),  # the job's fixed 30
+    (("--pairs-half-width=0.02", "--max-pairs=60", "--min-pairs=12"), (True, 0.02, 12, 60)),
+    (("--speedup=paired",), (True, 0.05, 10, 30)),
+])
+def test_a_dashboard_run_stops_its_pairs_at_five_percent_unless_told_otherwise(argv, rule):
+    from experiment_runner.cli import parse_config
+
+    options = parse_config(["--suite-name=torchbench", "--dry-run", "--dashboard=cpu_inductor", *argv]).options
+    assert (options.pairs_adaptive, options.pairs_half_width, options.min_pairs, options.max_pairs) == rule
+    harness = parse_config(["--suite-name=torchbench", "--dry-run", "--speedup=harness"]).options
+    assert not harness.pairs_adaptive  # --speedup=harness alone keeps the harness's exact count
 
 
 def test_each_way_a_dashboard_experiment_ran_unlike_its_job_is_in_its_record(tmp_path):
