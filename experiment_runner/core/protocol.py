@@ -14,7 +14,8 @@ timing, so that a death during verification keeps the timings.
 
 Both files say which version of this protocol wrote them (`protocol`): a parent and a child, or a
 Ray driver and a node, may run different checkouts; the child refuses a task of another version
-and the Ray driver a node of another version, each in one line, rather than misread a field.
+the Ray driver a node of another version, and the parent a result of another version (the
+attempt's record is then an error naming both), each in one line, rather than misread a field.
 
 While it works, the worker keeps a `phase` file in the folder saying what it is doing
 (`PHASES`); the parent reads it only to tell a user what a running experiment is busy with.
@@ -185,10 +186,19 @@ def read_result(path: Path) -> dict[str, Any] | None:
 def read_attempt_result(task: Task) -> dict[str, Any] | None:
     """The newest result written by this attempt (final, else interim), or None.
 
-    A result file with another attempt's id is ignored: it describes another attempt.
+    A result file with another attempt's id is ignored: it describes another attempt. One this
+    attempt's child wrote in another version of the protocol (a child of another checkout, found
+    first on its PYTHONPATH) is not read field by field, where a renamed field would read as "not
+    measured": the attempt is an error that names both versions.
     """
     for path in (task.result_path, task.interim_path):
         result = read_result(path)
         if isinstance(result, dict) and result.get("attempt_id") == task.attempt_id:
+            try:
+                check_protocol(result, f"the child's {path.name}")
+            except ProtocolMismatch as exc:
+                return {**ChildResult(status="error", batch_size=None, precision=task.experiment.config.precision,
+                                      error={"type": "ProtocolMismatch", "message": str(exc)}).to_dict(),
+                        "protocol": PROTOCOL_VERSION, "attempt_id": task.attempt_id, "final": True}
             return result
     return None

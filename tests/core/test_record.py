@@ -4,6 +4,7 @@ only with the kernel's word for it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from dataclasses import replace
@@ -13,7 +14,8 @@ import pytest
 
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
-from experiment_runner.core.protocol import ChildResult, Task, publish_result, read_attempt_result, write_phase
+from experiment_runner.core.protocol import (PROTOCOL_VERSION, ChildResult, Task, publish_result, read_attempt_result,
+                                            write_phase)
 from experiment_runner.core.record import ChildOutcome, RecordContext, build_record, classify_death
 
 TIMED = ChildResult(status="ok", batch_size=None, precision="fp32",
@@ -42,6 +44,18 @@ def test_a_result_of_another_attempt_is_never_read(tmp_path: Path) -> None:
     assert read_attempt_result(second) is None  # stale: written by the first attempt
     second.clear_results()
     assert not any(tmp_path.iterdir())
+
+
+def test_a_result_of_another_protocol_version_is_an_error_naming_both(tmp_path: Path) -> None:
+    attempt = task(tmp_path)
+    publish_result(attempt, TIMED)
+    written = json.loads(attempt.result_path.read_text())
+    attempt.result_path.write_text(json.dumps({**written, "protocol": PROTOCOL_VERSION - 1}))
+    built = record(tmp_path, ChildOutcome(result=read_attempt_result(attempt), returncode=0))
+    assert built["status"] == "error" and "per_iter_time" not in built["metrics"]
+    assert built["error"]["type"] == "ProtocolMismatch"
+    assert (f"result.json was written by protocol version {PROTOCOL_VERSION - 1}, and this side speaks "
+            f"{PROTOCOL_VERSION}") in built["error"]["message"]
 
 
 def test_final_result_wins_over_interim(tmp_path: Path) -> None:
