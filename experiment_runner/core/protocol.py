@@ -13,7 +13,7 @@ With --verify the worker also publishes an interim result (`final: false`) right
 timing, so that a death during verification keeps the timings.
 
 Both files say which version of this protocol wrote them (`protocol`): a parent and a child, or a
-Ray driver and a node, may run different checkouts; the child refuses a task of another version
+Ray driver and a node, may run different checkouts; the child refuses a task of another version,
 the Ray driver a node of another version, and the parent a result of another version (the
 attempt's record is then an error naming both), each in one line, rather than misread a field.
 
