@@ -28,6 +28,11 @@ _CPU = "skipped on CPU by PyTorch's huggingface.yaml (skip.device.cpu)"
 _NOT_ON_CPU_LIST = "not on PyTorch's huggingface_models_list_cpu.txt, the list its CPU benchmarks run"
 _PRUNED = ("removed from PyTorch's huggingface_models_list.txt by {pr} ({merged}), so its dashboard no longer "
            "runs it; --no-skip runs it")
+# What a record of an LLM entry says its timed step is (environment.timed_step): the harness times
+# generate() on them (huggingface_llm_models.py @ 36c1971f: a 1000-token prompt, 2000 new tokens,
+# static cache, greedy), which no CPU run here could afford; export never writes it as the harness's.
+LLM_FORWARD_ONLY = ("forward only: one forward pass over the prompt, not the generate() PyTorch's harness times "
+                    "(2000 new tokens, static cache, greedy)")
 _LLM_TRAIN = ("not trained: PyTorch's harness benchmarks its LLM entries (huggingface_llm_models.py) with generate() "
               "and has no training inputs for them")
 
@@ -142,4 +147,5 @@ class HuggingFaceSuite(DataFileSuite):
         else:
             inputs = make_inputs(request.model_name, entry, config, batch_size, request.device)
         return BenchmarkModel(module=module, kwargs=inputs, batch_size=batch_size, source=self.source,
-                              recipe=recipe_for(self.name, request.model_name), loss=own_loss)
+                              recipe=recipe_for(self.name, request.model_name), loss=own_loss,
+                              provenance={"timed_step": LLM_FORWARD_ONLY} if "llm" in entry else {})

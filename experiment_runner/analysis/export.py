@@ -84,9 +84,13 @@ def dynamo_csv(items: Sequence[Exported]) -> tuple[dict[str, str], dict[str, str
     for output, members in sorted(groups.items()):
         performance = [row for row in (m.performance() for m in members) if row is not None]
         name = f"{output}_performance.csv"
+        timed_otherwise = [m for m in members if m.not_the_harness_step]
+        for member in timed_otherwise:
+            left_out[f"{name} row {member.row.model}"] = (f"it timed {member.not_the_harness_step}, so its speedup "
+                                                           "is not the harness's figure")
         if performance:
             files[name] = _csv(performance, MAPPING["performance_columns"])
-        else:
+        elif len(timed_otherwise) < len(members):
             left_out[name] = f"none of its {len(members)} experiment(s) has a speedup: {no_speedup(members)}"
         metrics = [row for row in (m.compilation_metrics() for m in members) if row is not None]
         if metrics:  # as the harness names it: the performance CSV's name, then the suffix

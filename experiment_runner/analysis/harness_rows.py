@@ -201,10 +201,18 @@ class Exported:
             return compiled["latency_s"] - eager["latency_s"]
         return self.row.compile_time_s
 
+    @property
+    def not_the_harness_step(self) -> str | None:
+        """What the experiment timed where it is not the step the harness times (the record's
+        environment.timed_step: an LLM entry's forward pass, where the harness times generate());
+        such a speedup is no figure of the harness's CSV."""
+        return (self.record.get("environment") or {}).get("timed_step")
+
     def performance(self) -> dict[str, Any] | None:
-        """The performance CSV's row; None where there is no speedup to report."""
+        """The performance CSV's row; None where there is no speedup to report, or none that is the
+        harness's figure."""
         res, r = self.result, self.row
-        if res.speedup is None or not r.median_per_iter_time_s:
+        if res.speedup is None or not r.median_per_iter_time_s or self.not_the_harness_step:
             return None
         eager_mem, dynamo_mem = self.peak_memory()
         latency = self.compilation_latency()

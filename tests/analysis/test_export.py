@@ -138,6 +138,33 @@ def test_a_performance_csv_without_a_row_is_not_written_and_says_why(tmp_path: P
     assert (out / ACCURACY).read_text().count("\n") == 5  # the accuracy rows are still written
 
 
+def test_a_speedup_of_another_step_than_the_harness_s_is_never_its_figure(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """An LLM entry's record says it timed a forward pass where the harness times generate()
+    (environment.timed_step, as the huggingface suite sets it): its row leaves the performance CSV
+    with one line saying so, its accuracy row stays, the others are untouched."""
+    from benchmark_models.huggingface import LLM_FORWARD_ONLY
+
+    records = [json.loads(line) for line in RESULTS.read_text().splitlines()]
+    group = [r for r in records if r["experiment"]["dynamo"] == "inductor" and r["experiment"]["test"] == "eval"
+             and r["experiment"]["accelerator"] == "cpu"]
+    name = group[0]["model"]["model_name"]
+    for record in group:  # in every run of the file: export takes the newest
+        if record["model"]["model_name"] == name:
+            record["environment"]["timed_step"] = LLM_FORWARD_ONLY
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "csv"
+    assert cli_main(["export", str(results), "--format", "dynamo-csv", "-o", str(out)]) == 1
+    performance = out / "inductor_torchbench_float32_inference_cpu_performance.csv"
+    assert (f"experiment_runner export: {performance} row {name} not written: it timed {LLM_FORWARD_ONLY}, so its "
+            "speedup is not the harness's figure") in capsys.readouterr().err.splitlines()
+    golden = (EXPORT / performance.name).read_text().splitlines()
+    assert performance.read_text().splitlines() == [line for line in golden if not line.startswith(f"cpu,{name},")]
+    assert len(golden) == len(performance.read_text().splitlines()) + 1
+    assert f",{name}," in (out / ACCURACY).read_text()
+
+
 def test_an_unknown_verification_code_is_the_reason_given_not_the_baseline(tmp_path: Path,
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """Compiled experiments alone, with a code this reader does not know: it said "no eager

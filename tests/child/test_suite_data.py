@@ -271,3 +271,16 @@ def test_a_model_type_unknown_to_transformers_is_skipped_with_the_reason():
     old = SimpleNamespace(CONFIG_MAPPING={}, __version__="4.40.0")
     with pytest.raises(ModelSkipped, match=r"'gpt_oss' model, which transformers 4\.40\.0 does not know"):
         suite.build_config(suite.entry("openai/gpt-oss-20b"), old)
+
+
+def test_an_llm_entry_says_it_times_a_forward_pass_not_the_harness_s_generate():
+    """Its record's environment.timed_step keeps export from writing its speedup as the harness's."""
+    from benchmark_models import get_suite
+    from benchmark_models.base import LoadRequest
+    from benchmark_models.huggingface import LLM_FORWARD_ONLY
+
+    suite = get_suite("huggingface")
+    llm = suite.load(LoadRequest("openai/whisper-tiny", "eval", "cpu", "cuda", "fp32", batch_size=1))
+    assert llm.provenance["timed_step"] == LLM_FORWARD_ONLY and "generate()" in LLM_FORWARD_ONLY
+    plain = suite.load(LoadRequest("GoogleFnet", "eval", "cpu", "cpu", "fp32", batch_size=1))
+    assert "timed_step" not in plain.provenance
