@@ -145,10 +145,12 @@ def standing(outputs: list[Path], exceptions: Path = EXCEPTIONS) -> list[str]:
     """The page's present tense: per configuration and suite of the kept records, how many models
     both we and PyTorch's file have, how many verdicts and graph-break counts are equal, and every
     difference with why and where the page shows it. A difference without an entry in
-    `exceptions` is refused: the head never shows one unexplained."""
+    `exceptions` is refused, and so is an entry no difference uses: the head never shows one
+    unexplained, and the file never explains one that is gone."""
     why = json.loads(exceptions.read_text())
     cells: dict[str, list[tuple[bool, bool]]] = {}
     listed: dict[str, list[str]] = {}
+    used: set[str] = set()
     for output in outputs:
         for item in latest(output):
             name = str(item.expected_file or "")
@@ -166,9 +168,14 @@ def standing(outputs: list[Path], exceptions: Path = EXCEPTIONS) -> list[str]:
                 raise SystemExit(f"dashboard_sweep: {key} differs from PyTorch's file ({ours['accuracy']} / "
                                  f"{ours['graph_breaks']} against {theirs['accuracy']} / {theirs['graph_breaks']}) "
                                  f"and {exceptions.name} does not say why")
+            used.add(key)
             listed.setdefault(job, []).append(
                 f"[{item.row.model}]({why[key]['section']}) ({ours['accuracy']} / {ours['graph_breaks']} against "
                 f"{theirs['accuracy']} / {theirs['graph_breaks']}: {why[key]['why']})")
+    stale = sorted(set(why) - used - {"_comment"})
+    if stale:
+        raise SystemExit(f"dashboard_sweep: {exceptions.name} explains {', '.join(stale)}, which no longer "
+                         "differ from PyTorch's files: remove the entries")
     lines = ["| configuration and suite | models both have | verdicts equal | graph breaks equal | where they differ |",
              "|---|---|---|---|---|"]
     for job, same in sorted(cells.items()):

@@ -4,6 +4,7 @@ added to the records and not to the page (or the reverse) fails here."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -58,3 +59,12 @@ def test_a_difference_nobody_explained_is_refused(tmp_path):
     kept = ROOT / "docs" / "benchmarks" / "data"
     with pytest.raises(SystemExit, match="BartForCausalLM differs from PyTorch.s file .* does not say why"):
         dashboard_sweep.standing([kept / "dashboard_training"], tmp_path / "why.json")
+
+
+def test_an_explanation_of_a_difference_that_is_gone_is_refused(tmp_path):
+    kept = ROOT / "docs" / "benchmarks" / "data"
+    why = json.loads(dashboard_sweep.EXCEPTIONS.read_text())
+    why["inductor_timm_training/mobilenetv2_100"] = {"why": "nothing differs", "section": "#x"}
+    (tmp_path / "why.json").write_text(json.dumps(why))
+    with pytest.raises(SystemExit, match="explains inductor_timm_training/mobilenetv2_100, which no longer differ"):
+        dashboard_sweep.standing([kept / "dashboard_sweep", kept / "dashboard_training"], tmp_path / "why.json")
