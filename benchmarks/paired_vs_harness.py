@@ -188,10 +188,55 @@ def ours(model: Model, test: str, device: str, batch_size: int, dynamic: bool, o
             "timings": {r["experiment"]["dynamo"]: r["timings"] for r in records}}
 
 
+# The study the head of docs/benchmarks/paired_vs_harness.md is written from (--standing): each
+# model-round's row as --rows-out wrote it.
+KEPT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "data" / "paired_vs_harness"
+# What the head checks each model against: its speedup within this share of the harness's, and
+# ours' machine time at most these shares of the harness's (geomean over models; any one model).
+SPEEDUP_WITHIN = 0.05
+TIME_GEOMEAN, TIME_MODEL = 0.5, 0.6
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def standing(paths: list[Path]) -> list[str]:
+    """The page's present tense, from kept rows (JSON lines of --rows-out): per model and test, the
+    verdicts, ours' speedup over the harness's and ours' machine time over the harness's (geomean
+    over rounds), then the study's totals against SPEEDUP_WITHIN, TIME_GEOMEAN and TIME_MODEL."""
+    rows = [json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["model"], row["test"]), []).append(row)
+    out = ["| model | test | batch | rounds | verdicts (harness / ours) | ours' speedup / harness's | "
+           "ours' machine time / harness's | pairs (ours) |", "|---|---|---|---|---|---|---|---|"]
+    times: list[float] = []
+    verdicts_equal = within = 0
+    for (model, test), found in sorted(groups.items()):
+        same = all((r["harness"]["accuracy"] == "pass") == (r["ours"]["accuracy"] == "PASS") for r in found)
+        verdicts_equal += same
+        speed = geomean([r["ours"]["speedup"] / r["harness"]["speedup"] for r in found])
+        within += abs(speed - 1) <= SPEEDUP_WITHIN
+        time = geomean([r["ours"]["machine_s"] / r["harness"]["machine_s"] for r in found])
+        times.append(time)
+        seen = sorted({f"{r['harness']['accuracy']} / {r['ours']['accuracy']}" for r in found})
+        pairs = ", ".join(str(r["ours"]["pairs"]) for r in found)
+        out.append(f"| {model} | {test} | {found[0]['batch_size']} | {len(found)} | {'; '.join(seen)} | "
+                   f"{speed:.3f} | {time:.2f} | {pairs} |")
+    total = geomean(times)
+    out += ["", f"{len(groups)} model-tests, {len(rows)} model-rounds: verdicts equal in {verdicts_equal}; ours' "
+            f"speedup within {SPEEDUP_WITHIN:.0%} of the harness's in {within}; ours' machine time "
+            f"{total:.2f} of the harness's in geomean (target at most {TIME_GEOMEAN}: "
+            f"{'met' if total <= TIME_GEOMEAN else 'not met'}), at most {max(times):.2f} for one model "
+            f"(target at most {TIME_MODEL}: {'met' if max(times) <= TIME_MODEL else 'not met'})."]
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--harness", type=Path, required=True, help="the dynamobench (or benchmarks/dynamo) folder")
-    parser.add_argument("--model", action="append", required=True, type=Model.parse,
+    parser.add_argument("--harness", type=Path, help="the dynamobench (or benchmarks/dynamo) folder")
+    parser.add_argument("--model", action="append", type=Model.parse,
                         help="SUITE:NAME (timm, torchbench or huggingface), or a timm NAME; repeatable")
     parser.add_argument("--torchbench", type=Path,
                         help="a pytorch/benchmark checkout (torchbenchmark/ and utils/), for torchbench models")
@@ -213,8 +258,26 @@ def main() -> int:
                         help="with --adaptive-pairs: ours' --pairs-half-width (default: the runner's)")
     parser.add_argument("--max-pairs", type=int,
                         help="with --adaptive-pairs: ours' --max-pairs (default: the runner's)")
+    parser.add_argument("--dashboard-rule", action="store_true",
+                        help="ours times pairs as a --dashboard run does by default (--adaptive-pairs with its "
+                             "--pairs-half-width and at most the harness's 30 pairs)")
     parser.add_argument("--keep", type=Path, help="keep both sides' outputs in this folder (default: a temporary one)")
+    parser.add_argument("--rows-out", type=Path,
+                        help="append each model-round's figures to this file as a JSON line (what --standing reads)")
+    parser.add_argument("--standing", type=Path, nargs="*",
+                        help="print the page's head from kept rows (default: every file under "
+                             "docs/benchmarks/data/paired_vs_harness) and run nothing")
     args = parser.parse_args()
+    if args.standing is not None:
+        print("\n".join(standing(args.standing or sorted(KEPT.glob("*.jsonl")))))
+        return 0
+    if args.harness is None or not args.model:
+        parser.error("--harness and --model are required (except with --standing)")
+    if args.dashboard_rule:
+        from experiment_runner.core import dashboards
+
+        args.adaptive_pairs, args.pairs_half_width = True, dashboards.PAIRS_HALF_WIDTH
+        args.max_pairs = dashboards.HARNESS_PAIRS
     if not args.adaptive_pairs and (args.pairs_half_width is not None or args.max_pairs is not None):
         parser.error("--pairs-half-width and --max-pairs need --adaptive-pairs")
     adaptive = (("--adaptive-pairs",) if args.adaptive_pairs else ()) + tuple(
@@ -255,6 +318,15 @@ def main() -> int:
                 if "paired" in answers:
                     row.update(paired=answers["paired"]["speedup"], isolated=answers["paired"]["isolated"])
                 rows[model].append(row)
+                if args.rows_out is not None:
+                    with args.rows_out.open("a") as kept:
+                        kept.write(json.dumps({
+                            "round": round_, "model": str(model), "test": "train" if args.training else "eval",
+                            "batch_size": args.batch_size, "device": args.device, "ours_flags": list(adaptive),
+                            "harness": {key: theirs[key] for key in ("speedup", "accuracy", "machine_s", "latency_ms")},
+                            "ours": {key: mine[key] for key in ("speedup", "accuracy", "machine_s", "latency_ms",
+                                                                 "pairs", "stop_reason", "timings")},
+                            "finished_at": time.time()}) + "\n")
                 print(f"| {round_} | {model} | {figures(row)} | {theirs['accuracy']} | {mine['accuracy']} | "
                       f"{row['harness_s']:.1f} | {row['ours_s']:.1f} | {row['ours_s'] / row['harness_s']:.2f} |",
                       flush=True)
@@ -274,8 +346,7 @@ def main() -> int:
     for model, found in rows.items():
         print(f"| {model} | {len(found)} | {ratio_interval([r['ours'] / r['harness'] for r in found])} |")
     times = [r["ours_s"] / r["harness_s"] for found in rows.values() for r in found]
-    print(f"\nOurs over the harness's machine time, geomean of {len(times)} model-rounds: "
-          f"{math.exp(statistics.fmean(math.log(t) for t in times)):.2f}")
+    print(f"\nOurs over the harness's machine time, geomean of {len(times)} model-rounds: {geomean(times):.2f}")
     return 0
 
 

@@ -1,0 +1,46 @@
+"""The head of docs/benchmarks/paired_vs_harness.md is what `paired_vs_harness.py --standing` prints
+from the rows kept beside it (docs/benchmarks/data/paired_vs_harness), so a study added to the
+rows and not to the page (or the reverse) fails here."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import paired_vs_harness  # noqa: E402
+
+
+def test_the_pages_head_is_the_scripts_standing_over_the_kept_rows():
+    doc = (ROOT / "docs" / "benchmarks" / "paired_vs_harness.md").read_text()
+    block = re.search(r"<!-- standing:begin -->\n(.*?)\n<!-- standing:end -->", doc, re.S)
+    assert block is not None and doc.index("## Where it stands") < doc.index("## What it runs")
+    kept = sorted(paired_vs_harness.KEPT.glob("*.jsonl"))
+    assert kept, "no study's rows are kept"
+    assert block.group(1).strip() == "\n".join(paired_vs_harness.standing(kept)).strip(), (
+        "the head of paired_vs_harness.md is stale: paste `python benchmarks/paired_vs_harness.py --standing`")
+
+
+def row(model: str, harness: tuple[float, str, float], ours: tuple[float, str, float], test: str = "eval") -> str:
+    (h_speed, h_accuracy, h_time), (o_speed, o_accuracy, o_time) = harness, ours
+    return json.dumps({"round": 1, "model": model, "test": test, "batch_size": 8,
+                       "harness": {"speedup": h_speed, "accuracy": h_accuracy, "machine_s": h_time},
+                       "ours": {"speedup": o_speed, "accuracy": o_accuracy, "machine_s": o_time, "pairs": 12}})
+
+
+def test_the_standing_counts_what_it_claims(tmp_path):
+    """Two models: one within 5% and at 0.40 of the machine time, one 10% off, failing where the
+    harness passes, at 0.90: the totals say 1 of each and the time targets missed."""
+    kept = tmp_path / "rows.jsonl"
+    kept.write_text("\n".join([row("a", (2.0, "pass", 100.0), (2.04, "PASS", 40.0)),
+                               row("b", (1.0, "pass", 100.0), (1.10, "FAIL", 90.0))]) + "\n")
+    *table, _, total = paired_vs_harness.standing([kept])
+    assert table[2] == "| a | eval | 8 | 1 | pass / PASS | 1.020 | 0.40 | 12 |"
+    assert table[3] == "| b | eval | 8 | 1 | pass / FAIL | 1.100 | 0.90 | 12 |"
+    assert total.startswith("2 model-tests, 2 model-rounds: verdicts equal in 1; ours' speedup within 5% of the "
+                            "harness's in 1; ours' machine time 0.60 of the harness's in geomean (target at most "
+                            "0.5: not met), at most 0.90 for one model (target at most 0.6: not met).")
