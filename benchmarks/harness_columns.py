@@ -1,0 +1,105 @@
+"""Every column of our exported performance and accuracy rows beside the harness's own, per model.
+
+Reads a folder kept by `paired_vs_harness.py --keep`: per round, the harness's CSVs
+(harness_<suite>_<model>_{accuracy,performance}.csv) and our results (ours_harness_<suite>_<model>/),
+exports ours with `experiment_runner export --format=dynamo-csv`, and prints one table per column
+group: the harness's value, ours, and whether they agree within the column's tolerance
+(TOLERANCES: counters exactly; timings and memory within a share, as they are measurements of
+two processes; the speedup is compared by paired_vs_harness.py itself).
+
+    python benchmarks/harness_columns.py /tmp/study/b8 /tmp/study/b1
+
+Which columns agree, and by how much the measured ones differ, goes in
+docs/benchmarks/paired_vs_harness.md with its date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# Per column: None compares exactly (dynamo's counters: the same model compiled the same way),
+# a share compares |ours / harness - 1| (measurements of two processes on one host).
+TOLERANCES: dict[str, float | None] = {
+    "calls_captured": None, "unique_graphs": None, "graph_breaks": None, "unique_graph_breaks": None,
+    "autograd_captures": None, "autograd_compiles": None, "cudagraph_skips": None, "accuracy": None,
+    "abs_latency": 0.15, "compilation_latency": 0.25, "eager_peak_mem": 0.15, "dynamo_peak_mem": 0.15,
+    "compression_ratio": 0.10}
+
+
+def rows(path: Path) -> dict[str, dict[str, str]]:
+    with path.open() as f:
+        return {row["name"]: row for row in csv.DictReader(f)}
+
+
+def ours_rows(results: Path, scratch: Path) -> dict[str, dict[str, str]]:
+    """Our export of one kept run: {kind: {model: row}}, kind performance or accuracy."""
+    out = scratch / results.parent.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "experiment_runner", "export", str(results), "--format=dynamo-csv",
+                    "-o", str(out)], check=False, capture_output=True)
+    found: dict[str, dict[str, dict[str, str]]] = {"performance": {}, "accuracy": {}}
+    for path in out.glob("*.csv"):
+        kind = "performance" if path.name.endswith("_performance.csv") else "accuracy"
+        found[kind].update(rows(path))
+    return found
+
+
+def agree(column: str, theirs: str, ours: str) -> str:
+    tolerance = TOLERANCES[column]
+    if tolerance is None:
+        return "=" if theirs == ours else "differs"
+    try:
+        a, b = float(theirs), float(ours)
+    except ValueError:
+        return "no figure"
+    if a == 0:
+        return "=" if b == 0 else "differs"
+    return f"{b / a - 1:+.0%}" + ("" if abs(b / a - 1) <= tolerance else " (beyond)")
+
+
+def compare(folders: list[Path]) -> list[str]:
+    lines = ["| round | model | column | harness | ours | agreement |", "|---|---|---|---|---|---|"]
+    beyond: dict[str, int] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for folder in folders:
+            for round_dir in sorted(folder.glob("round*")):
+                for ours_dir in sorted(round_dir.glob("ours_harness_*")):
+                    suite, _, model = ours_dir.name.removeprefix("ours_harness_").partition("_")
+                    ours = ours_rows(ours_dir / "results.jsonl", Path(scratch) / round_dir.name)
+                    for kind in ("performance", "accuracy"):
+                        theirs_csv = round_dir / f"harness_{suite}_{model}_{kind}.csv"
+                        if not theirs_csv.exists():
+                            continue
+                        theirs = rows(theirs_csv).get(model)
+                        mine = ours[kind].get(model)
+                        if theirs is None or mine is None:
+                            lines.append(f"| {round_dir.name} | {model} | ({kind} row) | "
+                                         f"{'-' if theirs is None else 'row'} | {'-' if mine is None else 'row'} | "
+                                         "missing |")
+                            continue
+                        for column in TOLERANCES:
+                            if column in theirs and column in mine:
+                                verdict = agree(column, theirs[column], mine[column])
+                                beyond[column] = beyond.get(column, 0) + ("beyond" in verdict or verdict == "differs")
+                                lines.append(f"| {round_dir.name} | {model} | {kind}: {column} | {theirs[column]} | "
+                                             f"{mine[column]} | {verdict} |")
+    lines += ["", "Beyond tolerance or different, per column: " +
+              ", ".join(f"{column} {count}" for column, count in beyond.items())]
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", type=Path, nargs="+", help="folders kept by paired_vs_harness.py --keep")
+    args = parser.parse_args()
+    print("\n".join(compare(args.folders)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
