@@ -43,9 +43,9 @@ def ours_rows(results: Path, scratch: Path) -> dict[str, dict[str, str]]:
     subprocess.run([sys.executable, "-m", "experiment_runner", "export", str(results), "--format=dynamo-csv",
                     "-o", str(out)], check=False, capture_output=True)
     found: dict[str, dict[str, dict[str, str]]] = {"performance": {}, "accuracy": {}}
-    for path in out.glob("*.csv"):
-        kind = "performance" if path.name.endswith("_performance.csv") else "accuracy"
-        found[kind].update(rows(path))
+    for kind in found:
+        for path in out.glob(f"*_{kind}.csv"):
+            found[kind].update(rows(path))
     return found
 
 
