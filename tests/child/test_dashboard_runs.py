@@ -19,8 +19,10 @@ FAKE_TORCHBENCH = Path(__file__).parents[1] / "fake_torchbenchmark"
 def test_a_dashboard_run_alone_gives_a_verdict_graph_breaks_and_the_harness_speedup_at_the_jobs_batch(
         run_cli, tmp_path, capsys):
     """No flag but --dashboard: accuracy checked, the harness's graph-break count, a speedup timed
-    as the harness times it (no eager experiment planned), all at PyTorch's torchbench accuracy
-    batch (4, where the model's own default is 3); report, export and check-expected read them."""
+    as the harness times it (no eager experiment planned) with the dashboard's pair rule (±5%, 10
+    to the job's 30 pairs, recorded as the one departure from the job), all at PyTorch's torchbench
+    accuracy batch (4, where the model's own default is 3); report, export and check-expected read
+    them."""
     run = run_cli("--suite-name=torchbench", "--filter=^tiny_mlp$", "--dashboard=cpu_inductor", timeout=600,
                   env={TORCHBENCH_DIR_ENV: str(FAKE_TORCHBENCH)})
     assert run.returncode == 0, run.stderr
@@ -28,10 +30,14 @@ def test_a_dashboard_run_alone_gives_a_verdict_graph_breaks_and_the_harness_spee
     assert record["status"] == "ok" and record["verification_code"] == "PASS", record["error"]
     experiment, measured = record["experiment"], record["measurements"]
     assert (experiment["dashboard"], experiment["batch_size"], experiment["dashboard_overrides"]) == (
-        "cpu_inductor", 4, {})
+        "cpu_inductor", 4, {"pairs": dashboards.ADAPTIVE_PAIRS})
     assert measured["graph_breaks"]["harness_count"] == 0
     paired = measured["paired"]
-    assert paired["speedup"] > 0 and paired["pairs"] == 30 and paired["baseline_batch_size"] == 4
+    assert paired["speedup"] > 0 and 10 <= paired["pairs"] <= 30 and paired["baseline_batch_size"] == 4
+    rule = paired["stopping_rule"]
+    assert (rule["kind"], rule["half_width"], rule["floor"], rule["ceiling"]) == (
+        "sequential", dashboards.PAIRS_HALF_WIDTH, 10, dashboards.HARNESS_PAIRS)
+    assert paired["stop_reason"] in ("converged", "ceiling")
     # The harness's warm-ups: five each, memory read as its warmup() reads it on the CPU, and the
     # counters' change over the compiled one: every call dynamo captured, as its own counters say.
     warmups = measured["harness_warmup"]
@@ -110,7 +116,7 @@ def test_a_cuda_jobs_training_run_on_the_cpu_takes_the_harness_step_and_says_whe
             experiment["compile_options"]) == (name, "train", "amp", wanted.dynamo, wanted.compile_options)
     assert (experiment["training_recipe"], experiment["optimizer"], experiment["batch_size"]) == (
         "dynamo_harness", "none", 4)
-    assert experiment["dashboard_overrides"] == {"accelerator": "cpu"}
+    assert experiment["dashboard_overrides"] == {"accelerator": "cpu", "pairs": dashboards.ADAPTIVE_PAIRS}
     details = record["verification"]["details"]
     # Two steps, then the loss, 4 gradients and 4 parameters of its two Linear layers: not the output.
     assert (details["iterations"], details["leaves"]) == (2, 9)
