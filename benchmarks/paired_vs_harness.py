@@ -57,6 +57,8 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from experiment_runner.analysis.stats import geomean
+
 # Runs one of the harness's suite scripts as __main__ with random weights (no download) and with
 # torchvision's pure-Python parts loadable beside a CPU torch (benchmark_models.optional).
 _HARNESS = """
@@ -195,10 +197,6 @@ KEPT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "data" / "p
 # ours' machine time at most these shares of the harness's (geomean over models; any one model).
 SPEEDUP_WITHIN = 0.05
 TIME_GEOMEAN, TIME_MODEL = 0.5, 0.6
-
-
-def geomean(values: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
 def standing(paths: list[Path]) -> list[str]:

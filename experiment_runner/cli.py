@@ -138,8 +138,8 @@ def apply_dashboard(config: RunConfig, given: dict[str, Any]) -> RunConfig:
     """--dashboard runs what its CI job runs: accuracy checked, the harness's speedup; each only where
     the command line did not say otherwise (`given` holds the flags given), so an override is the
     user's choice, recorded per experiment. The batch size is each job's (matrix.dashboard_configurations).
-    Its pairs stop once the speedup is known within +-5% (dashboards.PAIRS_HALF_WIDTH), never after more
-    than the job's 30: the same answer for less machine time, recorded as dashboard_overrides.pairs."""
+    Its pairs stop once the speedup is known within ±5% (dashboards.PAIRS_HALF_WIDTH), never after more
+    than the job's 30, recorded as dashboard_overrides.pairs."""
     if not config.matrix.dashboard:
         return config
     options = dataclasses.replace(config.options, verify=given.get("verify", True),

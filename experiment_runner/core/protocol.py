@@ -154,10 +154,14 @@ def write_result(path: Path, result: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def stamped(task: Task, result: ChildResult, final: bool = True) -> dict[str, Any]:
+    """The result as result.json carries it: its fields, this protocol's version and the attempt."""
+    return {**result.to_dict(), "protocol": PROTOCOL_VERSION, "attempt_id": task.attempt_id, "final": final}
+
+
 def publish_result(task: Task, result: ChildResult, final: bool = True) -> None:
     """The worker's result for this attempt: the interim one after timing, the final one at the end."""
-    stamped = {**result.to_dict(), "protocol": PROTOCOL_VERSION, "attempt_id": task.attempt_id, "final": final}
-    write_result(task.result_path if final else task.interim_path, stamped)
+    write_result(task.result_path if final else task.interim_path, stamped(task, result, final))
 
 
 def write_phase(task: Task, phase: str) -> None:
@@ -197,8 +201,8 @@ def read_attempt_result(task: Task) -> dict[str, Any] | None:
             try:
                 check_protocol(result, f"the child's {path.name}")
             except ProtocolMismatch as exc:
-                return {**ChildResult(status="error", batch_size=None, precision=task.experiment.config.precision,
-                                      error={"type": "ProtocolMismatch", "message": str(exc)}).to_dict(),
-                        "protocol": PROTOCOL_VERSION, "attempt_id": task.attempt_id, "final": True}
+                return stamped(task, ChildResult(status="error", batch_size=None,
+                                                 precision=task.experiment.config.precision,
+                                                 error={"type": "ProtocolMismatch", "message": str(exc)}))
             return result
     return None
