@@ -1,5 +1,5 @@
 """The harness-style graph-break count of a training step, model by model, beside PyTorch's
-training expected files: the check of the child's replay (harness_graph_break_count) against the
+training expected files: the check of the child's replay (harness_accuracy_counters) against the
 numbers PyTorch's CI wrote, without the compile, timing and verification of a whole experiment.
 
     python benchmarks/training_graph_breaks.py --suite timm --job inductor --out /tmp/gb.jsonl -k 'mobilenet|resnet'
@@ -57,7 +57,7 @@ def count(suite: str, model: str, job: str) -> dict[str, Any]:
     library versions, or the error that stopped it."""
     from experiment_runner.child.devices import runtime_for
     from experiment_runner.child.driver import ExperimentDriver
-    from experiment_runner.child.main import harness_graph_break_count
+    from experiment_runner.child.main import harness_accuracy_counters
     from experiment_runner.core.matrix import Experiment, ExperimentConfig
     from experiment_runner.core.options import RunOptions
     from torch._dynamo.utils import counters
@@ -73,8 +73,8 @@ def count(suite: str, model: str, job: str) -> dict[str, Any]:
                                     Path(artifacts))
         try:
             before = Counter(counters["graph_break"])
-            found, method = harness_graph_break_count(harness)
-            return {"harness_count": found, "method": method, "seconds": round(time.monotonic() - started, 1),
+            found, method = harness_accuracy_counters(harness)
+            return {"harness_count": found["graph_breaks"], "method": method, "seconds": round(time.monotonic() - started, 1),
                     "reasons": dict(Counter(counters["graph_break"]) - before), "versions": versions()}
         except Exception as exc:  # noqa: BLE001 - one model's failure is a row, not the end of the sweep
             return {"error": f"{type(exc).__name__}: {str(exc)[:300]}",

@@ -158,11 +158,21 @@ class Exported:
         return self.measurements.get("harness_warmup") or {}
 
     def graph_stats(self) -> dict[str, int | str]:
-        """The accuracy CSV's dynamo columns. graph_breaks is counted as the harness counts it where the
-        record has that count (--verify on inference), else the breaks of everything the child compiled.
-        The other counters of the harness's accuracy row are its accuracy run's, which this runner does
-        not replay when nothing breaks: unique_graphs is the child's, and the columns no record holds
-        (calls_captured of that run, the counter columns) are left empty, never a stand-in figure."""
+        """The accuracy CSV's dynamo columns, counted as the harness's accuracy run counts them where
+        the record has them (--verify on inference, and training with the harness's step:
+        graph_breaks.harness_stats, the replay's or, where no frame broke, the timed compile's).
+        cudagraph_skips is inductor's, which a replay does not reach: the compiled warm-up's, the
+        same compile, where recorded. A record without harness_stats gives graph_breaks and
+        unique_graphs of everything the child compiled and leaves the rest empty, never a stand-in."""
+        breaks = self.measurements.get("graph_breaks") or {}
+        counted = breaks.get("harness_stats") or {}
+        warmup = (self.harness_warmup.get("compiled") or {}).get("dynamo_stats") or {}
+        if counted:
+            return {column: counted.get(column, warmup.get(column, "")) for column in HARNESS_STATS}
+        return self._child_stats()
+
+    def _child_stats(self) -> dict[str, int | str]:
+        """The columns the graph-break summary of everything the child compiled gives."""
         breaks = self.measurements.get("graph_breaks") or {}
         total, unique = int(breaks.get("total") or 0), int(breaks.get("unique_graphs") or 0)
         reasons = len(breaks.get("reasons") or [])
@@ -179,7 +189,7 @@ class Exported:
         if compiled.get("dynamo_stats"):
             return {column: compiled["dynamo_stats"].get(column, "") for column in HARNESS_STATS}
         breaks = self.measurements.get("graph_breaks") or {}
-        return {**self.graph_stats(), "calls_captured": breaks.get("calls_captured", "")}
+        return {**self._child_stats(), "calls_captured": breaks.get("calls_captured", "")}
 
     def peak_memory(self) -> tuple[float | None, float | None]:
         """(eager, dynamo) peak memory in the harness's unit: its warm-ups' figures (device memory on

@@ -35,7 +35,8 @@ from experiment_runner.child.driver import (
     state_versions,
     time_iterations,
 )
-from experiment_runner.child.instrument.dynamo import harness_graph_breaks, harness_training_graph_breaks
+from experiment_runner.child.instrument.dynamo import (harness_accuracy_stats, harness_dynamo_stats,
+                                                       harness_training_stats)
 from experiment_runner.child.instrument.pipeline import Instrumentation
 from experiment_runner.core import dashboards
 from experiment_runner.core.logs import WORKER_HEADER
@@ -75,9 +76,9 @@ def harness_counts_graph_breaks(driver: ExperimentDriver, metrics: dict[str, Any
             and config.compile_options not in AOT_INDUCTOR_OPTIONS)
 
 
-def harness_graph_break_count(driver: ExperimentDriver) -> tuple[int, str]:
-    """The harness's graph-break count for this experiment, replayed on a fresh copy of the model,
-    and how it was taken. A training step is replayed with the optimizer the harness takes on its
+def harness_accuracy_counters(driver: ExperimentDriver) -> tuple[dict[str, int], str]:
+    """The dynamo columns of the harness's accuracy row for this experiment (graph_breaks among
+    them), replayed on a fresh copy of the model, and how they were taken. A training step is replayed with the optimizer the harness takes on its
     CI job's device (a CUDA job's run on the CPU: the CUDA job's), since that decides frames and
     breaks and PyTorch's file counts that job's; its state (at most two tensors per parameter)
     fits in what the float64 verification before it held."""
@@ -89,14 +90,13 @@ def harness_graph_break_count(driver: ExperimentDriver) -> tuple[int, str]:
         return driver.autocast(config.precision)
 
     if config.test == "eval":
-        return harness_graph_breaks(model, autocast, iterations), "replayed"
+        return harness_accuracy_stats(model, autocast, iterations), "replayed"
     job = dashboards.dashboards().get(config.dashboard or "")
     accelerator = job.accelerator if job is not None else config.accelerator
     recipe = harness_recipe(model.recipe, driver.experiment.suite_name, driver.experiment.model_name,
                             accelerator, config.dynamo)
-    count = harness_training_graph_breaks(model, recipe.make_optimizer(model.module.parameters()), autocast,
-                                          iterations)
-    return count, f"replayed with optimizer {recipe.optimizer_spec}, the harness's on {accelerator}"
+    stats = harness_training_stats(model, recipe.make_optimizer(model.module.parameters()), autocast, iterations)
+    return stats, f"replayed with optimizer {recipe.optimizer_spec}, the harness's on {accelerator}"
 
 
 def run_task(task: Task, on_timed: Callable[[ChildResult], None] | None = None) -> ChildResult:
@@ -197,7 +197,9 @@ def run_task(task: Task, on_timed: Callable[[ChildResult], None] | None = None) 
             # The harness's training step breaks (backward, its skipped calls) whatever the model does.
             replay = counted and (breaks["total"] > 0 or config.test == "train")
             if counted and not replay:
-                breaks.update(harness_count=0, harness_count_method=NO_BREAK)
+                # Nothing else was compiled in this process: its counters are the timed step's
+                # compile, which is what the harness's accuracy run compiles (forward_pass, once).
+                breaks.update(harness_count=0, harness_count_method=NO_BREAK, harness_stats=harness_dynamo_stats())
             # The verifier loads its own copies: the timed model, its step and what they hold go
             # first, so verification has the memory they took (verifier/memory.py plans with it);
             # a timed step that serves as the verifier's compiled run goes as soon as that has run.
@@ -224,13 +226,14 @@ def run_task(task: Task, on_timed: Callable[[ChildResult], None] | None = None) 
                 with phase(timings, "harness_graph_breaks_s"):
                     write_phase(task, "counting graph breaks as the harness")
                     try:
-                        count, method = harness_graph_break_count(driver)
+                        stats, method = harness_accuracy_counters(driver)
                     except MemoryError:
                         raise
                     except Exception as exc:  # noqa: BLE001 - a count must not discard the verdict
                         breaks["harness_count_error"] = f"{type(exc).__name__}: {str(exc)[:1000]}"
                     else:
-                        breaks.update(harness_count=count, harness_count_method=method)
+                        breaks.update(harness_count=stats["graph_breaks"], harness_count_method=method,
+                                      harness_stats=stats)
     except ModelSkipped as exc:
         result.status, result.error = "skipped", {"type": "ModelSkipped", "message": str(exc)}
     except BaseException as exc:  # noqa: BLE001 - every failure must become data

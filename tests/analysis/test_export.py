@@ -3,6 +3,7 @@ v3 records against their schema, a round trip through pandas against `report`, a
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -378,6 +379,32 @@ def test_the_harness_warmups_give_its_memory_compile_and_dynamo_columns(tmp_path
     assert row["compression_ratio"] == pytest.approx(2_508_668_930 / 2_715_369_470, rel=1e-6)
     assert row["compilation_latency"] == pytest.approx(38.5)
     assert {column: int(row[column]) for column in stats} == stats
+
+
+@pytest.mark.parametrize("warmup_skips", [None, 3])
+def test_the_accuracy_row_holds_the_counters_of_the_harness_accuracy_run(tmp_path: Path,
+                                                                         warmup_skips: int | None) -> None:
+    """A record whose child counted the harness's accuracy run (graph_breaks.harness_stats) exports
+    each of its columns; cudagraph_skips, which a replay cannot see, is the compiled warm-up's where
+    the record has one, else left empty."""
+    records = [json.loads(line) for line in RESULTS.read_text().splitlines()]
+    nanogpt = [r for r in records if r["model"]["model_name"] == "nanogpt" and r["experiment"]["dynamo"] == "inductor"
+               and r["experiment"]["precision"] == "fp32" and r["experiment"]["test"] == "eval"][-1]
+    counted = {"calls_captured": 431, "unique_graphs": 2, "fallbacks_to_eager": 1, "graph_breaks": 3,
+               "unique_graph_breaks": 1, "autograd_captures": 0, "autograd_compiles": 0}
+    nanogpt["measurements"]["graph_breaks"] = {"total": 1, "unique_graphs": 2, "calls_captured": 215,
+                                               "reasons": [], "harness_count": 3, "harness_count_method": "replayed",
+                                               "harness_stats": counted}
+    if warmup_skips is not None:
+        nanogpt["measurements"]["harness_warmup"] = {"compiled": {"dynamo_stats": {"cudagraph_skips": warmup_skips}}}
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "csv"
+    assert cli_main(["export", str(results), "--format", "dynamo-csv", "-o", str(out)]) == 0
+    with (out / "inductor_torchbench_float32_inference_cpu_accuracy.csv").open() as f:
+        row = next(r for r in csv.DictReader(f) if r["name"] == "nanogpt")
+    assert {column: int(row[column]) for column in counted} == counted
+    assert row["cudagraph_skips"] == ("" if warmup_skips is None else str(warmup_skips))
 
 
 def test_dynamo_compile_accounting_exports_as_the_harness_compilation_metrics_csv(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from benchmark_models.training import TrainingRecipe
 from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.child.driver import (AotInductorModule, AotPackage, ExperimentDriver, input_signature,
                                              state_versions)
-from experiment_runner.child.instrument.dynamo import harness_graph_breaks, harness_training_graph_breaks
+from experiment_runner.child.instrument.dynamo import harness_accuracy_stats, harness_training_stats
 from experiment_runner.child.main import NO_BREAK, run_task
 from experiment_runner.core import dashboards
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
@@ -59,7 +59,7 @@ def test_dynamic_marks_the_batch_dimension_alone_as_the_harness_does(tmp_path, m
 def test_the_harness_graph_break_count_replays_its_accuracy_run_from_a_clean_dynamo():
     def count(breaks: bool) -> int:
         model = BenchmarkModel(module=Breaking(breaks).eval(), args=(torch.randn(2, 4),), batch_size=2)
-        return harness_graph_breaks(model, contextlib.nullcontext, iterations=2)
+        return harness_accuracy_stats(model, contextlib.nullcontext, iterations=2)["graph_breaks"]
 
     assert count(False) == 0
     before = count(True)
@@ -68,6 +68,26 @@ def test_the_harness_graph_break_count_replays_its_accuracy_run_from_a_clean_dyn
     module = Breaking(True).eval()
     torch.compile(module, backend="eager")(torch.randn(2, 4))
     assert count(True) == before
+
+
+@pytest.mark.parametrize("breaks", [False, True])
+def test_the_accuracy_rows_counters_are_one_compile_of_the_forward_as_dynamo_counts_it(breaks):
+    """The harness compiles forward_pass and calls it twice: the second call runs the first one's
+    code, so the row holds one forward's calls and graphs (a replay compiling the loop around it
+    would capture the forward twice), whatever the experiment counted before."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    with torch.no_grad():
+        torch.compile(Breaking(breaks).eval(), backend="eager")(torch.randn(2, 4))
+    once = {group: dict(values) for group, values in torch._dynamo.utils.counters.items()}
+    model = BenchmarkModel(module=Breaking(breaks).eval(), args=(torch.randn(2, 4),), batch_size=2)
+    stats = harness_accuracy_stats(model, contextlib.nullcontext, iterations=2)
+    assert stats["calls_captured"] == once["stats"]["calls_captured"] > 0
+    assert stats["unique_graphs"] == once["stats"]["unique_graphs"] == (2 if breaks else 1)
+    assert stats["unique_graph_breaks"] == len(once.get("graph_break", {})) == int(breaks)
+    assert stats["fallbacks_to_eager"] == stats["autograd_captures"] == stats["autograd_compiles"] == 0
+    # The eager backend the replay traces with never reaches inductor's cudagraph counter.
+    assert "cudagraph_skips" not in stats
 
 
 class OracleStep:
@@ -146,7 +166,8 @@ def test_the_harness_training_graph_break_count_is_its_steps_frame_for_frame(bre
     torch.manual_seed(0)
     module = Breaking(breaks)
     model = BenchmarkModel(module=module, args=(torch.randn(2, 4),), batch_size=2, **LOSSES[loss])
-    assert harness_training_graph_breaks(model, make_optimizer(kind, module), contextlib.nullcontext, 2) == expected
+    stats = harness_training_stats(model, make_optimizer(kind, module), contextlib.nullcontext, 2)
+    assert stats["graph_breaks"] == expected
     # The step breaks whatever the model does (backward and the harness's skipped calls).
     assert expected > 0
 
@@ -167,6 +188,9 @@ def test_the_harness_count_is_replayed_after_verification_only_where_a_frame_bro
     assert result.status == "ok" and result.verification_code == "PASS", result.error
     assert breaks["harness_count_method"] == method
     assert (breaks["total"] > 0) == (breaks["harness_count"] > 0) == (model == "breaks")
+    # The accuracy row's other counters come from the same run: the replay's, or the timed compile's.
+    assert breaks["harness_stats"]["graph_breaks"] == breaks["harness_count"]
+    assert breaks["harness_stats"]["calls_captured"] == breaks["calls_captured"] > 0
     # The verifier ran the timed step either way: a replay comes after it, as it resets dynamo.
     assert result.verification["details"]["compiled_run"] == "timed step"
     phases = list(result.timings)
@@ -201,10 +225,10 @@ def test_a_replay_that_raises_leaves_the_verdict_and_says_why(tmp_path, monkeypa
     monkeypatch.setenv("EXPERIMENT_RUNNER_SUITES", "graph_break=graph_break_suite:GraphBreakSuite")
     monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "support"))
 
-    def broken(harness: ExperimentDriver) -> tuple[int, str]:
+    def broken(harness: ExperimentDriver) -> tuple[dict[str, int], str]:
         raise RuntimeError("replay broke")
 
-    monkeypatch.setattr("experiment_runner.child.main.harness_graph_break_count", broken)
+    monkeypatch.setattr("experiment_runner.child.main.harness_accuracy_counters", broken)
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="eager", test="eval",
                               precision="fp32", batch_size=2)
     result = run_task(Task(Experiment("graph_break", "breaks", config), RunOptions(verify=True, repeat=1),
@@ -212,7 +236,7 @@ def test_a_replay_that_raises_leaves_the_verdict_and_says_why(tmp_path, monkeypa
     breaks = result.metrics["graph_breaks"]
     assert result.status == "ok" and result.verification_code == "PASS", result.error
     assert breaks["harness_count_error"] == "RuntimeError: replay broke"
-    assert "harness_count" not in breaks
+    assert "harness_count" not in breaks and "harness_stats" not in breaks
 
 
 @pytest.mark.e2e  # AOT Inductor runs the C++ compiler

@@ -83,18 +83,26 @@ def dynamo_counters() -> dict[str, dict[str, int | float | str]]:
     }
 
 
-def harness_dynamo_stats() -> dict[str, int]:
-    """The counters as the harness's get_dynamo_stats reads them, cumulative: the harness writes
-    the change over its compiled warm-up (performance) or its accuracy check, so callers subtract
-    a snapshot taken before (stats_delta). fallbacks_to_eager is frames seen minus frames
-    converted; graph_breaks sums the break reasons' counts; unique_graph_breaks counts the reasons
-    with a nonzero count."""
-    from torch._dynamo.utils import counters
+def harness_dynamo_stats(counters: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, int]:
+    """The counters as the harness's get_dynamo_stats reads them: dynamo's own, cumulative, unless
+    `counters` is given (counters_delta's change over a replay: what the harness's accuracy run
+    reads from the counters it cleared). The harness writes the change over its compiled warm-up
+    (performance, stats_delta) or its accuracy check. fallbacks_to_eager is frames seen minus
+    frames converted; graph_breaks sums the break reasons' counts; unique_graph_breaks counts the
+    reasons with a nonzero count."""
+    if counters is None:
+        from torch._dynamo.utils import counters as dynamo_counters_now
 
-    stats = {column: int(counters[group][key]) for column, (group, key) in HARNESS_DYNAMO_STATS["counters"].items()}
-    stats["fallbacks_to_eager"] = int(counters["frames"]["total"] - counters["frames"]["ok"])
-    stats["graph_breaks"] = int(sum(counters["graph_break"].values()))
-    stats["unique_graph_breaks"] = sum(1 for count in counters["graph_break"].values() if count > 0)
+        counters = dynamo_counters_now
+
+    def read(group: str, key: str) -> int:
+        return int(counters.get(group, {}).get(key, 0))
+
+    breaks = counters.get("graph_break", {})
+    stats = {column: read(group, key) for column, (group, key) in HARNESS_DYNAMO_STATS["counters"].items()}
+    stats["fallbacks_to_eager"] = read("frames", "total") - read("frames", "ok")
+    stats["graph_breaks"] = int(sum(breaks.values()))
+    stats["unique_graph_breaks"] = sum(1 for count in breaks.values() if count > 0)
     return {column: stats[column] for column in HARNESS_DYNAMO_STATS["columns"]}
 
 
@@ -142,16 +150,17 @@ def summarize_graph_breaks(counters: Mapping[str, Mapping[str, Any]]) -> dict[st
     }
 
 
-def harness_graph_breaks(model: "BenchmarkModel", autocast: Callable[[], ContextManager[Any]],
-                         iterations: int) -> int:
-    """The graph-break count PyTorch's harness puts in its `graph_breaks` column, for this model.
+def harness_accuracy_stats(model: "BenchmarkModel", autocast: Callable[[], ContextManager[Any]],
+                           iterations: int) -> dict[str, int]:
+    """The dynamo columns of PyTorch's accuracy CSV for this model (graph_breaks, calls_captured...).
 
-    The harness counts `sum(counters["graph_break"].values())` while dynamo compiles its
-    accuracy run from a reset dynamo: `run_n_iterations`, which calls `forward_pass` (the
-    model under the precision's autocast) `iterations` times, under no_grad. A break is counted
-    once per frame dynamo compiles through it, so the frames matter: the count of a model that
-    breaks inside its forward depends on how deep that forward is called and how often the
-    loop resumes. This replays exactly those frames.
+    The harness reads its counters, cleared first, after dynamo compiled its accuracy run from a
+    reset dynamo: `optimize_ctx(model_iter_fn)`, the suite's `forward_pass` (the model under the
+    precision's autocast), called `iterations` times by `run_n_iterations` under no_grad. A break
+    is counted once per frame dynamo compiles through it, so the frames matter: the count of a
+    model that breaks inside its forward depends on how deep that forward is called. This replays
+    exactly those frames; the later calls hit the first one's code, so calls_captured is one
+    forward's.
     """
     import torch
 
@@ -162,21 +171,18 @@ def harness_graph_breaks(model: "BenchmarkModel", autocast: Callable[[], Context
                 return model.run_forward(mod, args, kwargs)
             return mod(*args, **kwargs)
 
-    def run_n_iterations(mod: Any, inputs: tuple) -> Any:
-        for _ in range(iterations - 1):
-            forward_pass(mod, inputs, collect_outputs=False)
-        return forward_pass(mod, inputs, collect_outputs=True)
-
     def replay() -> None:
+        compiled = torch.compile(forward_pass, backend="eager")
         with torch.no_grad():
-            torch.compile(run_n_iterations, backend="eager")(model.module, (model.args, model.kwargs))
+            for index in range(iterations):
+                compiled(model.module, (model.args, model.kwargs), collect_outputs=index == iterations - 1)
 
-    return _breaks_counted(replay)
+    return _replayed_stats(replay)
 
 
-def harness_training_graph_breaks(model: "BenchmarkModel", optimizer: "torch.optim.Optimizer | None",
-                                  autocast: Callable[[], ContextManager[Any]], iterations: int) -> int:
-    """The harness's `graph_breaks` for a training run: its check_accuracy compiles the suite's
+def harness_training_stats(model: "BenchmarkModel", optimizer: "torch.optim.Optimizer | None",
+                           autocast: Callable[[], ContextManager[Any]], iterations: int) -> dict[str, int]:
+    """The harness's accuracy-CSV dynamo columns for a training run: its check_accuracy compiles the suite's
     `forward_and_backward_pass` itself (`optimize_ctx(model_iter_fn)`) and calls it `iterations`
     times from a reset dynamo, the last collecting results. So every call enters a frame of the
     step, and the step's own calls break it whatever the model does: `clone_inputs` and
@@ -241,21 +247,25 @@ def harness_training_graph_breaks(model: "BenchmarkModel", optimizer: "torch.opt
         for index in range(iterations):
             step(model.module, inputs, collect_outputs=index == iterations - 1)
 
-    return _breaks_counted(replay)
+    return _replayed_stats(replay)
 
 
-def _breaks_counted(replay: Callable[[], None]) -> int:
-    """The graph breaks counted while `replay` runs from a reset dynamo. Tracing decides where
-    graphs break, not the backend, so replays compile with the eager backend (no second inductor
-    compile). Dynamo is reset before and after: the experiment's compiled code must not hide
-    frames from it, and nothing compiled here may serve a later step."""
+def _replayed_stats(replay: Callable[[], None]) -> dict[str, int]:
+    """The harness's dynamo columns over `replay`, run from a reset dynamo: what its accuracy run
+    reads from the counters it cleared, taken here as their change so the experiment's own counts
+    stay. Tracing decides graphs, calls and breaks, not the backend, so replays compile with the
+    eager backend (no second inductor compile); for the same reason the replay cannot see
+    inductor's cudagraph_skips, which it leaves out. Dynamo is reset before and after: the
+    experiment's compiled code must not hide frames from it, and nothing compiled here may serve
+    a later step."""
     import torch
-    from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
-    before = sum(counters["graph_break"].values())
+    before = dynamo_counters()
     try:
         replay()
-        return sum(counters["graph_break"].values()) - before
+        stats = harness_dynamo_stats(counters_delta(before, dynamo_counters()))
     finally:
         torch._dynamo.reset()
+    del stats["cudagraph_skips"]
+    return stats
