@@ -78,10 +78,11 @@ def harness_counts_graph_breaks(driver: ExperimentDriver, metrics: dict[str, Any
 
 def harness_accuracy_counters(driver: ExperimentDriver) -> tuple[dict[str, int], str]:
     """The dynamo columns of the harness's accuracy row for this experiment (graph_breaks among
-    them), replayed on a fresh copy of the model, and how they were taken. A training step is replayed with the optimizer the harness takes on its
-    CI job's device (a CUDA job's run on the CPU: the CUDA job's), since that decides frames and
-    breaks and PyTorch's file counts that job's; its state (at most two tensors per parameter)
-    fits in what the float64 verification before it held."""
+    them), replayed on a fresh copy of the model, and how they were taken. A training step is
+    replayed with the optimizer the harness takes on its CI job's device (a CUDA job's run on the
+    CPU: the CUDA job's), since that decides frames and breaks and PyTorch's file counts that
+    job's; its state (at most two tensors per parameter) fits in what the float64 verification
+    before it held."""
     config = driver.config
     model = driver.load()
     iterations = dashboards.harness_iterations()

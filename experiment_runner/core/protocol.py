@@ -147,6 +147,20 @@ class ChildResult:
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
+@dataclass(frozen=True)
+class PublishedResult:
+    """One result file of an attempt, as the parent reads it: the child's result, and whether it is
+    the final one or the interim one published after timing, before verification."""
+
+    result: ChildResult
+    final: bool = True
+
+    @classmethod
+    def from_file(cls, data: dict[str, Any]) -> "PublishedResult":
+        """A result.json's content, its protocol and attempt already checked."""
+        return cls(ChildResult.from_dict(data), bool(data.get("final", True)))
+
+
 def write_result(path: Path, result: dict[str, Any]) -> None:
     """Atomically publish a result file: the parent sees all of it or none."""
     tmp = path.with_suffix(".tmp")
@@ -187,7 +201,7 @@ def read_result(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def read_attempt_result(task: Task) -> dict[str, Any] | None:
+def read_attempt_result(task: Task) -> PublishedResult | None:
     """The newest result written by this attempt (final, else interim), or None.
 
     A result file with another attempt's id is ignored: it describes another attempt. One this
@@ -200,9 +214,11 @@ def read_attempt_result(task: Task) -> dict[str, Any] | None:
         if isinstance(result, dict) and result.get("attempt_id") == task.attempt_id:
             try:
                 check_protocol(result, f"the child's {path.name}")
-            except ProtocolMismatch as exc:
-                return stamped(task, ChildResult(status="error", batch_size=None,
-                                                 precision=task.experiment.config.precision,
-                                                 error={"type": "ProtocolMismatch", "message": str(exc)}))
-            return result
+                return PublishedResult.from_file(result)
+            except (ProtocolMismatch, TypeError) as exc:
+                message = str(exc) if isinstance(exc, ProtocolMismatch) else (
+                    f"the child's {path.name} does not hold a result of protocol version {PROTOCOL_VERSION}: {exc}")
+                return PublishedResult(ChildResult(status="error", batch_size=None,
+                                                   precision=task.experiment.config.precision,
+                                                   error={"type": "ProtocolMismatch", "message": message}))
     return None

@@ -21,7 +21,7 @@ import os
 import signal
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -29,7 +29,7 @@ from experiment_runner.core import dashboards
 from experiment_runner.core.logs import last_words
 from experiment_runner.core.matrix import AOT_INDUCTOR_OPTIONS, Experiment, autocast_dtype, uses_cuda_graphs
 from experiment_runner.core.options import RunOptions
-from experiment_runner.core.protocol import ChildResult, read_phase
+from experiment_runner.core.protocol import ChildResult, PublishedResult, read_phase
 from experiment_runner.core.record_schema import SCHEMA_VERSION
 from experiment_runner.core.results import verification_code
 from experiment_runner.core.stats import summarize
@@ -75,7 +75,7 @@ _OOM_MARKERS = ("MemoryError", "out of memory", "OutOfMemoryError", "Cannot allo
 class ChildOutcome:
     """What happened to one child, seen from the parent."""
 
-    result: dict[str, Any] | None
+    result: PublishedResult | None
     returncode: int | None
     timed_out: bool = False
     interrupted: bool = False
@@ -92,6 +92,16 @@ class ChildOutcome:
     oom_counter: str | None = None
     # Why the outcome is not the child's own (e.g. its fork server died); None when it is.
     launcher_note: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ChildOutcome":
+        """The outcome a Ray node sent as `dataclasses.asdict`; fields this checkout lacks are left out."""
+        known = {f.name for f in fields(cls)}
+        outcome = {k: v for k, v in data.items() if k in known}
+        if outcome.get("result") is not None:
+            published = outcome["result"]
+            outcome["result"] = PublishedResult(ChildResult.from_dict(published["result"]), published["final"])
+        return cls(**outcome)
 
 
 @contextmanager
@@ -185,7 +195,7 @@ def reference_error(status: str, error: dict[str, Any] | None) -> str | None:
     return f"{head}\n{tail}" if tail else head
 
 
-def usable_result(outcome: ChildOutcome | None) -> dict[str, Any] | None:
+def usable_result(outcome: ChildOutcome | None) -> PublishedResult | None:
     """The child's result if it may describe this outcome: none for an interrupted child. A
     timed-out child's result stands too: an interim one (timings published before
     verification) says how far it got, and a final one is the experiment's whole answer,
@@ -200,7 +210,7 @@ def lingered(outcome: ChildOutcome | None, timeout_s: float | None) -> str | Non
     timeout (a non-daemon thread, a hung exit): the record is its result, and says so."""
     if outcome is None or not outcome.timed_out or outcome.result is None or outcome.interrupted:
         return None
-    if not outcome.result.get("final", True):
+    if not outcome.result.final:
         return None
     return (f"the child published its final result but had not exited after --subprocess-timeout={timeout_s}s; "
             "its process group was killed")
@@ -235,10 +245,8 @@ def build_record(ctx: RecordContext, exp: Experiment, outcome: ChildOutcome | No
     """
     config = exp.config
     published = usable_result(outcome)
-    interim = published is not None and not published.get("final", True)
-    # What the child said, and the experiment's config for what it did not say.
-    child = None if published is None else ChildResult.from_dict({"batch_size": config.batch_size,
-                                                                  "precision": config.precision, **published})
+    interim = published is not None and not published.final
+    child = None if published is None else published.result
     note = lingered(outcome, timeout_s) or (outcome.launcher_note if outcome is not None else None)
     verification = child.verification if child is not None else None
     if skip_reason is not None:

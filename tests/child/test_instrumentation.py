@@ -30,7 +30,7 @@ from experiment_runner.child.main import run_task
 from experiment_runner.cli import build_parser, parse_config
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
-from experiment_runner.core.protocol import Task
+from experiment_runner.core.protocol import PublishedResult, Task
 from experiment_runner.core.record import ChildOutcome, RecordContext, build_record
 from experiment_runner.core.record_schema import record_errors
 from experiment_runner.core.results import encode, iter_records
@@ -445,7 +445,7 @@ def test_worker_records_counters_dumps_and_profiles(tmp_path, fresh_dynamo):
     assert dump["changed_in_this_repeat"] == {}, "no recompilation inside the timed runs"
 
     ctx = RecordContext(run_id="r", fingerprint="0123456789ab", options=task.options, output_dir=tmp_path)
-    record = build_record(ctx, task.experiment, ChildOutcome(result.to_dict(), 0), artifacts_dir=tmp_path)
+    record = build_record(ctx, task.experiment, ChildOutcome(PublishedResult(result), 0), artifacts_dir=tmp_path)
     assert record_errors(json.loads(encode(record))) == [], "a record of every figure follows the record schema"
 
 

@@ -224,6 +224,7 @@ def test_a_dashboard_run_stops_its_pairs_at_five_percent_unless_told_otherwise(a
 def test_each_way_a_dashboard_experiment_ran_unlike_its_job_is_in_its_record(tmp_path):
     from experiment_runner.core.matrix import Experiment
     from experiment_runner.core.options import RunOptions
+    from experiment_runner.core.protocol import ChildResult, PublishedResult
     from experiment_runner.core.record import ChildOutcome, RecordContext, build_record
     from experiment_runner.core.record_schema import validate_record
 
@@ -231,8 +232,8 @@ def test_each_way_a_dashboard_experiment_ran_unlike_its_job_is_in_its_record(tmp
         config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=dynamo, test="eval",
                                   precision="fp32", batch_size=batch_size)
         ctx = RecordContext(run_id="r", fingerprint="0123456789ab", options=options, output_dir=tmp_path)
-        result = {"status": "ok", "metrics": {"per_iter_time": [0.01]}, "batch_size": batch_size}
-        record = build_record(ctx, Experiment("torchbench", "tiny", config), ChildOutcome(result, 0))
+        result = ChildResult("ok", batch_size, "fp32", metrics={"per_iter_time": [0.01]})
+        record = build_record(ctx, Experiment("torchbench", "tiny", config), ChildOutcome(PublishedResult(result), 0))
         validate_record(record)
         return record["experiment"]["dashboard_overrides"]
 
@@ -294,6 +295,7 @@ def test_a_changed_pair_rule_and_the_autocast_dtype_are_in_the_record(tmp_path):
     job's speedup (dashboard_overrides.pairs); an amp record names the dtype it autocast to."""
     from experiment_runner.core.matrix import Experiment
     from experiment_runner.core.options import RunOptions
+    from experiment_runner.core.protocol import ChildResult, PublishedResult
     from experiment_runner.core.record import ChildOutcome, RecordContext, build_record
     from experiment_runner.core.record_schema import validate_record
 
@@ -301,8 +303,8 @@ def test_a_changed_pair_rule_and_the_autocast_dtype_are_in_the_record(tmp_path):
         config = ExperimentConfig(accelerator=accelerator, xla=None, xla_flags=None, dynamo="inductor", test="eval",
                                   precision=precision, batch_size=4)
         ctx = RecordContext(run_id="r", fingerprint="0123456789ab", options=options, output_dir=tmp_path)
-        result = {"status": "ok", "metrics": {"per_iter_time": [0.01]}, "batch_size": 4}
-        record = build_record(ctx, Experiment("torchbench", "tiny", config), ChildOutcome(result, 0))
+        result = ChildResult("ok", 4, precision, metrics={"per_iter_time": [0.01]})
+        record = build_record(ctx, Experiment("torchbench", "tiny", config), ChildOutcome(PublishedResult(result), 0))
         validate_record(record)
         return record["experiment"]
 

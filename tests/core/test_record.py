@@ -7,15 +7,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
-from experiment_runner.core.protocol import (PROTOCOL_VERSION, ChildResult, Task, publish_result, read_attempt_result,
-                                            write_phase)
+from experiment_runner.core.protocol import (PROTOCOL_VERSION, ChildResult, PublishedResult, Task, publish_result,
+                                            read_attempt_result, write_phase)
 from experiment_runner.core.record import ChildOutcome, RecordContext, build_record, classify_death
 
 TIMED = ChildResult(status="ok", batch_size=None, precision="fp32",
@@ -40,7 +40,7 @@ def test_a_result_of_another_attempt_is_never_read(tmp_path: Path) -> None:
     first, second = task(tmp_path), task(tmp_path)
     assert first.attempt_id != second.attempt_id
     publish_result(first, replace(TIMED, status="error"))
-    assert read_attempt_result(first)["status"] == "error"
+    assert read_attempt_result(first).result.status == "error"
     assert read_attempt_result(second) is None  # stale: written by the first attempt
     second.clear_results()
     assert not any(tmp_path.iterdir())
@@ -58,12 +58,21 @@ def test_a_result_of_another_protocol_version_is_an_error_naming_both(tmp_path: 
             f"{PROTOCOL_VERSION}") in built["error"]["message"]
 
 
+def test_an_outcome_sent_by_a_ray_node_as_a_dict_comes_back_typed() -> None:
+    """A node sends its outcome as dataclasses.asdict; the driver rebuilds the same typed value,
+    leaving out a field a node of a newer checkout might add."""
+    outcome = ChildOutcome(PublishedResult(replace(TIMED, verification={"code": "PASS"}), final=False), 0,
+                           wall_s=2.5, launcher="forkserver")
+    assert ChildOutcome.from_dict({**asdict(outcome), "field_of_a_newer_node": 1}) == outcome
+    assert ChildOutcome.from_dict(asdict(ChildOutcome(None, -9, timed_out=True))) == ChildOutcome(None, -9, timed_out=True)
+
+
 def test_final_result_wins_over_interim(tmp_path: Path) -> None:
     attempt = task(tmp_path)
     publish_result(attempt, TIMED, final=False)
-    assert read_attempt_result(attempt)["final"] is False
+    assert read_attempt_result(attempt).final is False
     publish_result(attempt, replace(TIMED, verification_code="PASS"))
-    assert read_attempt_result(attempt)["verification_code"] == "PASS"
+    assert read_attempt_result(attempt).result.verification_code == "PASS"
 
 
 def test_death_during_verification_keeps_the_timings(tmp_path: Path) -> None:
@@ -175,5 +184,6 @@ def test_a_record_takes_its_code_from_the_same_decision(tmp_path: Path) -> None:
     ctx = RecordContext(run_id="r", fingerprint="0123456789ab", options=RunOptions(verify=True), output_dir=tmp_path)
     skipped = build_record(ctx, experiment(), skip_reason="listed")
     assert skipped["verification_code"] == "VERIFIER_SKIPPED"
-    verified = record(tmp_path, ChildOutcome(result={**TIMED.to_dict(), "verification": {"code": "PASS"}}, returncode=0))
+    passed = PublishedResult(replace(TIMED, verification={"code": "PASS"}))
+    verified = record(tmp_path, ChildOutcome(result=passed, returncode=0))
     assert verified["verification_code"] == "PASS"

@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
-from experiment_runner.core.protocol import PHASES
+from experiment_runner.core.protocol import PHASES, PublishedResult
 from experiment_runner.core.record import REFERENCE_METRICS, ChildOutcome, RecordContext, build_record
 from experiment_runner.core.record_schema import (
     REGENERATE_DOCS,
@@ -69,17 +69,22 @@ SKIPPED_RESULT = {**FAILED_RESULT, "status": "skipped", "verification_code": "VE
                   "error": {"type": "ModelSkipped", "message": "no train mode"}}
 INTERIM_RESULT = {**CHILD_RESULT, "final": False, "verification_code": "VERIFIER_DIDNT_RUN", "verification": None}
 
+
+def published(result: dict) -> PublishedResult:
+    """The result as the parent reads it from the child's file."""
+    return PublishedResult.from_file(result)
+
 # (label, expected status, build_record keyword arguments): every way a record is made.
 CASES: list[tuple[str, str, dict[str, Any]]] = [
-    ("verified", "ok", {"outcome": ChildOutcome(CHILD_RESULT, 0, wall_s=5.0, launcher="forkserver")}),
-    ("exception", "error", {"outcome": ChildOutcome(FAILED_RESULT, 1)}),
-    ("own-oom", "oom", {"outcome": ChildOutcome(OOM_RESULT, 1)}),
-    ("model-refused", "skipped", {"outcome": ChildOutcome(SKIPPED_RESULT, 0)}),
+    ("verified", "ok", {"outcome": ChildOutcome(published(CHILD_RESULT), 0, wall_s=5.0, launcher="forkserver")}),
+    ("exception", "error", {"outcome": ChildOutcome(published(FAILED_RESULT), 1)}),
+    ("own-oom", "oom", {"outcome": ChildOutcome(published(OOM_RESULT), 1)}),
+    ("model-refused", "skipped", {"outcome": ChildOutcome(published(SKIPPED_RESULT), 0)}),
     ("skip-list", "skipped", {"skip_reason": "listed in the suite's skip rules", "source": "builtin"}),
     ("timeout", "timeout", {"outcome": ChildOutcome(None, -9, timed_out=True, log_tail="...")}),
-    ("died-verifying", "ok", {"outcome": ChildOutcome(INTERIM_RESULT, -signal.SIGSEGV, log_tail="Fatal")}),
-    ("timed-out-verifying", "ok", {"outcome": ChildOutcome(INTERIM_RESULT, -9, timed_out=True)}),
-    ("interrupted", "interrupted", {"outcome": ChildOutcome(INTERIM_RESULT, -2, interrupted=True)}),
+    ("died-verifying", "ok", {"outcome": ChildOutcome(published(INTERIM_RESULT), -signal.SIGSEGV, log_tail="Fatal")}),
+    ("timed-out-verifying", "ok", {"outcome": ChildOutcome(published(INTERIM_RESULT), -9, timed_out=True)}),
+    ("interrupted", "interrupted", {"outcome": ChildOutcome(published(INTERIM_RESULT), -2, interrupted=True)}),
     ("sigkill-oom", "oom", {"outcome": ChildOutcome(None, -9, oom_kills=1, oom_counter="memory.events")}),
     ("segfault", "crashed", {"outcome": ChildOutcome(None, -signal.SIGSEGV, log_tail="Segmentation fault")}),
     ("exit", "crashed", {"outcome": ChildOutcome(None, 3)}),
@@ -121,7 +126,7 @@ def test_every_status_is_built_by_a_case() -> None:
 def test_the_schema_is_valid_and_pins_the_version(tmp_path: Path) -> None:
     Draft202012Validator.check_schema(record_schema())
     assert field_schema("schema_version")["const"] == SCHEMA_VERSION == 1
-    record = build(tmp_path, outcome=ChildOutcome(CHILD_RESULT, 0))
+    record = build(tmp_path, outcome=ChildOutcome(published(CHILD_RESULT), 0))
     assert record["schema_version"] == SCHEMA_VERSION
     assert any("schema_version" in e for e in record_errors({**record, "schema_version": 2}))
 
@@ -160,14 +165,14 @@ def test_every_field_says_what_it_is() -> None:
     (lambda r: r.pop("run_id"), "run_id"),
 ], ids=["top-level-key", "experiment-key", "negative-shard", "status", "code", "samples", "missing-run-id"])
 def test_what_no_record_holds_fails(tmp_path: Path, change, field: str) -> None:
-    record = build(tmp_path, outcome=ChildOutcome(CHILD_RESULT, 0))
+    record = build(tmp_path, outcome=ChildOutcome(published(CHILD_RESULT), 0))
     change(record)
     with pytest.raises(RecordSchemaError, match=field.split(".")[-1]):
         validate_record(record)
 
 
 def test_open_blocks_take_new_figures(tmp_path: Path) -> None:
-    record = build(tmp_path, outcome=ChildOutcome(CHILD_RESULT, 0))
+    record = build(tmp_path, outcome=ChildOutcome(published(CHILD_RESULT), 0))
     record["measurements"]["a_plugin_figure"] = {"any": "shape"}
     record["environment"]["model_repo_commit"] = "0517d552"
     record["artifacts"]["trace"] = "runs/x/trace.json"

@@ -26,6 +26,7 @@ import pytest
 
 from experiment_runner.core.matrix import Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
+from experiment_runner.core.protocol import ChildResult, PublishedResult
 from experiment_runner.core.record import REFERENCE_METRICS, ChildOutcome, RecordContext, build_record
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -106,7 +107,7 @@ def test_figures_of_ours_never_land_in_metrics() -> None:
     figures = {"total_time": [0.2, 0.1], "per_iter_time": [0.2, 0.1], "warmup_time": [3.0],
                "peak_rss_bytes": 10, "compile_time_s": 2.9, "dynamo_counters": {"stats": {}},
                "inductor_ops": [{"aten::mm": {"num_of_calls": 1}}] * 2}
-    record = build_record(ctx, exp, ChildOutcome(result={"status": "ok", "metrics": figures}, returncode=0))
+    record = build_record(ctx, exp, ChildOutcome(result=PublishedResult(ChildResult("ok", None, "fp32", metrics=figures)), returncode=0))
     assert record["metrics"] == {"total_time": [0.2, 0.1], "per_iter_time": [0.2, 0.1],
                                  "inductor_ops": [{"aten::mm": {"num_of_calls": 1}}] * 2}
     assert record["measurements"] == {"warmup_time": [3.0], "peak_rss_bytes": 10, "compile_time_s": 2.9,

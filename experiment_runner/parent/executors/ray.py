@@ -365,8 +365,7 @@ class RayExecutor:
                 f"too large to bring back from {state.where['host']} (over {MAX_FILE_BYTES} bytes each or "
                 f"{MAX_TOTAL_BYTES} in all), so not kept:\n"
                 + "\n".join(item["left_on_node"]) + "\n")
-        fields = {f.name for f in dataclasses.fields(ChildOutcome)}
-        outcome = ChildOutcome(**{k: v for k, v in item["outcome"].items() if k in fields})
+        outcome = ChildOutcome.from_dict(item["outcome"])
         outcome.log_tail = outcome.log_tail or read_log_tail(folder / "child.log")
         return job.record(state.planned, outcome, self._placement(state.where), state.where["environment"])
 
