@@ -386,7 +386,7 @@ def test_the_accuracy_row_holds_the_counters_of_the_harness_accuracy_run(tmp_pat
                                                                          warmup_skips: int | None) -> None:
     """A record whose child counted the harness's accuracy run (graph_breaks.harness_stats) exports
     each of its columns; cudagraph_skips, which a replay cannot see, is the compiled warm-up's where
-    the record has one, else left empty."""
+    the record has one, else left empty; compilation_latency is dynamo's total compile time."""
     records = [json.loads(line) for line in RESULTS.read_text().splitlines()]
     nanogpt = [r for r in records if r["model"]["model_name"] == "nanogpt" and r["experiment"]["dynamo"] == "inductor"
                and r["experiment"]["precision"] == "fp32" and r["experiment"]["test"] == "eval"][-1]
@@ -395,6 +395,7 @@ def test_the_accuracy_row_holds_the_counters_of_the_harness_accuracy_run(tmp_pat
     nanogpt["measurements"]["graph_breaks"] = {"total": 1, "unique_graphs": 2, "calls_captured": 215,
                                                "reasons": [], "harness_count": 3, "harness_count_method": "replayed",
                                                "harness_stats": counted}
+    nanogpt["measurements"]["dynamo_compile"] = {"frames": 2, "total_wall_time_s": 12.3456789}
     if warmup_skips is not None:
         nanogpt["measurements"]["harness_warmup"] = {"compiled": {"dynamo_stats": {"cudagraph_skips": warmup_skips}}}
     results = tmp_path / "results.jsonl"
@@ -405,6 +406,8 @@ def test_the_accuracy_row_holds_the_counters_of_the_harness_accuracy_run(tmp_pat
         row = next(r for r in csv.DictReader(f) if r["name"] == "nanogpt")
     assert {column: int(row[column]) for column in counted} == counted
     assert row["cudagraph_skips"] == ("" if warmup_skips is None else str(warmup_skips))
+    # Its compilation_latency is dynamo's running total of compile time, as the harness writes it.
+    assert row["compilation_latency"] == "12.345679"
 
 
 def test_dynamo_compile_accounting_exports_as_the_harness_compilation_metrics_csv(tmp_path: Path) -> None:
