@@ -82,7 +82,11 @@ def harness_accuracy_counters(driver: ExperimentDriver) -> tuple[dict[str, int],
     replayed with the optimizer the harness takes on its CI job's device (a CUDA job's run on the
     CPU: the CUDA job's), since that decides frames and breaks and PyTorch's file counts that
     job's; its state (at most two tensors per parameter) fits in what the float64 verification
-    before it held."""
+    before it held. The replay runs under the determinism the harness's accuracy process sets,
+    which decides what some models trace (deterministic algorithms add a call to GPT-2's
+    attention)."""
+    from verifier.determinism import deterministic
+
     config = driver.config
     model = driver.load()
     iterations = dashboards.harness_iterations()
@@ -90,13 +94,15 @@ def harness_accuracy_counters(driver: ExperimentDriver) -> tuple[dict[str, int],
     def autocast() -> Any:
         return driver.autocast(config.precision)
 
-    if config.test == "eval":
-        return harness_accuracy_stats(model, autocast, iterations), "replayed"
-    job = dashboards.dashboards().get(config.dashboard or "")
-    accelerator = job.accelerator if job is not None else config.accelerator
-    recipe = harness_recipe(model.recipe, driver.experiment.suite_name, driver.experiment.model_name,
-                            accelerator, config.dynamo)
-    stats = harness_training_stats(model, recipe.make_optimizer(model.module.parameters()), autocast, iterations)
+    with deterministic(dashboards.accuracy_determinism(driver.experiment.model_name)):
+        if config.test == "eval":
+            return harness_accuracy_stats(model, autocast, iterations), "replayed"
+        job = dashboards.dashboards().get(config.dashboard or "")
+        accelerator = job.accelerator if job is not None else config.accelerator
+        recipe = harness_recipe(model.recipe, driver.experiment.suite_name, driver.experiment.model_name,
+                                accelerator, config.dynamo)
+        optimizer = recipe.make_optimizer(model.module.parameters())
+        stats = harness_training_stats(model, optimizer, autocast, iterations)
     return stats, f"replayed with optimizer {recipe.optimizer_spec}, the harness's on {accelerator}"
 
 

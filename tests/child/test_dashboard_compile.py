@@ -16,9 +16,9 @@ from experiment_runner.child.devices import DeviceRuntime
 from experiment_runner.child.driver import (AotInductorModule, AotPackage, ExperimentDriver, input_signature,
                                              state_versions)
 from experiment_runner.child.instrument.dynamo import harness_accuracy_stats, harness_training_stats
-from experiment_runner.child.main import NO_BREAK, run_task
+from experiment_runner.child.main import NO_BREAK, harness_accuracy_counters, run_task
 from experiment_runner.core import dashboards
-from experiment_runner.core.matrix import Experiment, ExperimentConfig
+from experiment_runner.core.matrix import DEFAULT_COMPILE_OPTIONS, Experiment, ExperimentConfig
 from experiment_runner.core.options import RunOptions
 from experiment_runner.core.protocol import Task
 from verifier import verify_experiment
@@ -88,6 +88,22 @@ def test_the_accuracy_rows_counters_are_one_compile_of_the_forward_as_dynamo_cou
     assert stats["fallbacks_to_eager"] == stats["autograd_captures"] == stats["autograd_compiles"] == 0
     # The eager backend the replay traces with never reaches inductor's cudagraph counter.
     assert "cudagraph_skips" not in stats
+
+
+def test_the_replay_runs_under_the_determinism_of_the_harness_accuracy_process(tmp_path, monkeypatch):
+    """What some models trace depends on it (GPT-2's attention takes one call more with deterministic
+    algorithms), so the replay sets it, and puts back what the experiment had."""
+    seen = []
+
+    def stats(model: BenchmarkModel, autocast: object, iterations: int) -> dict[str, int]:
+        seen.append(torch.are_deterministic_algorithms_enabled())
+        return {"graph_breaks": 0}
+
+    monkeypatch.setattr("experiment_runner.child.main.harness_accuracy_stats", stats)
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert harness_accuracy_counters(harness_for(tmp_path, DEFAULT_COMPILE_OPTIONS)) == ({"graph_breaks": 0},
+                                                                                        "replayed")
+    assert seen == [True] and not torch.are_deterministic_algorithms_enabled()
 
 
 class OracleStep:
