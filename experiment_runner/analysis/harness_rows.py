@@ -161,10 +161,11 @@ class Exported:
     def graph_stats(self) -> dict[str, int | str]:
         """The accuracy CSV's dynamo columns, counted as the harness's accuracy run counts them where
         the record has them (--verify on inference, and training with the harness's step:
-        graph_breaks.harness_stats, the replay's or, where no frame broke, the timed compile's).
-        cudagraph_skips is inductor's, which a replay does not reach: the compiled warm-up's, the
-        same compile, where recorded. A record without harness_stats gives graph_breaks and
-        unique_graphs of everything the child compiled and leaves the rest empty, never a stand-in."""
+        graph_breaks.harness_stats, the replay's or, where no frame broke, the timed compile's). A
+        column a record of an older child lacks there (cudagraph_skips, which its replay did not
+        reach) is the compiled warm-up's, the same compile, where recorded. A record without
+        harness_stats gives graph_breaks and unique_graphs of everything the child compiled and
+        leaves the rest empty, never a stand-in."""
         breaks = self.measurements.get("graph_breaks") or {}
         counted = breaks.get("harness_stats") or {}
         warmup = (self.harness_warmup.get("compiled") or {}).get("dynamo_stats") or {}

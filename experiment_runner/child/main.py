@@ -203,10 +203,12 @@ def run_task(task: Task, on_timed: Callable[[ChildResult], None] | None = None) 
             breaks = result.metrics.get("graph_breaks")
             # The harness's training step breaks (backward, its skipped calls) whatever the model does.
             replay = counted and (breaks["total"] > 0 or config.test == "train")
+            # Nothing else was compiled in this process: its counters are the timed step's compile,
+            # which is what the harness's accuracy run compiles (forward_pass, once) where nothing
+            # broke, and the inductor compile whose cudagraph_skips a replay cannot see otherwise.
+            timed_compile = harness_dynamo_stats() if counted else {}
             if counted and not replay:
-                # Nothing else was compiled in this process: its counters are the timed step's
-                # compile, which is what the harness's accuracy run compiles (forward_pass, once).
-                breaks.update(harness_count=0, harness_count_method=NO_BREAK, harness_stats=harness_dynamo_stats())
+                breaks.update(harness_count=0, harness_count_method=NO_BREAK, harness_stats=timed_compile)
             # The verifier loads its own copies: the timed model, its step and what they hold go
             # first, so verification has the memory they took (verifier/memory.py plans with it);
             # a timed step that serves as the verifier's compiled run goes as soon as that has run.
@@ -240,7 +242,7 @@ def run_task(task: Task, on_timed: Callable[[ChildResult], None] | None = None) 
                         breaks["harness_count_error"] = f"{type(exc).__name__}: {str(exc)[:1000]}"
                     else:
                         breaks.update(harness_count=stats["graph_breaks"], harness_count_method=method,
-                                      harness_stats=stats)
+                                      harness_stats={**stats, "cudagraph_skips": timed_compile["cudagraph_skips"]})
     except ModelSkipped as exc:
         result.status, result.error = "skipped", {"type": "ModelSkipped", "message": str(exc)}
     except BaseException as exc:  # noqa: BLE001 - every failure must become data

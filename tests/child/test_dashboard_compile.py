@@ -207,6 +207,7 @@ def test_the_harness_count_is_replayed_after_verification_only_where_a_frame_bro
     # The accuracy row's other counters come from the same run: the replay's, or the timed compile's.
     assert breaks["harness_stats"]["graph_breaks"] == breaks["harness_count"]
     assert breaks["harness_stats"]["calls_captured"] == breaks["calls_captured"] > 0
+    assert breaks["harness_stats"]["cudagraph_skips"] == 0  # inductor's, of the timed compile: none on the CPU
     # The verifier ran the timed step either way: a replay comes after it, as it resets dynamo.
     assert result.verification["details"]["compiled_run"] == "timed step"
     phases = list(result.timings)
