@@ -503,6 +503,10 @@ def _compare_tensors(ref: "torch.Tensor", res: "torch.Tensor", fp64: Any,
         note = f"{layouts}: compared as dense values"
     if ref.is_complex():
         ref, res = torch.view_as_real(ref), torch.view_as_real(res)
+    if rules.exact and ref.is_floating_point() and torch.equal(ref, res):
+        # What the walk below concludes for equal values (NaN never compares equal, so it takes the
+        # walk), without its twenty float64 passes: a training run's gradients are the whole model.
+        return Leaf(path=path, passed=True, method="exact", max_abs_error=0.0, severity=0.0, note=note)
     if not ref.is_floating_point():
         equal = torch.equal(ref, res)
         mismatched = 0 if equal else int((ref != res).sum())

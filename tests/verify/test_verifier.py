@@ -20,7 +20,7 @@ from experiment_runner.core.options import RunOptions
 from experiment_runner.core.record import VERIFY_STEPS
 from verifier import (Context, UnsupportedOutput, compare, identical, policy_for,
                       verify_experiment)
-from verifier.closeness import COSINE_MIN_ELEMENTS, COSINE_THRESHOLD
+from verifier.closeness import COSINE_MIN_ELEMENTS, COSINE_THRESHOLD, Comparison
 from verifier.run import reference_subject
 from verifier.tolerances import load_data
 
@@ -651,6 +651,29 @@ def test_identical_is_bit_exact():
     nudged[5] = torch.nextafter(nudged[5], torch.tensor(math.inf))
     outcome = identical(a, nudged)
     assert not outcome.passed and outcome.method == "exact" and outcome.worst.max_abs_error > 0
+
+
+@pytest.mark.parametrize("case", ["equal", "signed zeros", "NaN at the same places", "one ulp apart"])
+def test_identical_judges_equal_values_as_the_whole_walk_does(case, monkeypatch):
+    """The determinism check's shortcut for bit-equal tensors gives the very Comparison the
+    element-wise walk gives, whatever the values (the walk is forced by hiding torch.equal's
+    answer from the shortcut)."""
+    a = TRUTH.float().reshape(8, -1)
+    b = a.clone()
+    if case == "signed zeros":
+        a[0, :4], b[0, :4] = 0.0, -0.0
+    elif case == "NaN at the same places":
+        a, b = with_nan(a, 3), with_nan(b, 3)
+    elif case == "one ulp apart":
+        b[1, 2] = torch.nextafter(b[1, 2], torch.tensor(math.inf))
+
+    def judged() -> Comparison:
+        return identical({"x": a.clone(), "y": [a]}, {"x": a.clone(), "y": [b]})
+
+    quick = judged()
+    monkeypatch.setattr(torch, "equal", lambda x, y: False if x.is_floating_point() else bool((x == y).all()))
+    assert quick == judged()
+    assert quick.passed == (case != "one ulp apart")
 
 
 def test_details_are_json():
