@@ -175,8 +175,12 @@ class ExperimentDriver:
             module.eval()
 
             def forward() -> Any:
+                # The module called here, with no frame of ours in between, as PyTorch's forward_pass
+                # calls it: each frame dynamo compiles through a graph break counts that break again.
                 with self.autocast(precision):
-                    return model.run_forward(target, args, kwargs)
+                    if model.forward is not None:
+                        return model.forward(target, args, kwargs)
+                    return target(*args, **kwargs)
 
             # no_grad around the compiled forward, as the harness turns it on around its forward_pass:
             # inside, dynamo would capture the two grad-mode switches as calls of the graph.

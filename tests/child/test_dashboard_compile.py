@@ -71,6 +71,23 @@ def test_the_harness_graph_break_count_replays_its_accuracy_run_from_a_clean_dyn
 
 
 @pytest.mark.parametrize("breaks", [False, True])
+def test_the_timed_eval_step_breaks_in_the_frames_the_harness_forward_pass_breaks_in(tmp_path, breaks):
+    """The timed step calls the module itself, as the harness's forward_pass does: a frame of ours in
+    between would be one more frame for a break to break (DistillGPT2: 5 against the harness's 4)."""
+    config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo="eager", test="eval",
+                              precision="fp32", batch_size=2)
+    driver = ExperimentDriver(Experiment("dummy", "dummy", config), RunOptions(), DeviceRuntime(config), tmp_path)
+    model = BenchmarkModel(module=Breaking(breaks).eval(), args=(torch.randn(2, 4),), batch_size=2)
+    harness = harness_accuracy_stats(model, contextlib.nullcontext, iterations=2)
+    torch._dynamo.reset()
+    before = sum(torch._dynamo.utils.counters["graph_break"].values())
+    driver.make_step(model)()
+    timed = sum(torch._dynamo.utils.counters["graph_break"].values()) - before
+    torch._dynamo.reset()
+    assert timed == harness["graph_breaks"] == (2 if breaks else 0)
+
+
+@pytest.mark.parametrize("breaks", [False, True])
 def test_the_accuracy_rows_counters_are_one_compile_of_the_forward_as_dynamo_counts_it(breaks):
     """The harness compiles forward_pass and calls it twice: the second call runs the first one's
     code, so the row holds one forward's calls and graphs (a replay compiling the loop around it
