@@ -5,7 +5,6 @@ page (or the reverse) fails here."""
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -15,13 +14,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import minify_real  # noqa: E402
 
 
-def test_the_pages_head_is_the_scripts_standing_over_the_kept_cases():
-    doc = (ROOT / "docs" / "benchmarks" / "minify.md").read_text()
-    block = re.search(r"<!-- standing:begin -->\n(.*?)\n<!-- standing:end -->", doc, re.S)
-    assert block is not None and doc.index("## Where it stands") < doc.index("## What it runs")
+def test_the_pages_head_is_the_scripts_standing_over_the_kept_cases(page_head):
     printed = minify_real.standing(minify_real.KEPT)
     assert len(printed) > 4, "no case is kept"
-    assert block.group(1).strip() == "\n".join(printed).strip(), (
+    assert page_head("minify.md", "## What it runs") == "\n".join(printed).strip(), (
         "the head of minify.md is stale: paste `python benchmarks/minify_real.py --standing`")
 
 

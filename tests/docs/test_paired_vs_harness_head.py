@@ -5,7 +5,6 @@ rows and not to the page (or the reverse) fails here."""
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -15,13 +14,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import paired_vs_harness  # noqa: E402
 
 
-def test_the_pages_head_is_the_scripts_standing_over_the_kept_rows():
-    doc = (ROOT / "docs" / "benchmarks" / "paired_vs_harness.md").read_text()
-    block = re.search(r"<!-- standing:begin -->\n(.*?)\n<!-- standing:end -->", doc, re.S)
-    assert block is not None and doc.index("## Where it stands") < doc.index("## What it runs")
+def test_the_pages_head_is_the_scripts_standing_over_the_kept_rows(page_head):
     kept = sorted(paired_vs_harness.KEPT.glob("*.jsonl"))
     assert kept, "no study's rows are kept"
-    assert block.group(1).strip() == "\n".join(paired_vs_harness.standing(kept)).strip(), (
+    printed = paired_vs_harness.standing(kept)
+    assert page_head("paired_vs_harness.md", "## What it runs") == "\n".join(printed).strip(), (
         "the head of paired_vs_harness.md is stale: paste `python benchmarks/paired_vs_harness.py --standing`")
 
 

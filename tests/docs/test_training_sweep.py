@@ -42,15 +42,12 @@ def test_a_differing_count_names_the_other_files_that_count_as_we_do():
     assert dashboard_sweep.same_breaks_in("not_a_pytorch_file.csv", "BertForMaskedLM", "5") == ""
 
 
-def test_the_pages_head_is_the_scripts_standing_over_the_kept_records():
+def test_the_pages_head_is_the_scripts_standing_over_the_kept_records(page_head):
     """The head of dashboard.md: configuration x suite against PyTorch's files, each difference
     with its reason and its section (a difference without one fails in dashboard_sweep.standing)."""
-    doc = (ROOT / "docs" / "benchmarks" / "dashboard.md").read_text()
-    block = re.search(r"<!-- standing:begin -->\n(.*?)\n<!-- standing:end -->", doc, re.S)
-    assert block is not None and doc.index("## Where it stands") < doc.index("## The training sweep")
     kept = ROOT / "docs" / "benchmarks" / "data"
     printed = dashboard_sweep.standing([kept / "dashboard_sweep", kept / "dashboard_training"])
-    assert block.group(1).strip() == "\n".join(printed).strip(), (
+    assert page_head("dashboard.md", "## The training sweep") == "\n".join(printed).strip(), (
         "the head of dashboard.md is stale: paste `python benchmarks/dashboard_sweep.py --standing`")
 
 
