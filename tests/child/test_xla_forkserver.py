@@ -122,7 +122,7 @@ def test_one_xla_server_serves_children_asking_for_different_settings(tmp_path, 
                                   enable_functionalization=variable == "XLA_DISABLE_FUNCTIONALIZATION" and not extra)
         task = Task(Experiment("dummy", "dummy", config), options, str(tmp_path / name))
         outcome = launcher.launch(task, tmp_path / f"{name}.log", {**common, **extra})
-        assert outcome.launcher == launcher.name and outcome.result["status"] == "ok", outcome.log_tail
+        assert outcome.launcher == launcher.name and outcome.result.result.status == "ok", outcome.log_tail
         return json.loads((probes / f"{name}.json").read_text())
 
     forkserver = ForkServerLauncher()
