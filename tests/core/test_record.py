@@ -58,6 +58,19 @@ def test_a_result_of_another_protocol_version_is_an_error_naming_both(tmp_path: 
             f"{PROTOCOL_VERSION}") in built["error"]["message"]
 
 
+def test_a_result_file_of_this_version_without_a_result_is_an_error_too(tmp_path: Path) -> None:
+    """A result.json that says this protocol's version but lacks a field every result has (written by
+    hand, or by a checkout that forgot to raise the version) is an error record, not a traceback."""
+    attempt = task(tmp_path)
+    publish_result(attempt, TIMED)
+    written = json.loads(attempt.result_path.read_text())
+    del written["status"]
+    attempt.result_path.write_text(json.dumps(written))
+    built = record(tmp_path, ChildOutcome(result=read_attempt_result(attempt), returncode=0))
+    assert built["status"] == "error" and built["error"]["type"] == "ProtocolMismatch"
+    assert f"does not hold a result of protocol version {PROTOCOL_VERSION}" in built["error"]["message"]
+
+
 def test_an_outcome_sent_by_a_ray_node_as_a_dict_comes_back_typed() -> None:
     """A node sends its outcome as dataclasses.asdict; the driver rebuilds the same typed value,
     leaving out a field a node of a newer checkout might add."""
