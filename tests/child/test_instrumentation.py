@@ -2,6 +2,7 @@
 pass and its dumps, the cold/warm compile cache; in-process on real torch and end to end
 through the CLI on the dummy suite. CUDA logic runs against a fake torch.cuda seam."""
 
+import gc
 import json
 import os
 import subprocess
@@ -209,7 +210,10 @@ def test_the_harness_warmup_reads_cuda_memory_as_the_harness_does():
 def test_the_harness_warmup_reads_the_cpu_resident_set_after_it_not_a_peak():
     """On the CPU the harness reads psutil's memory_percent() x RAM after its warm-up: the resident
     set then. A step that keeps 64 MiB raises it by that much; one that frees its 64 MiB (a block
-    that size is mmapped and unmapped) leaves it where it was."""
+    that size is mmapped and unmapped) leaves it where it was. The baseline is read after a
+    collection, as the probe's own start collects: garbage an earlier test left in this worker (a
+    cycle holding a 64 MiB tensor) would otherwise be freed between baseline and warm-up and hide
+    the step's allocation."""
     kept: list[torch.Tensor] = []
     size = 64 * 2**20
     runtime = DeviceRuntime(config())
@@ -217,6 +221,7 @@ def test_the_harness_warmup_reads_the_cpu_resident_set_after_it_not_a_peak():
 
     def level_after(step) -> int:
         probe = WarmupProbe(runtime, dynamo_stats=False)
+        gc.collect()
         before = resident_bytes()
         time_iterations(step, runtime, options, warmup_probe=probe)
         return probe.block["peak_memory_bytes"] - before
