@@ -231,6 +231,48 @@ def standing(paths: list[Path]) -> list[str]:
     return out
 
 
+# The phases of ours' child a row's timings name, in the order --phases prints them: the timed
+# step's compile, the verification's compiled run (in training a second compile, under the
+# harness's accuracy settings), the pairs, and the harness's graph-break replay.
+PHASES = (("compile", "compile_s"), ("verification's compiled run", "verify_compiled_s"), ("pairs", "pairs_s"),
+          ("graph-break replay", "harness_graph_breaks_s"))
+
+
+def floor_share(row: dict) -> float:
+    """The share of ours' machine time that would be left with nothing cut that makes an answer:
+    the pairs down to the rule's minimum (--min-pairs) and no graph-break replay. Phases are wall
+    time in the child; the share assumes each phase's CPU time is in proportion to its wall time."""
+    from experiment_runner.core.options import DEFAULT_MIN_PAIRS
+
+    timings = next(iter(row["ours"]["timings"].values()))
+    spare = timings["pairs_s"] * (1 - DEFAULT_MIN_PAIRS / max(row["ours"]["pairs"], DEFAULT_MIN_PAIRS))
+    return 1 - (spare + timings.get("harness_graph_breaks_s", 0.0)) / timings["child_s"]
+
+
+def phases(paths: list[Path]) -> list[str]:
+    """Where ours' machine time goes, per model and test (mean shares of the child's wall time over
+    rounds), and the floor: ours' machine time over the harness's if every row stopped at the pair
+    rule's minimum and skipped the graph-break replay (floor_share), geomean over rounds."""
+    rows = [json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["model"], row["test"]), []).append(row)
+    out = ["| model | test | " + " | ".join(name for name, _ in PHASES) + " | other | machine time / harness's "
+           "| floor |", "|---|---|" + "---|" * (len(PHASES) + 3)]
+    floors = []
+    for (model, test), found in sorted(groups.items()):
+        children = [next(iter(r["ours"]["timings"].values())) for r in found]
+        shares = [statistics.mean(t.get(key, 0.0) / t["child_s"] for t in children) for _, key in PHASES]
+        ratio = geomean([r["ours"]["machine_s"] / r["harness"]["machine_s"] for r in found])
+        floor = geomean([r["ours"]["machine_s"] / r["harness"]["machine_s"] * floor_share(r) for r in found])
+        floors.append(floor)
+        out.append(f"| {model} | {test} | " + " | ".join(f"{share:.0%}" for share in shares) +
+                   f" | {1 - sum(shares):.0%} | {ratio:.2f} | {floor:.2f} |")
+    out += ["", f"Floor over {len(groups)} model-tests: {geomean(floors):.2f} in geomean, {min(floors):.2f} to "
+            f"{max(floors):.2f} per model (targets {TIME_GEOMEAN} and {TIME_MODEL})."]
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--harness", type=Path, help="the dynamobench (or benchmarks/dynamo) folder")
@@ -265,12 +307,16 @@ def main() -> int:
     parser.add_argument("--standing", type=Path, nargs="*",
                         help="print the page's head from kept rows (default: every file under "
                              "docs/benchmarks/data/paired_vs_harness) and run nothing")
+    parser.add_argument("--phases", type=Path, nargs="*",
+                        help="print where ours' machine time goes and the floor the answers allow, from kept "
+                             "rows (default: as --standing), and run nothing")
     args = parser.parse_args()
-    if args.standing is not None:
-        print("\n".join(standing(args.standing or sorted(KEPT.glob("*.jsonl")))))
-        return 0
+    for view, print_view in ((args.standing, standing), (args.phases, phases)):
+        if view is not None:
+            print("\n".join(print_view(view or sorted(KEPT.glob("*.jsonl")))))
+            return 0
     if args.harness is None or not args.model:
-        parser.error("--harness and --model are required (except with --standing)")
+        parser.error("--harness and --model are required (except with --standing or --phases)")
     if args.dashboard_rule:
         from experiment_runner.core import dashboards
 

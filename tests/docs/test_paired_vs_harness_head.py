@@ -41,3 +41,19 @@ def test_the_standing_counts_what_it_claims(tmp_path):
     assert total.startswith("2 model-tests, 2 model-rounds: verdicts equal in 1; ours' speedup within 5% of the "
                             "harness's in 1; ours' machine time 0.60 of the harness's in geomean (target at most "
                             "0.5: not met), at most 0.90 for one model (target at most 0.6: not met).")
+
+
+def test_the_phases_and_the_floor_are_the_rows_own(tmp_path):
+    """A training row of 30 pairs: its shares are its phases over the child's wall time, and its
+    floor drops the 20 pairs above the rule's minimum and the replay, nothing else."""
+    timings = {"compile_s": 40.0, "verify_compiled_s": 30.0, "pairs_s": 15.0, "harness_graph_breaks_s": 5.0,
+               "child_s": 100.0}
+    kept = tmp_path / "rows.jsonl"
+    kept.write_text(json.dumps({"round": 1, "model": "m", "test": "train", "batch_size": 8,
+                                "harness": {"speedup": 1.0, "accuracy": "pass", "machine_s": 200.0},
+                                "ours": {"speedup": 1.0, "accuracy": "PASS", "machine_s": 160.0, "pairs": 30,
+                                         "timings": {"inductor": timings}}}) + "\n")
+    *table, _, total = paired_vs_harness.phases([kept])
+    # floor: 0.80 x (1 - (15 x 20/30 + 5) / 100) = 0.80 x 0.85 = 0.68
+    assert table[2] == "| m | train | 40% | 30% | 15% | 5% | 10% | 0.80 | 0.68 |"
+    assert total == "Floor over 1 model-tests: 0.68 in geomean, 0.68 to 0.68 per model (targets 0.5 and 0.6)."
