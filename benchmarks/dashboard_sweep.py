@@ -141,12 +141,13 @@ def tables(output: Path) -> list[str]:
     return lines
 
 
-def standing(outputs: list[Path], exceptions: Path = EXCEPTIONS) -> list[str]:
+def standing(outputs: list[Path] | None = None, exceptions: Path = EXCEPTIONS) -> list[str]:
     """The page's present tense: per configuration and suite of the kept records, how many models
     both we and PyTorch's file have, how many verdicts and graph-break counts are equal, and every
     difference with why and where the page shows it. A difference without an entry in
     `exceptions` is refused, and so is an entry no difference uses: the head never shows one
     unexplained, and the file never explains one that is gone."""
+    outputs = outputs or [KEPT / "dashboard_sweep", KEPT / "dashboard_training"]
     why = json.loads(exceptions.read_text())
     cells: dict[str, list[tuple[bool, bool]]] = {}
     listed: dict[str, list[str]] = {}
@@ -207,7 +208,7 @@ def main() -> int:
                              "docs/benchmarks/data (inference and training); run nothing")
     args = parser.parse_args()
     if args.standing:
-        print("\n".join(standing([KEPT / "dashboard_sweep", KEPT / "dashboard_training"])))
+        print("\n".join(standing()))
         return 0
     if args.output is None:
         parser.error("--output is required (except with --standing)")

@@ -115,7 +115,7 @@ def markdown(out: Path) -> str:
     return "\n".join(lines)
 
 
-def standing(out: Path) -> list[str]:
+def standing(out: Path = KEPT) -> list[str]:
     """The page's present tense, from the cases in OUT: per case its minification's outcome, whether
     the runner's check found the repro reproducing, the graph's nodes before and after, the minutes
     and the day of the run, then how many of the cases ran and reproduced; the others are named,

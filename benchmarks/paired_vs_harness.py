@@ -199,11 +199,18 @@ SPEEDUP_WITHIN = 0.05
 TIME_GEOMEAN, TIME_MODEL = 0.5, 0.6
 
 
-def standing(paths: list[Path]) -> list[str]:
+def kept_rows(paths: list[Path] | None) -> list[dict]:
+    """The rows of PATHS (JSON lines of --rows-out), by default every file under KEPT."""
+    return [json.loads(line) for path in paths or sorted(KEPT.glob("*.jsonl"))
+            for line in path.read_text().splitlines() if line.strip()]
+
+
+def standing(paths: list[Path] | None = None) -> list[str]:
     """The page's present tense, from kept rows (JSON lines of --rows-out): per model and test, the
     verdicts, ours' speedup over the harness's and ours' machine time over the harness's (geomean
-    over rounds), then the study's totals against SPEEDUP_WITHIN, TIME_GEOMEAN and TIME_MODEL."""
-    rows = [json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()]
+    over rounds), then the study's totals against SPEEDUP_WITHIN, TIME_GEOMEAN and TIME_MODEL;
+    by default the rows kept under KEPT."""
+    rows = kept_rows(paths)
     groups: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
         groups.setdefault((row["model"], row["test"]), []).append(row)
@@ -249,11 +256,11 @@ def floor_share(row: dict) -> float:
     return 1 - (spare + timings.get("harness_graph_breaks_s", 0.0)) / timings["child_s"]
 
 
-def phases(paths: list[Path]) -> list[str]:
+def phases(paths: list[Path] | None = None) -> list[str]:
     """Where ours' machine time goes, per model and test (mean shares of the child's wall time over
     rounds), and the floor: ours' machine time over the harness's if every row stopped at the pair
     rule's minimum and skipped the graph-break replay (floor_share), geomean over rounds."""
-    rows = [json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()]
+    rows = kept_rows(paths)
     groups: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
         groups.setdefault((row["model"], row["test"]), []).append(row)
@@ -313,7 +320,7 @@ def main() -> int:
     args = parser.parse_args()
     for view, print_view in ((args.standing, standing), (args.phases, phases)):
         if view is not None:
-            print("\n".join(print_view(view or sorted(KEPT.glob("*.jsonl")))))
+            print("\n".join(print_view(view)))
             return 0
     if args.harness is None or not args.model:
         parser.error("--harness and --model are required (except with --standing or --phases)")

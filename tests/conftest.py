@@ -321,17 +321,3 @@ def records_follow_the_schema(tmp_path_factory: pytest.TempPathFactory):
         pytest.fail(f"{len(failures)} schema violation(s) in records the runner wrote "
                     "(experiment_runner/core/record.schema.json):\n" + "\n".join(failures[:50]), pytrace=False)
 
-
-@pytest.fixture
-def page_head() -> Callable[[str, str], str]:
-    """The text between a study page's `standing` markers (docs/benchmarks/PAGE), which must sit in
-    its "Where it stands" section, before the section headed `next_heading`:
-    page_head("minify.md", "## What it runs")."""
-
-    def read(page: str, next_heading: str) -> str:
-        doc = (Path(__file__).parents[1] / "docs" / "benchmarks" / page).read_text()
-        block = re.search(r"<!-- standing:begin -->\n(.*?)\n<!-- standing:end -->", doc, re.S)
-        assert block is not None and doc.index("## Where it stands") < block.start() < doc.index(next_heading)
-        return block.group(1).strip()
-
-    return read

@@ -1,6 +1,5 @@
-"""The head of docs/benchmarks/minify.md is what `minify_real.py --standing` prints from the cases
-kept beside it (docs/benchmarks/data/minify), so a case rerun or added to the data and not to the
-page (or the reverse) fails here."""
+"""What `minify_real.py --standing` counts in the head of docs/benchmarks/minify.md, over cases
+written here (test_study_heads.py checks the page against the kept cases)."""
 
 from __future__ import annotations
 
@@ -12,13 +11,6 @@ ROOT = Path(__file__).parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import minify_real  # noqa: E402
-
-
-def test_the_pages_head_is_the_scripts_standing_over_the_kept_cases(page_head):
-    printed = minify_real.standing(minify_real.KEPT)
-    assert len(printed) > 4, "no case is kept"
-    assert page_head("minify.md", "## What it runs") == "\n".join(printed).strip(), (
-        "the head of minify.md is stale: paste `python benchmarks/minify_real.py --standing`")
 
 
 def case(out: Path, suite: str, model: str, inject: str, minified: dict) -> None:

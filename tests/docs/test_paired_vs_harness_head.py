@@ -1,6 +1,5 @@
-"""The head of docs/benchmarks/paired_vs_harness.md is what `paired_vs_harness.py --standing` prints
-from the rows kept beside it (docs/benchmarks/data/paired_vs_harness), so a study added to the
-rows and not to the page (or the reverse) fails here."""
+"""What `paired_vs_harness.py --standing` and `--phases` count, over rows written here
+(test_study_heads.py checks the page's head against the kept rows)."""
 
 from __future__ import annotations
 
@@ -12,14 +11,6 @@ ROOT = Path(__file__).parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import paired_vs_harness  # noqa: E402
-
-
-def test_the_pages_head_is_the_scripts_standing_over_the_kept_rows(page_head):
-    kept = sorted(paired_vs_harness.KEPT.glob("*.jsonl"))
-    assert kept, "no study's rows are kept"
-    printed = paired_vs_harness.standing(kept)
-    assert page_head("paired_vs_harness.md", "## What it runs") == "\n".join(printed).strip(), (
-        "the head of paired_vs_harness.md is stale: paste `python benchmarks/paired_vs_harness.py --standing`")
 
 
 def row(model: str, harness: tuple[float, str, float], ours: tuple[float, str, float], test: str = "eval") -> str:

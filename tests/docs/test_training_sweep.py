@@ -1,6 +1,7 @@
-"""The training sweep's table and the head of docs/benchmarks/dashboard.md are what
-`dashboard_sweep.py --markdown` and `--standing` print from the records kept beside it, so a piece
-added to the records and not to the page (or the reverse) fails here."""
+"""The training sweep's table in docs/benchmarks/dashboard.md is what `dashboard_sweep.py
+--markdown` prints from the records kept beside it, so a piece added to the records and not to the
+page (or the reverse) fails here; how `--standing` treats an unexplained difference (the page's
+head itself: test_study_heads.py)."""
 
 from __future__ import annotations
 
@@ -40,15 +41,6 @@ def test_a_differing_count_names_the_other_files_that_count_as_we_do():
     assert dashboard_sweep.same_breaks_in("aot_eager_huggingface_training.csv", "BartForCausalLM", "14") == (
         "dynamic_aot_eager")
     assert dashboard_sweep.same_breaks_in("not_a_pytorch_file.csv", "BertForMaskedLM", "5") == ""
-
-
-def test_the_pages_head_is_the_scripts_standing_over_the_kept_records(page_head):
-    """The head of dashboard.md: configuration x suite against PyTorch's files, each difference
-    with its reason and its section (a difference without one fails in dashboard_sweep.standing)."""
-    kept = ROOT / "docs" / "benchmarks" / "data"
-    printed = dashboard_sweep.standing([kept / "dashboard_sweep", kept / "dashboard_training"])
-    assert page_head("dashboard.md", "## The training sweep") == "\n".join(printed).strip(), (
-        "the head of dashboard.md is stale: paste `python benchmarks/dashboard_sweep.py --standing`")
 
 
 def test_a_difference_nobody_explained_is_refused(tmp_path):
