@@ -15,6 +15,8 @@ no runner can show a ±5% difference between two processes there (pyperf's advic
 or spread samples over many processes and compare their medians, as `--processes` does).
 
     python benchmarks/host_noise.py [--processes 8] [--samples 10] [--sample-time 0.05]
+    python benchmarks/host_noise.py --rows-out docs/benchmarks/data/host_noise/DATE.jsonl   # kept for the page
+    python benchmarks/host_noise.py --standing    # the head of docs/benchmarks/host_noise.md
 """
 
 from __future__ import annotations
@@ -28,9 +30,12 @@ import sys
 import time
 from collections.abc import Callable
 
+import kept_rows
 from experiment_runner.core.stats import summarize
 
 WORKLOADS = ("python_loop", "numpy_matmul")
+WORKLOAD_NAMES = {"python_loop": "pure-Python loop", "numpy_matmul": "numpy matmul"}
+STUDY = "host_noise"
 
 
 def _python_loop(n: int) -> None:
@@ -81,6 +86,23 @@ def child(samples: int, sample_time: float) -> dict[str, dict[str, float]]:
     return out
 
 
+def standing(rows: list[dict] | None = None) -> list[str]:
+    """The page's present tense: the newest kept row of each processor, per workload the
+    slowest process over the fastest and the largest relative IQR within one process."""
+    newest = {row["host"]["cpu"]: row for row in (kept_rows.read(STUDY) if rows is None else rows)}
+    lines = kept_rows.table(
+        ["host (date, processor, CPUs, load before, commit)", "processes x samples", "work",
+         "slowest process / fastest", "largest relative IQR within one process"],
+        [[kept_rows.where(row), f"{row['processes']} x {row['samples']} of {1e3 * row['sample_time_s']:.0f} ms",
+          WORKLOAD_NAMES[name], f"{row['workloads'][name]['process_spread']:.2f}x",
+          f"{max(row['workloads'][name]['within_process_relative_iqr']):.2f}"]
+         for row in newest.values() for name in WORKLOADS])
+    worst = max(row["workloads"][name]["process_spread"] for row in newest.values() for name in WORKLOADS)
+    return lines + ["", f"{len(newest)} processor(s); the host moves by up to {worst:.2f}x between processes "
+                        f"on its own, so a difference smaller than that between two processes is not resolved "
+                        f"there from one process each."]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=8)
@@ -88,7 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-time", type=float, default=0.05, metavar="S")
     parser.add_argument("--cpu", type=int, help="the CPU every process is pinned to (default: the last one allowed)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    kept_rows.add_arguments(parser, STUDY)
     args = parser.parse_args(argv)
+    if args.standing:
+        print("\n".join(standing()))
+        return 0
     if args.processes < 2 or args.samples < 2:
         parser.error("--processes and --samples must be at least 2")
     if args.child:
@@ -96,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(child(args.samples, args.sample_time)))
         return 0
     cpu = args.cpu if args.cpu is not None else max(os.sched_getaffinity(0))
+    where = kept_rows.host()
     per_process = []
     for index in range(args.processes):
         proc = subprocess.run([sys.executable, __file__, "--child", f"--samples={args.samples}",
@@ -113,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
                          "median_of_medians_s": statistics.median(medians),
                          "within_process_relative_iqr": [min(iqrs), max(iqrs)]}
     print(json.dumps({"summary": summary}, indent=2))
+    kept_rows.append(args.rows_out, {"host": where, "processes": args.processes, "samples": args.samples,
+                                     "sample_time_s": args.sample_time,
+                                     "workloads": {name: summary[name] for name in WORKLOADS}})
     return 0
 
 

@@ -18,6 +18,8 @@ detector's recall and false changes can be counted:
 
     python benchmarks/nightly_history.py                   # 365 nights x 2,000 experiments: time + accuracy
     python benchmarks/nightly_history.py --nights 60 --models 50 --keep /tmp/nights   # a small one, kept
+    python benchmarks/nightly_history.py --browser --rows-out docs/benchmarks/data/nightly_history/DATE.jsonl
+    python benchmarks/nightly_history.py --standing   # the head of docs/benchmarks/nightly_history.md
 """
 
 from __future__ import annotations
@@ -40,7 +42,10 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+import kept_rows
 from experiment_runner.core.stats import summarize
+
+STUDY = "nightly_history"
 
 CONFIGS: tuple[tuple[str | None, str], ...] = ((None, "eval"), ("inductor", "eval"), (None, "train"), ("inductor", "train"))
 FIRST_NIGHT = datetime(2025, 1, 1, 2, 0, tzinfo=timezone.utc)
@@ -213,9 +218,10 @@ def score(injected: Sequence[Injected], changes: Sequence[dict[str, Any]], histo
     return Score(total, len(matched), false_changes, histories)
 
 
-def timed(label: str, argv: Sequence[str]) -> str:
-    """Run `experiment_runner ARGV` in this process; wall and CPU time (the figure that survives a
-    loaded machine: DuckDB reads on every core, so on an idle one wall time is at most CPU time)."""
+def timed(label: str, argv: Sequence[str], times: dict[str, dict[str, float]]) -> str:
+    """Run `experiment_runner ARGV` in this process; its wall and CPU time go to times[label] (CPU
+    time is the figure that survives a loaded machine: DuckDB reads on every core, so on an idle
+    one wall time is at most CPU time)."""
     from experiment_runner.cli import main as cli_main
 
     out = io.StringIO()
@@ -224,10 +230,11 @@ def timed(label: str, argv: Sequence[str]) -> str:
         code = cli_main(list(argv))
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     print(f"{label:<40} {wall:7.2f} s wall {cpu:7.2f} s CPU  (exit {code})", flush=True)
+    times[label] = {"wall_s": wall, "cpu_s": cpu}
     return out.getvalue()
 
 
-def time_page(page: Path) -> None:
+def time_page(page: Path) -> dict[str, float]:
     """How long the page takes in Debian's chromium: until its tables are built, then a model's trend."""
     from playwright.sync_api import sync_playwright
 
@@ -243,10 +250,36 @@ def time_page(page: Path) -> None:
             start = time.perf_counter()
             tab.locator("#models button.model-link").first.click()
             tab.wait_for_function("document.querySelectorAll('#trend .plot[data-rendered]').length > 0")
+            trend = time.perf_counter() - start
             print(f"page in chromium: tables and visible plots {ready:.2f} s, a model's trend "
-                  f"{time.perf_counter() - start:.2f} s after the click")
+                  f"{trend:.2f} s after the click")
+            return {"ready_s": ready, "trend_s": trend}
         finally:
             browser.close()
+
+
+def standing(rows: list[dict[str, Any]] | None = None) -> list[str]:
+    """The page's present tense: the newest kept row of each scale, its accuracy (seeded, so the
+    same on every host) and what it took on the host it ran on."""
+    newest = {(row["nights"], row["experiments"], row["seed"]): row
+              for row in (kept_rows.read(STUDY) if rows is None else rows)}
+    lines = []
+    for (nights, experiments, seed), row in sorted(newest.items(), reverse=True):
+        times = row["times"]
+        page = (f"; in chromium up in {row['browser']['ready_s']:.2f} s, a model's trend in "
+                f"{row['browser']['trend_s']:.2f} s" if row.get("browser") else "")
+        lines += kept_rows.table(["figure", f"{nights} nights x {experiments} experiments, seed {seed}"], [
+            ["steps injected, found within one night of where they were", f"{row['found']} of {row['injected']} "
+             f"(recall {row['found'] / row['injected']:.1%})"],
+            ["false changes", f"{row['false_changes']} over {experiments} experiment histories"],
+            ["`ok → error` and `PASS → FAIL` changes found at their run",
+             f"{row['status_found']} of {row['status_injected']}"],
+            ["records written", f"{row['records']:,}, {row['size_mb']:.0f} MB of JSONL"],
+            *([label, f"{t['wall_s']:.1f} s wall, {t['cpu_s']:.1f} s CPU"] for label, t in times.items()),
+            ["page", f"{row['page_mb']:.1f} MB{page}"],
+            ["peak memory of the process", f"{row['peak_rss_mb']:.0f} MB"],
+            ["host (date, processor, CPUs, load before, commit)", kept_rows.where(row)]]) + [""]
+    return lines[:-1]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -259,11 +292,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                   "nights already there from the same flags are reused")
     parser.add_argument("--browser", action="store_true",
                         help="also time the page in /usr/bin/chromium (playwright)")
+    kept_rows.add_arguments(parser, STUDY)
     args = parser.parse_args(argv)
+    if args.standing:
+        print("\n".join(standing()))
+        return 0
     spec = HistorySpec(nights=args.nights, models=args.models, seed=args.seed)
     folder = args.keep or Path(tempfile.mkdtemp(prefix="nightly-history-"))
+    where = kept_rows.host()
+    times: dict[str, dict[str, float]] = {}
     try:
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         complete = folder.is_dir() and len(list(folder.glob("*/results.jsonl"))) == spec.nights
         injected = simulate(spec)[1] if args.keep and complete else write_history(folder, spec)
         size = sum(p.stat().st_size for p in folder.rglob("*.jsonl"))
@@ -272,14 +311,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{made} {spec.nights} nights x {experiments} experiments = {spec.nights * experiments} records, "
               f"{size / 1e6:.0f} MB; load average "
               f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
-        timed("history NIGHTS (text)", ["history", str(folder)])
-        document = json.loads(timed("history NIGHTS --format json", ["history", str(folder), "--format", "json"]))
+        if not (args.keep and complete):
+            times["writing the nights"] = {"wall_s": time.perf_counter() - start, "cpu_s": time.process_time() - cpu_start}
+        timed("`history NIGHTS` (text)", ["history", str(folder)], times)
+        document = json.loads(timed("`history NIGHTS --format json`", ["history", str(folder), "--format", "json"],
+                                    times))
         page = folder / "index.html"
-        timed("history NIGHTS --html index.html", ["history", str(folder), "--html", str(page)])
-        print(f"page: {page.stat().st_size / 1e6:.1f} MB; peak RSS of this process "
-              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
-        if args.browser:
-            time_page(page)
+        timed("`history NIGHTS --html index.html`", ["history", str(folder), "--html", str(page)], times)
+        peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"page: {page.stat().st_size / 1e6:.1f} MB; peak RSS of this process {peak_rss_mb:.0f} MB")
+        browser = time_page(page) if args.browser else None
         result = score(injected, document["changes"], experiments, [r["run_id"] for r in document["runs"]])
         print(f"steps injected {result.injected}, found {result.found}: recall {result.recall:.1%}; "
               f"false changes {result.false_changes} over {experiments} histories = "
@@ -288,6 +329,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         want = [i for i in injected if i.kind != "time"]
         found = sum((i.experiment_id, i.kind, i.night) in reported for i in want)
         print(f"status and verification changes injected {len(want)}, found at their run {found}")
+        kept_rows.append(args.rows_out, {
+            "host": where, "nights": spec.nights, "experiments": experiments, "seed": spec.seed,
+            "records": spec.nights * experiments, "size_mb": size / 1e6, "times": times,
+            "page_mb": page.stat().st_size / 1e6, "peak_rss_mb": peak_rss_mb, "browser": browser,
+            "injected": result.injected, "found": result.found, "false_changes": result.false_changes,
+            "status_injected": len(want), "status_found": found})
     finally:
         if args.keep is None:
             shutil.rmtree(folder, ignore_errors=True)

@@ -13,6 +13,8 @@ server's imports; spread over the experiments) and the cost of each experiment's
     python benchmarks/overhead.py                       # both launchers, 5 runs each
     PJRT_DEVICE=CPU python benchmarks/overhead.py --reference-matrix   # in the XLA environment
     python benchmarks/overhead.py --launcher forkserver --runs 3 -- --suite-name=dummy --dynamo=inductor
+    python benchmarks/overhead.py --rows-out docs/benchmarks/data/overhead/DATE.jsonl   # kept for the page
+    python benchmarks/overhead.py --standing     # the head of docs/benchmarks/overhead.md
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import kept_rows
+
+STUDY = "overhead"
 DEFAULT_MATRIX = ["--suite-name=dummy", "--accelerator=cpu", "--dynamo=None", "--test=eval", "--test=train",
                   "--repeat=1"]
 # PyTorch/XLA's runner compared with ours on its own ground: the dummy model on the CPU, every
@@ -77,6 +82,23 @@ def spread(values: list[float]) -> str:
     return f"{min(values):6.3f} {statistics.median(values):6.3f} {max(values):6.3f}"
 
 
+def median_range(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
+def standing(rows: list[dict] | None = None) -> list[str]:
+    """The page's present tense: the newest kept row of each matrix, per launcher the overhead per
+    experiment and its two parts (median and range over the runs)."""
+    newest = {" ".join(row["matrix"]): row for row in (kept_rows.read(STUDY) if rows is None else rows)}
+    return kept_rows.table(
+        ["matrix", "host (date, processor, CPUs, load before, commit)", "launcher", "runs x experiments",
+         "overhead s per experiment", "of which start-up", "of which each experiment's process"],
+        [[f"`{matrix}`", kept_rows.where(row), launcher, f"{figures['runs']} x {figures['experiments']}",
+          median_range(figures["overhead_s"]), median_range(figures["startup_share_s"]),
+          median_range(figures["process_cost_s"])]
+         for matrix, row in newest.items() for launcher, figures in row["launchers"].items()])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="timed runs per launcher")
@@ -86,8 +108,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="the reference runner's XLA matrix: " + " ".join(REFERENCE_MATRIX))
     parser.add_argument("matrix", nargs="*", help="experiment_runner flags after --; default: "
                         + " ".join(DEFAULT_MATRIX))
+    kept_rows.add_arguments(parser, STUDY)
     args = parser.parse_args(argv)
+    if args.standing:
+        print("\n".join(standing()))
+        return 0
     matrix = args.matrix or (REFERENCE_MATRIX if args.reference_matrix else DEFAULT_MATRIX)
+    row = {"host": kept_rows.host(), "matrix": matrix, "launchers": {}}
     with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
         folder = Path(tmp)
         env = dict(os.environ, XDG_CACHE_HOME=str(folder / "cache"))
@@ -102,6 +129,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{launcher:<11} {len(samples):>4} {samples[0].experiments:>4}   "
                   f"{spread([s.per_experiment for s in samples])}   {spread([s.startup_share for s in samples])}   "
                   f"{spread([s.process_cost for s in samples])}   {spread([s.wall_s for s in samples])}")
+            row["launchers"][launcher] = {
+                "runs": len(samples), "experiments": samples[0].experiments,
+                "overhead_s": [s.per_experiment for s in samples], "startup_share_s": [s.startup_share for s in samples],
+                "process_cost_s": [s.process_cost for s in samples], "wall_s": [s.wall_s for s in samples]}
+    kept_rows.append(args.rows_out, row)
     return 0
 
 

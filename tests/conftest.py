@@ -22,6 +22,9 @@ from typing import Any, Callable, Iterator, Sequence
 import pytest
 
 SUPPORT = Path(__file__).parent / "support"
+# The study scripts under benchmarks/ import each other by file name, as they do when run; tests
+# import them either way (`import paired_vs_harness`, `from benchmarks.nightly_history import`).
+sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 # Every test is in exactly one tier (pyproject.toml lists them; docs/developer-guide.md says what
 # each costs). A test with no tier marker is a unit test.
 TIERS = ("unit", "e2e", "cluster", "browser", "xla", "slow")

@@ -4,13 +4,9 @@ written here (test_study_heads.py checks the page against the kept cases)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import minify_real  # noqa: E402
+import minify_real
 
 
 def case(out: Path, suite: str, model: str, inject: str, minified: dict) -> None:

@@ -4,13 +4,8 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import paired_vs_harness  # noqa: E402
+import paired_vs_harness
 
 
 def row(model: str, harness: tuple[float, str, float], ours: tuple[float, str, float], test: str = "eval") -> str:

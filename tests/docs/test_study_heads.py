@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import importlib
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 # script under benchmarks/, its page under docs/benchmarks/, the heading after its head's section
 STUDIES = [

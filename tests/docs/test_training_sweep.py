@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+import dashboard_sweep
 
-import dashboard_sweep  # noqa: E402
+ROOT = Path(__file__).parents[2]
 
 RECORDS = ROOT / "docs" / "benchmarks" / "data" / "dashboard_training"
 

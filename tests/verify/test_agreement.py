@@ -6,13 +6,11 @@ from __future__ import annotations
 import logging
 import random
 import re
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+import verifier_agreement
 
-import verifier_agreement  # noqa: E402
+ROOT = Path(__file__).parents[2]
 
 
 def test_docs_table_is_the_scripts_output_and_every_disagreement_is_explained():

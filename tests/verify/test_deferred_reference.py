@@ -7,19 +7,14 @@ from __future__ import annotations
 
 import logging
 import random
-import sys
-from pathlib import Path
 
-import pytest
 import torch
 
 from conftest import dummy_driver
 from verifier import DEFERRED, ReferenceNeeded, compare, verify_experiment
 from verifier import run as verifier_run
 
-sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
-
-import verifier_agreement  # noqa: E402
+import verifier_agreement
 
 TRUTH = torch.randn(4096, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
 

@@ -1,0 +1,74 @@
+"""The records a study page's head is written from: one JSON line per run of a study's script,
+kept under docs/benchmarks/data/STUDY/, each with the host and the tree it ran on.
+
+A study script adds `--rows-out FILE` (append this run's row) and `--standing` (print the
+page's head from the kept rows, run nothing) with add_arguments, writes its figures with
+append, and builds its head with read and table. tests/docs/test_study_heads.py checks every
+page's head against its script's standing().
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from experiment_runner.core.cpus import cpu_identity
+
+ROOT = Path(__file__).resolve().parents[1]
+KEPT = ROOT / "docs" / "benchmarks" / "data"
+
+
+def add_arguments(parser: argparse.ArgumentParser, study: str) -> None:
+    """--rows-out and --standing, the same on every study script."""
+    parser.add_argument("--rows-out", type=Path, metavar="FILE",
+                        help=f"append this run's figures to FILE as a JSON line (keep it under "
+                             f"docs/benchmarks/data/{study}/ for the page's head)")
+    parser.add_argument("--standing", action="store_true",
+                        help=f"print the page's head from the rows kept under docs/benchmarks/data/{study}/ "
+                             "and run nothing")
+
+
+def host() -> dict[str, Any]:
+    """Where and when a row was taken: the UTC date, the processor, its CPUs, the load average
+    before the run and the commit of this tree (with `+` when it has uncommitted changes)."""
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=False)
+        return proc.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or None
+    if commit and git("status", "--porcelain", "--untracked-files=no"):
+        commit += "+"
+    return {"date": time.strftime("%Y-%m-%d", time.gmtime()), "cpu": cpu_identity()["model_name"],
+            "cpus": len(os.sched_getaffinity(0)), "load_average": round(os.getloadavg()[0], 2), "commit": commit}
+
+
+def append(path: Path | None, row: dict[str, Any]) -> None:
+    """Add `row` to the kept rows in `path` (nothing when None); `row` carries host() already."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as out:
+            out.write(json.dumps(row) + "\n")
+
+
+def read(study: str) -> list[dict[str, Any]]:
+    """Every row kept for `study`, oldest first (by date, then file and line)."""
+    rows = [json.loads(line) for path in sorted((KEPT / study).glob("*.jsonl"))
+            for line in path.read_text().splitlines() if line.strip()]
+    return sorted(rows, key=lambda row: row["host"]["date"])
+
+
+def where(row: dict[str, Any]) -> str:
+    """A row's host in a few words, for a head's table."""
+    found = row["host"]
+    return f"{found['date']}, {found['cpu']}, {found['cpus']} CPUs, load {found['load_average']:.1f}, {found['commit']}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A markdown table."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(row) + " |" for row in rows)]
