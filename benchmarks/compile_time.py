@@ -26,6 +26,8 @@ Inductor's precompiled C++ headers are machine-wide for every variant, as torch 
     python benchmarks/compile_time.py [--rounds 3] [--test eval]
     PJRT_DEVICE=CPU .venv-xla/bin/python benchmarks/compile_time.py --reference /tmp/ref/benchmarks \
         --variant reference --variant "runner forkserver step" --variant bare
+    python benchmarks/compile_time.py --rows-out docs/benchmarks/data/compile_time/DATE.jsonl   # kept
+    python benchmarks/compile_time.py --standing    # the head of docs/benchmarks/compile_time.md
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import kept_rows
 
 BARE = r"""
 import json, sys, time, resource
@@ -62,6 +66,11 @@ first = time.perf_counter() - start
 own = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"first_iter_time_s": first, "import_s": import_s, "cpu_s": own.ru_utime + own.ru_stime}))
 """
+
+STUDY = "compile_time"
+# Issue 13's target: the runner's first iteration within this share of the bare script's.
+WITHIN_BARE = 0.10
+OURS = "runner forkserver step"
 
 
 def load_average() -> float:
@@ -126,6 +135,28 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
+def standing(rows: list[dict[str, Any]] | None = None) -> list[str]:
+    """The page's present tense: the newest kept row of each test, per variant the first
+    iteration's median and range over rounds and its median over the bare script's, then whether
+    the runner (OURS) is within WITHIN_BARE of the bare script."""
+    newest = {row["test"]: row for row in (kept_rows.read(STUDY) if rows is None else rows)}
+    lines: list[str] = []
+    for test, row in sorted(newest.items()):
+        medians = {name: statistics.median(times) for name, times in row["variants"].items()}
+        lines += kept_rows.table(
+            [f"variant ({test}, {row['rounds']} rounds; {kept_rows.where(row)})", "first iteration s, median (min-max)",
+             "median / the bare script's"],
+            [[name, f"{medians[name]:.2f} ({min(times):.2f}-{max(times):.2f})",
+              f"{medians[name] / medians['bare'] - 1:+.1%}" if "bare" in medians else "-"]
+             for name, times in row["variants"].items()])
+        if OURS in medians and "bare" in medians:
+            gap = medians[OURS] / medians["bare"] - 1
+            lines += ["", f"{test}: the runner ({OURS}) {gap:+.1%} against the bare script (target within "
+                          f"{WITHIN_BARE:.0%}: {'met' if gap <= WITHIN_BARE else 'not met'})."]
+        lines.append("")
+    return lines[:-1]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -133,11 +164,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS),
                         help="default: every variant (the reference only with --reference)")
     parser.add_argument("--reference", type=Path, help="PyTorch/XLA's benchmarks/ folder")
+    kept_rows.add_arguments(parser, STUDY)
     args = parser.parse_args(argv)
+    if args.standing:
+        print("\n".join(standing()))
+        return 0
     variants = args.variant or [v for v in VARIANTS if v != "reference" or args.reference]
     if "reference" in variants and (args.reference is None or not (args.reference / "experiment_runner.py").is_file()):
         parser.error("the reference variant needs --reference PATH holding experiment_runner.py")
     firsts: dict[str, list[float]] = {v: [] for v in variants}
+    where = kept_rows.host()
     with tempfile.TemporaryDirectory() as tmp:
         for round_index in range(args.rounds):
             order = variants if round_index % 2 == 0 else variants[::-1]
@@ -155,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                                   **figures}), flush=True)
     print(json.dumps({"first_iter_time_s median (min-max)": {
         name: f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})" for name, v in firsts.items()}}, indent=2))
+    kept_rows.append(args.rows_out, {"host": where, "test": args.test, "rounds": args.rounds, "variants": firsts})
     return 0
 
 
