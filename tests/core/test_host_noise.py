@@ -13,9 +13,12 @@ SCRIPT = Path(__file__).parents[2] / "benchmarks" / "host_noise.py"
 
 
 @pytest.mark.e2e
-def test_reports_each_process_and_the_spread_between_them() -> None:
+def test_reports_each_process_and_the_spread_between_them(tmp_path) -> None:
+    """Each process's medians and the spread between them; with --rows-out, the same figures kept as
+    one JSON line with the host and the tree they were taken on."""
     proc = subprocess.run([sys.executable, str(SCRIPT), "--processes=2", "--samples=3", "--sample-time=0.002",
-                           "--cpu=0"], check=False, capture_output=True, text=True, timeout=120)
+                           "--cpu=0", f"--rows-out={tmp_path / 'rows.jsonl'}"],
+                          check=False, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     per_process = [json.loads(line) for line in lines[:2]]
@@ -28,6 +31,9 @@ def test_reports_each_process_and_the_spread_between_them() -> None:
         assert summary[name]["process_spread"] == max(medians) / min(medians) >= 1.0
         low, high = summary[name]["within_process_relative_iqr"]
         assert 0 <= low <= high
+    (row,) = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert row["workloads"] == {name: summary[name] for name in ("python_loop", "numpy_matmul")}
+    assert set(row["host"]) == {"date", "cpu", "cpus", "load_average", "commit"} and row["host"]["commit"]
 
 
 @pytest.mark.e2e

@@ -1,0 +1,70 @@
+"""What the study scripts' --standing heads count, over rows written here (test_study_heads.py
+checks each page's head against the rows kept under docs/benchmarks/data)."""
+
+from __future__ import annotations
+
+import compile_time
+import host_noise
+import kept_rows
+import overhead
+import ray_overhead
+
+
+def host(date: str, cpu: str = "AMD EPYC") -> dict:
+    return {"date": date, "cpu": cpu, "cpus": 2, "load_average": 0.4, "commit": "abc1234"}
+
+
+def test_kept_rows_are_read_oldest_first_whatever_file_holds_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(kept_rows, "KEPT", tmp_path)
+    kept_rows.append(tmp_path / "study" / "b.jsonl", {"host": host("2026-12-01"), "n": 1})
+    kept_rows.append(tmp_path / "study" / "a.jsonl", {"host": host("2026-12-03"), "n": 2})
+    kept_rows.append(None, {"host": host("2026-12-04"), "n": 3})  # no --rows-out: nothing kept
+    assert [row["n"] for row in kept_rows.read("study")] == [1, 2]
+
+
+def noise(date: str, cpu: str, loop_spread: float) -> dict:
+    figures = {"process_spread": loop_spread, "median_of_medians_s": 1e-8, "within_process_relative_iqr": [0.01, 0.2]}
+    return {"host": host(date, cpu), "processes": 8, "samples": 10, "sample_time_s": 0.05,
+            "workloads": {"python_loop": figures, "numpy_matmul": {**figures, "process_spread": 1.01}}}
+
+
+def test_host_noise_shows_the_newest_row_of_each_processor():
+    table = host_noise.standing([noise("2026-11-22", "AMD EPYC", 1.63), noise("2026-12-03", "AMD EPYC", 1.20),
+                                 noise("2026-12-02", "Intel Xeon", 1.05)])
+    assert [line.split(" | ")[0] for line in table[2:6]] == ["| 2026-12-03, AMD EPYC, 2 CPUs, load 0.4, abc1234"] * 2 + [
+        "| 2026-12-02, Intel Xeon, 2 CPUs, load 0.4, abc1234"] * 2
+    assert "| pure-Python loop | 1.20x | 0.20 |" in table[2]
+    assert table[-1].startswith("2 processor(s); the host moves by up to 1.20x between processes")
+
+
+def test_overhead_shows_the_median_and_range_of_the_newest_row_of_each_matrix():
+    def row(date: str, matrix: list[str], values: list[float]) -> dict:
+        figures = {"runs": len(values), "experiments": 2, "overhead_s": values, "startup_share_s": values,
+                   "process_cost_s": [0.03] * len(values), "wall_s": values}
+        return {"host": host(date), "matrix": matrix, "launchers": {"forkserver": figures}}
+
+    table = overhead.standing([row("2026-11-20", ["--a"], [9.0]), row("2026-12-03", ["--a"], [0.5, 0.7, 0.6]),
+                               row("2026-12-03", ["--b"], [1.0])])
+    assert len(table) == 4
+    assert table[2].endswith("| forkserver | 3 x 2 | 0.600 (0.500-0.700) | 0.600 (0.500-0.700) | 0.030 (0.030-0.030) |")
+    assert table[3].startswith("| `--b` |")
+
+
+def test_compile_time_says_whether_the_runner_is_within_ten_percent_of_the_bare_script():
+    row = {"host": host("2026-12-03"), "test": "eval", "rounds": 3,
+           "variants": {"bare": [10.0, 12.0, 11.0], compile_time.OURS: [12.0, 13.0, 12.5]}}
+    *table, _, verdict = compile_time.standing([row])
+    assert table[3] == f"| {compile_time.OURS} | 12.50 (12.00-13.00) | +13.6% |"
+    assert verdict == f"eval: the runner ({compile_time.OURS}) +13.6% against the bare script (target within 10%: not met)."
+
+
+def test_ray_overhead_takes_each_measure_from_the_newest_row_that_has_it():
+    older = {"host": host("2026-11-23"), "overhead": {"launcher": "forkserver", "runs": 3,
+                                                     "wall_overhead_s": {"local": [0.1, 0.12, 0.2], "ray": [0.15, 0.14, 0.1]},
+                                                     "cpu_s": {"local": [1.0], "ray": [1.0]}}}
+    newer = {"host": host("2026-12-03"), "shards": {"duration": 1.2, "round_robin": 1.3, "blocks": 1.4}}
+    table = ray_overhead.standing([older, newer])
+    assert "| `--shard-by=duration` 1.200; round-robin 1.300; contiguous blocks 1.400 | within 1.15 | not met |" in table[2]
+    assert "local 0.120 s, Ray 0.140 s: **+0.020 s** | at most +0.2 s | met | 2026-11-23" in table[3]
+    assert len(table) == 4, "no scaling row was kept"
+
