@@ -4,6 +4,7 @@ checks each page's head against the rows kept under docs/benchmarks/data)."""
 from __future__ import annotations
 
 import compile_time
+import first_hour
 import host_noise
 import kept_rows
 import overhead
@@ -68,3 +69,26 @@ def test_ray_overhead_takes_each_measure_from_the_newest_row_that_has_it():
     assert "local 0.120 s, Ray 0.140 s: **+0.020 s** | at most +0.2 s | met | 2026-11-23" in table[3]
     assert len(table) == 4, "no scaling row was kept"
 
+
+
+def test_first_hour_times_the_readmes_own_main_command_and_reads_pytests_summaries():
+    assert first_hour.main_command()[:2] == ["experiment_runner", "--suite-name=torchbench"]
+    printed = ("========= 1 failed, 1417 passed, 34 warnings in 713.97s (0:11:53) =========\n"
+               "time per tier: browser 6 s, cluster 112 s, e2e 1206 s, unit 78 s\n"
+               "======================== 15 passed in 74.10s (0:01:14) ========================\n")
+    assert [(m["counts"], m["seconds"]) for m in first_hour.SUMMARY.finditer(printed)] == [
+        ("1 failed, 1417 passed, 34 warnings", "713.97"), ("15 passed", "74.10")]
+    assert first_hour.TIERS.search(printed)["tiers"] == "browser 6 s, cluster 112 s, e2e 1206 s, unit 78 s"
+
+
+def test_first_hour_shows_the_newest_row_of_each_command():
+    main = {"host": host("2026-12-03"), "command": "main", "argv": ["experiment_runner", "--filter=llama"], "exit": 0,
+            "took_s": 196.0, "noisy_host": 1, "load_after": 1.5,
+            "experiments": {"llama-eval": {"status": "ok", "wall_s": 30.0}, "llama-train": {"status": "ok", "wall_s": 152.0}}}
+    tests = {"host": host("2026-12-02"), "command": "tests", "exit": 1, "took_s": 1400.0, "load_after": 2.0,
+             "pytest": [{"counts": "1 failed, 1417 passed", "seconds": 714.0}], "tiers": "unit 78 s"}
+    table = first_hour.standing([{**main, "took_s": 999.0, "host": host("2026-11-30")}, main, tests])
+    assert len(table) == 4
+    assert table[2].endswith("| 1.5 | 3 min 16 s | exit 0; 2 of 2 experiments ok, 1 flagged noisy_host; "
+                             "the slowest, llama-train, 152 s |")
+    assert "| 23 min 20 s | exit 1; pytest: 1 failed, 1417 passed in 11 min 54 s" in table[3]
