@@ -8,7 +8,9 @@ CUDA invocations), and a torchbenchmark checkout (by default a stand-in of empty
 named after the models the invocations and our tier data name, plus a `__pycache__`, listed the
 way `torchbenchmark._list_model_paths` lists them). Never commit the fetched files.
 
-    PJRT_DEVICE=CPU .venv-xla/bin/python benchmarks/plans_vs_reference.py --reference /tmp/ref/benchmarks
+    PJRT_DEVICE=CPU .venv-xla/bin/python benchmarks/plans_vs_reference.py --reference /tmp/ref/benchmarks \
+        --reference-commit "pytorch/xla @ ddf75a17c8" --rows-out docs/benchmarks/data/plans_vs_reference/DATE.jsonl
+    python benchmarks/plans_vs_reference.py --standing   # the head of docs/benchmarks/plans_vs_reference.md
 
 Each invocation runs as written and with its accelerator replaced by `cpu` (this host's), so
 that the CUDA and TPU commands plan something here too. The reference's single-config mode
@@ -34,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "parent"))
 from test_reference_invocations import DIMENSIONS, INVOCATIONS  # noqa: E402
 
+import kept_rows  # noqa: E402
 from benchmark_models.data_files import read_data  # noqa: E402
 
 CUDA_HERE = Path("/dev/nvidia0").exists()
@@ -132,16 +135,43 @@ def our_plan(python: str, argv: list[str], work: Path, out: Path, checkout: Path
     return planned
 
 
+STUDY = "plans_vs_reference"
+
+
+def standing(rows: list[dict] | None = None) -> list[str]:
+    """The page's present tense: the newest kept run, each invocation as written and on this
+    host's CPU (same, differs or refused by ours on purpose), then how many plan the same."""
+    row = (kept_rows.read(STUDY) if rows is None else rows)[-1]
+    compared = [c for c in row["comparisons"] if c["outcome"] != "refused"]
+    same = sum(c["outcome"] == "same" for c in compared)
+    lines = kept_rows.table(
+        ["invocation", "variant", "outcome", "experiments (reference / ours)", "planned by the reference, dropped by ours on purpose"],
+        [[c["name"], c["variant"], c["outcome"], f"{c['reference']} / {c['ours'] if c['ours'] is not None else '-'}",
+          str(c["dropped"])] for c in row["comparisons"]])
+    return lines + ["", f"{same} of {len(compared)} comparisons plan the same experiments; "
+                        f"{len(row['comparisons']) - len(compared)} refused by ours on purpose (an accelerator this "
+                        f"host lacks); against {row['reference']}, on {kept_rows.where(row)}."]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reference", type=Path, required=True, help="the reference's benchmarks/ folder")
+    parser.add_argument("--reference", type=Path, help="the reference's benchmarks/ folder")
+    parser.add_argument("--reference-commit", default="an unnamed checkout",
+                        help="what the reference folder is, for the kept row (e.g. 'pytorch/xla @ ddf75a17c8')")
     parser.add_argument("--torchbench-yaml", type=Path,
                         help="PyTorch's benchmarks/dynamo/torchbench.yaml (its --dry-run does not read it; "
                              "default: an empty one where the reference looks for it)")
     parser.add_argument("--checkout", type=Path, help="a torchbenchmark checkout (default: a stand-in)")
     parser.add_argument("--python", default=sys.executable, help="the interpreter of both runners")
+    kept_rows.add_arguments(parser, STUDY)
     args = parser.parse_args()
+    if args.standing:
+        print("\n".join(standing()))
+        return 0
+    if args.reference is None:
+        parser.error("--reference is required (except with --standing)")
     differ = 0
+    row: dict = {"host": kept_rows.host(), "reference": args.reference_commit, "comparisons": []}
     with tempfile.TemporaryDirectory(prefix="plans-vs-reference-") as tmp:
         work = Path(tmp) / "work"
         (work / "benchmarks" / "dynamo").mkdir(parents=True)
@@ -167,9 +197,14 @@ def main() -> int:
                 except Refused as exc:  # a deliberate difference (docs/compatibility.md): the reference plans them to fail
                     print(f"refused {name} ({label}): the reference plans {len(planned)} (to fail here); ours: {exc}",
                           flush=True)
+                    row["comparisons"].append({"name": name, "variant": label, "outcome": "refused",
+                                               "reference": len(planned), "ours": None, "dropped": 0})
                     continue
                 same = theirs == ours
                 differ += not same
+                row["comparisons"].append({"name": name, "variant": label, "outcome": "same" if same else "differs",
+                                           "reference": len(theirs), "ours": len(ours),
+                                           "dropped": len(planned) - len(theirs)})
                 print(f"{'same   ' if same else 'DIFFERS'} {name} ({label}): reference {len(theirs)}, ours {len(ours)}"
                       f" (and {len(planned) - len(theirs)} the reference plans that ours drops on purpose)", flush=True)
                 for side, extra in (("only the reference", theirs - ours), ("only ours", ours - theirs)):
@@ -177,6 +212,7 @@ def main() -> int:
                         print(f"    {side}: {entry}")
                     if len(extra) > 5:
                         print(f"    {side}: ... {len(extra) - 5} more")
+    kept_rows.append(args.rows_out, row)
     return differ
 
 

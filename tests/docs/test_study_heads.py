@@ -22,6 +22,7 @@ STUDIES = [
     ("nightly_history", "nightly_history.md"),
     ("overhead", "overhead.md"),
     ("paired_vs_harness", "paired_vs_harness.md"),
+    ("plans_vs_reference", "plans_vs_reference.md"),
     ("ray_overhead", "ray_overhead.md"),
 ]
 

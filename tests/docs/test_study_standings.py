@@ -8,6 +8,7 @@ import first_hour
 import host_noise
 import kept_rows
 import overhead
+import plans_vs_reference
 import ray_overhead
 
 
@@ -92,3 +93,14 @@ def test_first_hour_shows_the_newest_row_of_each_command():
     assert table[2].endswith("| 1.5 | 3 min 16 s | exit 0; 2 of 2 experiments ok, 1 flagged noisy_host; "
                              "the slowest, llama-train, 152 s |")
     assert "| 23 min 20 s | exit 1; pytest: 1 failed, 1417 passed in 11 min 54 s" in table[3]
+
+
+def test_plans_vs_reference_counts_refusals_apart_from_comparisons():
+    def comparison(name: str, outcome: str, ours: int | None) -> dict:
+        return {"name": name, "variant": "on cpu", "outcome": outcome, "reference": 4, "ours": ours, "dropped": 1}
+
+    row = {"host": host("2026-12-03"), "reference": "pytorch/xla @ abc",
+           "comparisons": [comparison("a", "same", 4), comparison("b", "differs", 3), comparison("c", "refused", None)]}
+    *table, _, total = plans_vs_reference.standing([{**row, "comparisons": []}, row])
+    assert table[4] == "| c | on cpu | refused | 4 / - | 1 |"
+    assert total.startswith("1 of 2 comparisons plan the same experiments; 1 refused by ours on purpose")
