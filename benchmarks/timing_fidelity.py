@@ -17,7 +17,10 @@ same step object with our timing loop and with Timer in turn ("same process"): t
 difference between the two methods alone.
 
 Target (issue 13, quiet host): ours within ±5% of Timer's for every case, and a relative IQR of at
-most 0.05 for the dummy model. Prints one JSON line per measurement, then a summary.
+most 0.05 for the dummy model. Prints one JSON line per measurement, then a summary; --rows-out
+keeps the summary for the page's head (--standing).
+
+    python benchmarks/timing_fidelity.py --rounds 5 --rows-out docs/benchmarks/data/timing_fidelity/DATE.jsonl
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import kept_rows
 from experiment_runner.core.options import DEFAULT_MIN_SAMPLE_TIME_S, RunOptions
 
 # name → (suite, model, dynamo, test, batch size, --repeat)
@@ -131,6 +135,38 @@ def timer(case: str, workdir: Path, min_sample_time: float) -> dict[str, Any]:
     return child("timer", case, workdir, min_sample_time)
 
 
+STUDY = "timing_fidelity"
+WITHIN, DUMMY_IQR = 0.05, 0.05  # issue 13's targets
+
+
+def spread(values: list[float], digits: int = 2) -> str:
+    return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+
+def standing(rows: list[dict[str, Any]] | None = None) -> list[str]:
+    """The page's present tense: per case, the newest kept row that timed it, ours over Timer's
+    (medians over fresh processes, and in one process), the per-round ratios and the relative IQRs,
+    against issue 13's targets."""
+    newest = {case: row for row in (kept_rows.read(STUDY) if rows is None else rows) for case in row["summary"]}
+    body = []
+    for case, row in newest.items():
+        found = row["summary"][case]
+        body.append([case, f"**{found['ours_over_timer']:.3f}**" + ("" if abs(found["ours_over_timer"] - 1) <= WITHIN
+                                                                   else " (beyond ±5%)"),
+                     f"{found['same_process_ours_over_timer']:.3f} ({spread(found['same_process_range'])})",
+                     spread(found["per_round_ratio_range"]), spread(found["ours_relative_iqr_range"], 3),
+                     spread(found["timer_relative_iqr_range"], 3), f"{row['rounds']}; {kept_rows.where(row)}"])
+    lines = kept_rows.table(["case", "ours / Timer, over fresh processes", "same process: median (range)",
+                             "per-round ratio", "our relative IQR", "Timer's relative IQR", "rounds; host"], body)
+    within = sum(abs(row["summary"][case]["ours_over_timer"] - 1) <= WITHIN for case, row in newest.items())
+    total = f"{within} of {len(newest)} cases within ±{WITHIN:.0%} of Timer (target: all)"
+    if "dummy" in newest:
+        worst = max(newest["dummy"]["summary"]["dummy"]["ours_relative_iqr_range"])
+        total += (f"; the dummy model's relative IQR at most {worst:.3f} over its processes (target at most "
+                  f"{DUMMY_IQR}: {'met' if worst <= DUMMY_IQR else 'not met'})")
+    return lines + ["", total + "."]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="alternations of ours and Timer per case")
@@ -139,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="our runner's --min-sample-time (Timer calibrates its own blocks)")
     parser.add_argument("--timer-child", choices=sorted(CASES), help=argparse.SUPPRESS)
     parser.add_argument("--interleaved-child", choices=sorted(CASES), help=argparse.SUPPRESS)
+    kept_rows.add_arguments(parser, STUDY)
     args = parser.parse_args(argv)
+    if args.standing:
+        print("\n".join(standing()))
+        return 0
     if args.timer_child:
         print(json.dumps(timer_child(args.timer_child)))
         return 0
@@ -150,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     ratios: dict[str, list[float]] = {c: [] for c in cases}
     medians: dict[str, dict[str, list[float]]] = {c: {"ours": [], "timer": []} for c in cases}
     iqrs: dict[str, list[float]] = {c: [] for c in cases}
+    timer_iqrs: dict[str, list[float]] = {c: [] for c in cases}
+    where = kept_rows.host()
     same_process: dict[str, list[float]] = {c: [] for c in cases}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
@@ -168,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                 for side in ("ours", "timer"):
                     medians[case][side].append(results[side]["median_s"])
                 iqrs[case].append(results["ours"]["relative_iqr"])
+                timer_iqrs[case].append(results["timer"]["relative_iqr"])
                 print(json.dumps({"round": round_index, "case": case, "ours_over_timer": round(ratio, 4),
                                   **results}), flush=True)
     summary = {}
@@ -178,11 +221,14 @@ def main(argv: list[str] | None = None) -> int:
                          "same_process_range": [min(same_process[case]), max(same_process[case])],
                          "per_round_ratio_range": [min(ratios[case]), max(ratios[case])],
                          "ours_relative_iqr_range": [min(iqrs[case]), max(iqrs[case])],
+                         "timer_relative_iqr_range": [min(timer_iqrs[case]), max(timer_iqrs[case])],
                          "within_5_percent": abs(ratio - 1) <= 0.05,
                          "same_process_within_5_percent": abs(statistics.median(same_process[case]) - 1) <= 0.05}
     if "dummy" in summary:
         summary["dummy"]["relative_iqr_at_most_0.05"] = max(iqrs["dummy"]) <= 0.05
     print(json.dumps({"min_sample_time_s": args.min_sample_time, "summary": summary}, indent=2))
+    kept_rows.append(args.rows_out, {"host": where, "rounds": args.rounds, "min_sample_time_s": args.min_sample_time,
+                                     "summary": summary})
     return 0
 
 
