@@ -24,6 +24,7 @@ STUDIES = [
     ("paired_vs_harness", "paired_vs_harness.md"),
     ("plans_vs_reference", "plans_vs_reference.md"),
     ("ray_overhead", "ray_overhead.md"),
+    ("timing_fidelity", "timing_fidelity.md"),
 ]
 
 
@@ -44,3 +45,15 @@ def test_the_pages_head_is_the_scripts_standing_over_the_kept_records(script, pa
     assert len(printed) > 2, f"{script}: no record is kept"
     assert page_head(page) == "\n".join(printed).strip(), (
         f"the head of {page} is stale: paste `python benchmarks/{script}.py --standing`")
+
+
+def test_every_study_page_has_its_head_checked_or_is_named_as_without_one():
+    """A page is in STUDIES, or in the index's list of pages without a head; verifier_agreement.md's
+    head is checked by tests/verify/test_agreement.py (deterministic: it keeps no rows)."""
+    folder = ROOT / "docs" / "benchmarks"
+    listed = re.search(r"<!-- without-head:begin -->\n(.*?)<!-- without-head:end -->",
+                       (folder / "index.md").read_text(), re.S)
+    assert listed is not None
+    without = set(re.findall(r"\]\(([\w.]+\.md)\)", listed.group(1)))
+    pages = {path.name for path in folder.glob("*.md")} - {"index.md", "verifier_agreement.md"}
+    assert pages - {page for _, page in STUDIES} == without

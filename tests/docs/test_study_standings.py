@@ -10,6 +10,7 @@ import kept_rows
 import overhead
 import plans_vs_reference
 import ray_overhead
+import timing_fidelity
 
 
 def host(date: str, cpu: str = "AMD EPYC") -> dict:
@@ -104,3 +105,18 @@ def test_plans_vs_reference_counts_refusals_apart_from_comparisons():
     *table, _, total = plans_vs_reference.standing([{**row, "comparisons": []}, row])
     assert table[4] == "| c | on cpu | refused | 4 / - | 1 |"
     assert total.startswith("1 of 2 comparisons plan the same experiments; 1 refused by ours on purpose")
+
+
+def test_timing_fidelity_takes_each_case_from_the_newest_row_that_timed_it():
+    def case(ratio: float, iqr_high: float) -> dict:
+        return {"ours_over_timer": ratio, "same_process_ours_over_timer": 1.01, "same_process_range": [0.96, 1.06],
+                "per_round_ratio_range": [0.73, 1.81], "ours_relative_iqr_range": [0.007, iqr_high],
+                "timer_relative_iqr_range": [0.013, 0.32]}
+
+    older = {"host": host("2026-11-22"), "rounds": 9, "summary": {"dummy": case(1.03, 0.43), "llama-eval-eager": case(0.9, 0.06)}}
+    newer = {"host": host("2026-12-03"), "rounds": 5, "summary": {"llama-eval-eager": case(0.995, 0.065)}}
+    *table, _, total = timing_fidelity.standing([older, newer])
+    assert table[2].startswith("| dummy | **1.030** | 1.010 (0.96-1.06) | 0.73-1.81 | 0.007-0.430 | 0.013-0.320 | 9; 2026-11-22")
+    assert table[3].startswith("| llama-eval-eager | **0.995** |")
+    assert total == ("2 of 2 cases within ±5% of Timer (target: all); the dummy model's relative IQR at most 0.430 "
+                     "over its processes (target at most 0.05: not met).")
