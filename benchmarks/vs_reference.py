@@ -11,7 +11,11 @@ that a drift in the host's load falls on both. Per experiment it prints the wall
 outside the timed repeats (wall - the sum of every record's metrics.total_time: the one
 definition both runners' records allow), ours also as wall - the work our children report
 (timings.work_s), the CPU seconds of the whole process tree, and the 1-minute load average
-at the start. The last lines are the medians and the reference/ours ratios, as a row of docs/benchmarks/vs_reference.md.
+at the start. The last lines are the medians and the reference/ours ratios; --rows-out keeps them
+for the page's head (--standing).
+
+    PJRT_DEVICE=CPU .venv-xla/bin/python benchmarks/vs_reference.py --reference /tmp/ref/benchmarks \
+        --reference-commit "pytorch/xla v2.9.0" --rows-out docs/benchmarks/data/vs_reference/DATE.jsonl
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import kept_rows
 from overhead import REFERENCE_MATRIX  # a sibling script, not a package
 
 
@@ -80,14 +85,40 @@ def row(run: Run) -> str:
             f"{overhead:>8} {run.cpu_s / run.experiments:8.2f} {run.load:6.1f}")
 
 
+STUDY = "vs_reference"
+
+
+def standing(rows: list[dict] | None = None) -> list[str]:
+    """The page's present tense: the newest kept row of each matrix, both runners' medians per
+    experiment and their ratios."""
+    newest = {" ".join(row["matrix"]): row for row in (kept_rows.read(STUDY) if rows is None else rows)}
+    return kept_rows.table(
+        ["matrix", "reference", "rounds; host", "wall s: reference / ours (ratio)",
+         "outside timed repeats s: reference / ours", "our overhead s (wall - work)", "CPU s: reference / ours"],
+        [[f"`{matrix}`", row["reference"], f"{row['rounds']}; {kept_rows.where(row)}",
+          f"{row['wall_s']['reference']:.2f} / {row['wall_s']['ours']:.2f} "
+          f"(**{row['wall_s']['reference'] / row['wall_s']['ours']:.2f}x**)",
+          f"{row['outside_timed_s']['reference']:.2f} / {row['outside_timed_s']['ours']:.2f}",
+          f"{row['our_overhead_s']:.2f}", f"{row['cpu_s']['reference']:.2f} / {row['cpu_s']['ours']:.2f}"]
+         for matrix, row in newest.items()])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--reference", type=Path, required=True,
+    parser.add_argument("--reference", type=Path,
                         help="the reference's benchmarks/ folder (holding experiment_runner.py)")
+    parser.add_argument("--reference-commit", default="an unnamed checkout",
+                        help="what the reference folder is, for the kept row (e.g. 'pytorch/xla v2.9.0')")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("matrix", nargs="*", help="flags for both runners after --; default: "
                         + " ".join(REFERENCE_MATRIX))
+    kept_rows.add_arguments(parser, STUDY)
     args = parser.parse_args(argv)
+    if args.standing:
+        print("\n".join(standing()))
+        return 0
+    if args.reference is None:
+        parser.error("--reference is required (except with --standing)")
     script = args.reference / "experiment_runner.py"
     if not script.is_file():
         parser.error(f"no experiment_runner.py in {args.reference}")
@@ -97,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = {"reference": [sys.executable, str(script), *matrix],
                 "ours": [sys.executable, "-m", "experiment_runner", *matrix, "--no-progress-bar"]}
     runs: dict[str, list[Run]] = {"reference": [], "ours": []}
+    where = kept_rows.host()
     with tempfile.TemporaryDirectory(prefix="vs-reference-") as tmp:
         folder = Path(tmp)
         env = dict(os.environ, PJRT_DEVICE=os.environ.get("PJRT_DEVICE", "CPU"),
@@ -129,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| {args.rounds} | {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs | {ref_wall:.2f} / {our_wall:.2f} "
           f"({ref_wall / our_wall:.2f}x) | {ref_untimed:.2f} / {our_untimed:.2f} | {our_overhead:.2f} | "
           f"{ref_cpu:.2f} / {our_cpu:.2f} |")
+    kept_rows.append(args.rows_out, {
+        "host": where, "reference": args.reference_commit, "matrix": matrix, "rounds": args.rounds,
+        "load": [min(loads), max(loads)], "wall_s": {"reference": ref_wall, "ours": our_wall},
+        "outside_timed_s": {"reference": ref_untimed, "ours": our_untimed}, "our_overhead_s": our_overhead,
+        "cpu_s": {"reference": ref_cpu, "ours": our_cpu}})
     return 0
 
 
