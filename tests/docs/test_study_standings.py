@@ -11,6 +11,7 @@ import overhead
 import plans_vs_reference
 import ray_overhead
 import timing_fidelity
+import vs_reference
 
 
 def host(date: str, cpu: str = "AMD EPYC") -> dict:
@@ -120,3 +121,14 @@ def test_timing_fidelity_takes_each_case_from_the_newest_row_that_timed_it():
     assert table[3].startswith("| llama-eval-eager | **0.995** |")
     assert total == ("2 of 2 cases within ±5% of Timer (target: all); the dummy model's relative IQR at most 0.430 "
                      "over its processes (target at most 0.05: not met).")
+
+
+def test_vs_reference_shows_the_newest_row_of_each_matrix_with_its_ratio():
+    row = {"host": host("2026-12-03"), "reference": "pytorch/xla v2.9.0", "matrix": ["--suite-name=dummy"], "rounds": 3,
+           "load": [0.5, 1.0], "wall_s": {"reference": 10.11, "ours": 6.38},
+           "outside_timed_s": {"reference": 8.32, "ours": 6.35}, "our_overhead_s": 1.72,
+           "cpu_s": {"reference": 10.41, "ours": 7.11}}
+    table = vs_reference.standing([{**row, "rounds": 1}, row])
+    assert len(table) == 3
+    assert table[2].endswith("| 10.11 / 6.38 (**1.58x**) | 8.32 / 6.35 | 1.72 | 10.41 / 7.11 |")
+    assert "| pytorch/xla v2.9.0 | 3; 2026-12-03" in table[2]
