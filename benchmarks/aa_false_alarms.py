@@ -20,6 +20,8 @@ an experiment's median varies between its processes (the noise `--processes` sam
 one process cannot see).
 
     python benchmarks/aa_false_alarms.py --pairs 3 --processes 5
+    python benchmarks/aa_false_alarms.py --pairs 4 --rows-out docs/benchmarks/data/aa_false_alarms/DATE.jsonl
+    python benchmarks/aa_false_alarms.py --standing     # the head of docs/benchmarks/aa_false_alarms.md
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import kept_rows
 from experiment_runner.analysis.loader import load_rows
 from experiment_runner.analysis.compare import NOISY_HOST
 
@@ -103,6 +106,41 @@ def tally_into(counter: Counter, document: dict) -> int:
     return sum(c["verdict"] in FLAGGED for c in document["comparisons"])
 
 
+STUDY = "aa_false_alarms"
+TARGET_PER_100 = 1.0
+
+
+def mode_figures(tally: Counter) -> dict[str, int]:
+    """One mode's counts, as a kept row holds them."""
+    return {"comparisons": sum(v for k, v in tally.items() if k not in TALLIES),
+            "alarms": sum(tally[v] for v in FLAGGED), "beyond": tally["beyond threshold"],
+            "held_by_floor": tally["within noise floor"],
+            "held_by_test": tally["not significant"] + tally["not significant (too few samples)"],
+            "noisy": tally[NOISY_HOST], "noisy_else_flagged": tally["noisy, else flagged"], "old_rule": tally["old rule"]}
+
+
+def standing(rows: list[dict] | None = None) -> list[str]:
+    """The page's present tense: the newest kept run, per mode the false alarms per 100 with their
+    95% upper bound against the target, what held back the changes beyond 5%, and the old rule."""
+    row = (kept_rows.read(STUDY) if rows is None else rows)[-1]
+    body = []
+    for mode, found in row["modes"].items():
+        rate = 100 * found["alarms"] / found["comparisons"]
+        body.append([f"`compare` on {mode}", str(found["comparisons"]), str(found["alarms"]),
+                     f"{rate:.2f} ({100 * upper_bound(found['alarms'], found['comparisons']):.1f})",
+                     f"{found['beyond'] - found['alarms']} of {found['beyond']}: {found['held_by_floor']} by the noise "
+                     f"floor, {found['held_by_test']} by the test", f"{found['noisy']}", str(found["old_rule"]),
+                     "met" if rate <= TARGET_PER_100 else "not met"])
+    lines = kept_rows.table(["mode", "comparisons", "false alarms", "per 100 (95% upper bound)",
+                             "changes beyond 5% held back", "not judged (noisy host)", "old rule",
+                             f"at most {TARGET_PER_100:.0f} per 100"], body)
+    spread = row["spread"]
+    return lines + ["", f"{row['pairs']} pairs of identical runs ({', '.join(row['tests'])}; {row['processes']} "
+                        f"processes, repeat {row['repeat']} x {row['iterations_per_run']} iterations); an experiment's "
+                        f"median moves {spread['median']:.1%} between processes (median; max {spread['max']:.1%}); "
+                        f"{kept_rows.where(row)}."]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=3, help="A/A pairs of runs")
@@ -111,7 +149,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--iterations-per-run", type=int, default=20,
                         help="iterations per sample, so that a sample of these small models lasts milliseconds")
+    kept_rows.add_arguments(parser, STUDY)
     args = parser.parse_args()
+    if args.standing:
+        print("\n".join(standing()))
+        return
+    where = kept_rows.host()
     args.test = args.test or ["eval", "train"]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), str(HERE), env.get("PYTHONPATH")]))
@@ -145,6 +188,10 @@ def main() -> None:
               f"the old rule (raw p < 0.01 beyond the threshold) would have flagged {t['old rule']}")
     print(f"  process-to-process spread of an experiment's median (sd of log per-process medians): median "
           f"{statistics.median(spreads):.1%}, max {max(spreads):.1%} over {len(spreads)} experiment runs")
+    kept_rows.append(args.rows_out, {
+        "host": where, "pairs": args.pairs, "processes": args.processes, "tests": args.test, "repeat": args.repeat,
+        "iterations_per_run": args.iterations_per_run, "modes": {mode: mode_figures(t) for mode, t in modes.items()},
+        "spread": {"median": statistics.median(spreads), "max": max(spreads), "runs": len(spreads)}})
 
 
 if __name__ == "__main__":
