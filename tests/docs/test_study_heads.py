@@ -14,6 +14,7 @@ ROOT = Path(__file__).parents[2]
 
 # script under benchmarks/, its page under docs/benchmarks/
 STUDIES = [
+    ("aa_false_alarms", "aa_false_alarms.md"),
     ("compile_time", "compile_time.md"),
     ("dashboard_sweep", "dashboard.md"),
     ("first_hour", "first_hour.md"),

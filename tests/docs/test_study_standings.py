@@ -3,6 +3,7 @@ checks each page's head against the rows kept under docs/benchmarks/data)."""
 
 from __future__ import annotations
 
+import aa_false_alarms
 import compile_time
 import first_hour
 import host_noise
@@ -132,3 +133,19 @@ def test_vs_reference_shows_the_newest_row_of_each_matrix_with_its_ratio():
     assert len(table) == 3
     assert table[2].endswith("| 10.11 / 6.38 (**1.58x**) | 8.32 / 6.35 | 1.72 | 10.41 / 7.11 |")
     assert "| pytorch/xla v2.9.0 | 3; 2026-12-03" in table[2]
+
+
+def test_aa_false_alarms_counts_the_rate_and_its_bound_per_mode():
+    def mode(comparisons: int, alarms: int) -> dict:
+        return {"comparisons": comparisons, "alarms": alarms, "beyond": 10, "held_by_floor": 6, "held_by_test": 3,
+                "noisy": 0, "noisy_else_flagged": 0, "old_rule": 4}
+
+    row = {"host": host("2026-12-03"), "pairs": 4, "processes": 5, "tests": ["eval", "train"], "repeat": 10,
+           "iterations_per_run": 20, "modes": {"--processes 5": mode(120, 1), "one process": mode(600, 13)},
+           "spread": {"median": 0.185, "max": 2.66, "runs": 96}}
+    *table, _, total = aa_false_alarms.standing([row])
+    assert table[2] == "| `compare` on --processes 5 | 120 | 1 | 0.83 (3.9) | 9 of 10: 6 by the noise floor, 3 by the test | 0 | 4 | met |"
+    assert table[3].startswith("| `compare` on one process | 600 | 13 | 2.17 (")
+    assert table[3].endswith("| not met |")
+    assert total.startswith("4 pairs of identical runs (eval, train; 5 processes, repeat 10 x 20 iterations); an "
+                            "experiment's median moves 18.5% between processes (median; max 266.0%)")
