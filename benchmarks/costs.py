@@ -14,6 +14,8 @@ and prints the same table.
     git archive <commit before> | tar -x -C /tmp/before
     python benchmarks/costs.py --before-tree /tmp/before [--rounds 2] [--out /tmp/costs]
     python benchmarks/costs.py --results before/results.jsonl after/results.jsonl
+    python benchmarks/costs.py --rounds 1 --rows-out docs/benchmarks/data/costs/DATE.jsonl   # this tree alone, kept
+    python benchmarks/costs.py --standing      # the head of docs/benchmarks/costs.md
 
 Records from before the split have `verify_s` alone; the step columns are then empty. Quote the
 host's load (printed per round) beside the figures: on a busy 2-core host, compare medians of the
@@ -31,6 +33,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import kept_rows
+
+STUDY = "costs"
 ROOT = Path(__file__).resolve().parents[1]
 # (label, flags): the models the figures in docs/benchmarks/costs.md were taken on.
 MODELS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -98,6 +103,19 @@ def table(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -
     return "\n".join(lines)
 
 
+def standing(rows: list[dict[str, Any]] | None = None) -> list[str]:
+    """The page's present tense: what verification costs on the tree of the newest kept run, per
+    model the median of each step over its rounds, its code and where the float64 reference was
+    needed."""
+    row = (kept_rows.read(STUDY) if rows is None else rows)[-1]
+    cell = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+    lines = kept_rows.table(["model", "runs", *COLUMNS, "verification", "float64 reference"],
+                            [[label, str(found["n"]), *(cell(found[c]) for c in COLUMNS), found["codes"],
+                              found["reference"]] for label, found in sorted(row["models"].items())])
+    return lines + ["", f"Seconds, `--verify --batch-size={row['batch_size']}`, {row['rounds']} round(s); "
+                        f"{kept_rows.where(row)}."]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before-tree", type=Path, help="source tree of the runner before the change")
@@ -108,20 +126,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("/tmp/costs"))
     parser.add_argument("--results", type=Path, nargs=2, metavar=("BEFORE", "AFTER"),
                         help="only read two results files")
+    kept_rows.add_arguments(parser, STUDY)
     args = parser.parse_args(argv)
+    if args.standing:
+        print("\n".join(standing()))
+        return 0
+    where = kept_rows.host()
     if args.results:
         before_path, after_path = args.results
     else:
-        if args.before_tree is None:
-            parser.error("--before-tree or --results is required")
+        # Without --before-tree: the after tree alone, what verification costs there now.
         before_path, after_path = args.out / "before", args.out / "after"
         for round_ in range(args.first_round - 1, args.first_round - 1 + args.rounds):
-            trees = [("before", args.before_tree), ("after", args.after_tree)]
+            trees = [("before", args.before_tree)] * (args.before_tree is not None) + [("after", args.after_tree)]
             for name, tree in trees if round_ % 2 == 0 else trees[::-1]:
                 for label, flags in MODELS:
                     print(f"round {round_ + 1}, {name}: {label} (load {os.getloadavg()[0]:.2f})", file=sys.stderr)
                     run_model(tree, flags, args.out / name / f"round{round_ + 1}", args.batch_size)
-    print(table(summarize(before_path), summarize(after_path)))
+    after = summarize(after_path)
+    print(table(summarize(before_path) if args.results or args.before_tree is not None else {}, after))
+    kept_rows.append(args.rows_out, {"host": where, "rounds": args.rounds, "batch_size": args.batch_size,
+                                     "models": after})
     return 0
 
 
