@@ -16,6 +16,7 @@ ROOT = Path(__file__).parents[2]
 STUDIES = [
     ("aa_false_alarms", "aa_false_alarms.md"),
     ("compile_time", "compile_time.md"),
+    ("costs", "costs.md"),
     ("dashboard_sweep", "dashboard.md"),
     ("first_hour", "first_hour.md"),
     ("host_noise", "host_noise.md"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import aa_false_alarms
 import compile_time
+import costs
 import first_hour
 import host_noise
 import kept_rows
@@ -149,3 +150,12 @@ def test_aa_false_alarms_counts_the_rate_and_its_bound_per_mode():
     assert table[3].endswith("| not met |")
     assert total.startswith("4 pairs of identical runs (eval, train; 5 processes, repeat 10 x 20 iterations); an "
                             "experiment's median moves 18.5% between processes (median; max 266.0%)")
+
+
+def test_costs_shows_each_models_steps_from_the_newest_run():
+    found = {"n": 1, "verify_s": 8.27, "verify_eager_s": 4.04, "verify_compiled_s": 4.22, "verify_float64_s": None,
+             "verify_compare_s": 0.0, "child_s": 115.56, "codes": "PASS allclose", "reference": "not needed"}
+    row = {"host": host("2026-12-03"), "rounds": 1, "batch_size": 2, "models": {"mobilenetv3_large_100 inductor": found}}
+    *table, _, total = costs.standing([{**row, "models": {}}, row])
+    assert table[2] == "| mobilenetv3_large_100 inductor | 1 | 8.27 | 4.04 | 4.22 | - | 0.00 | 115.56 | PASS allclose | not needed |"
+    assert total.startswith("Seconds, `--verify --batch-size=2`, 1 round(s); 2026-12-03")
