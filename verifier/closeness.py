@@ -559,9 +559,10 @@ def _compare_tensors(ref: "torch.Tensor", res: "torch.Tensor", fp64: Any,
             leaf.note = f"{silent}: judged by allclose against eager alone"
         return leaf
     kept = ~both_nan
-    leaf.cosine = _cosine(_select(a, kept), _select(b, kept))
+    a_kept, b_kept = _select(a, kept), _select(b, kept)
+    leaf.cosine = _cosine(a_kept, b_kept)
     if rules.cosine and a.numel() >= COSINE_MIN_ELEMENTS:
-        return _cosine_rule(leaf, _select(a, kept), _select(b, kept))
+        return _cosine_rule(leaf, a_kept, b_kept)
     if rules.deferred:
         raise ReferenceNeeded(path, "rmse")
     band = limit + _rounding_band(a, b, precision)
@@ -752,8 +753,7 @@ def _rmse_rule(leaf: Leaf, a: "torch.Tensor", b: "torch.Tensor", g: "torch.Tenso
     measured = g.isfinite() & a.isfinite() & b.isfinite()
     unreferenced = ~g.isfinite() & a.isfinite()
     leaf.unreferenced = int(unreferenced.sum())
-    everywhere = bool(measured.all())
-    truth, eager, result = (_select(x, measured, everywhere) for x in (g, a, b))
+    truth, eager, result = (_select(x, measured) for x in (g, a, b))
     leaf.rmse_eager = _rmse(truth, eager)
     leaf.rmse_result = _rmse(truth, result)
     leaf.threshold = leaf.multiplier * leaf.rmse_eager + tol / 10.0
@@ -772,14 +772,12 @@ def _rmse_rule(leaf: Leaf, a: "torch.Tensor", b: "torch.Tensor", g: "torch.Tenso
     return leaf
 
 
-def _select(x: "torch.Tensor", mask: "torch.Tensor", everywhere: bool | None = None) -> "torch.Tensor":
+def _select(x: "torch.Tensor", mask: "torch.Tensor") -> "torch.Tensor":
     """x[mask]: the same elements in the same (row-major) order, so every figure computed from it
-    is bit-identical, without the gather where the mask holds everywhere (`everywhere`, when the
-    caller knows it). A leaf of a model's logits is tens of millions of float64 values, and each
-    gather cost about a second of the comparison on 2 cores."""
-    if everywhere is None:
-        everywhere = bool(mask.all())
-    return x.reshape(-1) if everywhere else x[mask]
+    is bit-identical, without the gather where the mask holds everywhere. A leaf of a model's
+    logits is tens of millions of float64 values, and each gather cost about a second of the
+    comparison on 2 cores."""
+    return x.reshape(-1) if bool(mask.all()) else x[mask]
 
 
 def _rmse(x: "torch.Tensor", y: "torch.Tensor") -> float:
