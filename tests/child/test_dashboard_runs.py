@@ -103,7 +103,9 @@ def test_a_cpu_dashboard_configuration_runs_verifies_and_is_recorded_under_its_n
 @pytest.mark.parametrize("name", dashboards.training_jobs())
 def test_a_cuda_jobs_training_run_on_the_cpu_takes_the_harness_step_and_says_where_it_ran(run_cli, name):
     """Each training configuration end to end on the CPU: the harness's step (no optimizer off
-    CUDA), checked as the harness checks it, recorded under the job's name with the device moved."""
+    CUDA), checked as the harness checks it, recorded under the job's name with the device moved,
+    at the batch the job takes (an accuracy job's torchbench batch 4; a performance job's, such as
+    inductor_with_cudagraphs, the model's own training batch, 6 for tiny_mlp)."""
     wanted = dashboards.dashboards()[name]
     run = run_cli("--suite-name=torchbench", "--filter=^tiny_mlp$", f"--dashboard={name}", "--accelerator=cpu",
                   "--test=train", "--repeat=2", timeout=600, env={TORCHBENCH_DIR_ENV: str(FAKE_TORCHBENCH)})
@@ -114,8 +116,9 @@ def test_a_cuda_jobs_training_run_on_the_cpu_takes_the_harness_step_and_says_whe
                                                                                 record["verification"])
     assert (experiment["dashboard"], experiment["test"], experiment["precision"], experiment["dynamo"],
             experiment["compile_options"]) == (name, "train", "amp", wanted.dynamo, wanted.compile_options)
+    job_batch = 6 if wanted.target == dashboards.PERFORMANCE else dashboards.accuracy_batch_size("torchbench")
     assert (experiment["training_recipe"], experiment["optimizer"], experiment["batch_size"]) == (
-        "dynamo_harness", "none", 4)
+        "dynamo_harness", "none", job_batch)
     assert experiment["dashboard_overrides"] == {"accelerator": "cpu", "pairs": dashboards.ADAPTIVE_PAIRS}
     details = record["verification"]["details"]
     # Two steps, then the loss, 4 gradients and 4 parameters of its two Linear layers: not the output.
