@@ -36,6 +36,9 @@ PYTHONPATH and the device's own torch.
 Writes OUT/summary.md, OUT/summary.json, each step's records (OUT/<step>/results.jsonl) and output
 (OUT/logs/). Exit status 0 when every step holds, 1 otherwise, 2 without CUDA; --dry-run prints the
 budget, the steps with their timeouts, checks the runner's flags of each, and runs nothing.
+`--rows-out OUT/row.jsonl` keeps the run's outcomes as one row; copied under
+docs/benchmarks/data/cuda_check/, it is what `--standing` (the head of docs/benchmarks/cuda_check.md)
+reads: each step's last result on a GPU, or that it never ran on one.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import kept_rows
+
+STUDY = "cuda_check"
 ROOT = Path(__file__).resolve().parents[1]
 # One model per suite that PyTorch's inductor inference and training files both list; four (two
 # models, two tests) do not fit beside the checks.
@@ -253,6 +259,16 @@ def summary(out: Path, steps: list[Step], outcomes: list[Outcome], budget: float
     return "\n".join(lines) + "\n"
 
 
+def environment(out: Path) -> dict[str, Any] | None:
+    """What the environment step printed (torch, its CUDA, the device), None if it printed no JSON."""
+    printed = out / "logs" / "environment.out"
+    lines = printed.read_text().splitlines() if printed.exists() else []
+    try:
+        return json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        return None
+
+
 def check_flags(steps: list[Step]) -> list[str]:
     """The runner's own validation of each run step's flags: a step that would be refused now."""
     from experiment_runner.cli import parse_config
@@ -267,15 +283,44 @@ def check_flags(steps: list[Step]) -> list[str]:
     return refused
 
 
+def standing(rows: list[dict[str, Any]] | None = None) -> list[str]:
+    """The page's present tense: every step of the nightly (the harness step included) with its
+    newest kept result on a GPU, or that no kept run reached it."""
+    kept = kept_rows.read(STUDY) if rows is None else rows
+    last: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    for row in kept:
+        for outcome in row["outcomes"]:
+            last[outcome["name"]] = (row, outcome)
+    cells = []
+    for step in plan(Path("OUT"), Path("HARNESS")):
+        if step.name not in last:
+            cells.append([step.name, step.what, "-", "never run on a GPU"])
+            continue
+        row, outcome = last[step.name]
+        device = (row.get("environment") or {}).get("device") or "device unknown"
+        cells.append([step.name, step.what, "yes" if outcome["holds"] else "no",
+                      f"{row['host']['date']}, {device}: {outcome['verdict']}".replace("|", "/")])
+    said = (f"{len(kept)} run(s) kept, the newest {kept_rows.where(kept[-1])}." if kept else
+            "No run of this nightly is kept: it has not run on a GPU yet. The device figures so far are "
+            "cuda_check.py's, in the dated sections below.")
+    return [*kept_rows.table(["step", "what it confirms", "holds", "last result on a GPU"], cells), "", said]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path, help="the folder for records, logs and the summary")
+    parser.add_argument("out", type=Path, nargs="?", help="the folder for records, logs and the summary")
     parser.add_argument("--budget", type=float, default=float(BUDGET_S),
                         help=f"seconds for all steps together (default: one device command's {DEVICE_COMMAND_S} s "
                              f"less {TRANSFER_S} s for start-up and the transfer back)")
     parser.add_argument("--harness", type=Path, help="PyTorch's dynamobench folder (benchmarks/dynamo)")
     parser.add_argument("--dry-run", action="store_true", help="print the steps, check their flags, run nothing")
+    kept_rows.add_arguments(parser, STUDY)
     args = parser.parse_args(argv)
+    if args.standing:
+        print("\n".join(standing()))
+        return 0
+    if args.out is None:
+        parser.error("the folder OUT is needed (only --standing runs without one)")
     out = args.out.resolve()
     steps = plan(out, harness_folder(args.harness))
     if args.dry_run:
@@ -299,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_nightly: CUDA is not available here; --dry-run shows the steps", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
+    where = kept_rows.host()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     deadline = time.monotonic() + args.budget
     outcomes: list[Outcome] = []
@@ -308,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         # Written after every step: a device command ended early still leaves what ran and what did not.
         (out / "summary.md").write_text(summary(out, steps, outcomes, args.budget, started))
         (out / "summary.json").write_text(json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
+    kept_rows.append(args.rows_out, {"host": where, "budget_s": args.budget, "environment": environment(out),
+                                     "outcomes": [asdict(o) for o in outcomes]})
     return 0 if all(o.holds for o in outcomes) else 1
 
 

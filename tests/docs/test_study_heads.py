@@ -19,6 +19,7 @@ STUDIES = [
     ("costs", "costs.md"),
     ("dashboard_sweep", "dashboard.md"),
     ("first_hour", "first_hour.md"),
+    ("gpu_nightly", "cuda_check.md"),
     ("host_noise", "host_noise.md"),
     ("minify_real", "minify.md"),
     ("nightly_history", "nightly_history.md"),

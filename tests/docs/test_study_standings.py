@@ -7,6 +7,7 @@ import aa_false_alarms
 import compile_time
 import costs
 import first_hour
+import gpu_nightly
 import host_noise
 import kept_rows
 import overhead
@@ -159,3 +160,20 @@ def test_costs_shows_each_models_steps_from_the_newest_run():
     *table, _, total = costs.standing([{**row, "models": {}}, row])
     assert table[2] == "| mobilenetv3_large_100 inductor | 1 | 8.27 | 4.04 | 4.22 | - | 0.00 | 115.56 | PASS allclose | not needed |"
     assert total.startswith("Seconds, `--verify --batch-size=2`, 1 round(s); 2026-12-03")
+
+
+def test_gpu_nightly_shows_each_steps_newest_result_on_a_gpu_and_the_steps_never_run_on_one():
+    def outcome(name: str, holds: bool, verdict: str) -> dict:
+        return {"name": name, "returncode": 0 if holds else 1, "seconds": 1.0, "holds": holds, "verdict": verdict}
+
+    older = {"host": host("2026-12-01"), "budget_s": 540, "environment": {"device": "NVIDIA H100"},
+             "outcomes": [outcome("oom", False, "1 record(s): crashed 1"), outcome("mission", True, "a | b")]}
+    newer = {"host": host("2026-12-03"), "budget_s": 540, "environment": None,
+             "outcomes": [outcome("oom", True, "1 record(s): oom 1")]}
+    *table, _, said = gpu_nightly.standing([older, newer])
+    cells = {line.split(" | ")[0][2:]: line for line in table[2:]}
+    assert cells["oom"].endswith("| yes | 2026-12-03, device unknown: 1 record(s): oom 1 |")
+    assert cells["mission"].endswith("| yes | 2026-12-01, NVIDIA H100: a / b |")
+    assert cells["check-determinism"].endswith("| - | never run on a GPU |")
+    assert "harness" in cells and said.startswith("2 run(s) kept, the newest 2026-12-03")
+    assert gpu_nightly.standing([])[-1].startswith("No run of this nightly is kept")
