@@ -85,7 +85,7 @@ def test_a_cpu_dashboard_configuration_runs_verifies_and_is_recorded_under_its_n
     experiment = record["experiment"]
     assert record["status"] == "ok" and record["verification_code"] == "PASS", record["error"]
     assert (experiment["dashboard"], experiment["precision"], experiment["compile_options"]) == (
-        name, wanted.precision, wanted.compile_options)
+        name, wanted.run(experiment["test"]).precision, wanted.compile_options)
     breaks = record["measurements"]["graph_breaks"]
     if wanted.compile_options.startswith("aot-inductor"):
         assert experiment["compile_scope"] == "model" and "harness_count" not in breaks
