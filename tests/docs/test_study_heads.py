@@ -28,6 +28,7 @@ STUDIES = [
     ("plans_vs_reference", "plans_vs_reference.md"),
     ("ray_overhead", "ray_overhead.md"),
     ("timing_fidelity", "timing_fidelity.md"),
+    ("torchbench_offline", "torchbench_offline.md"),
     ("vs_reference", "vs_reference.md"),
 ]
 

@@ -14,6 +14,7 @@ import overhead
 import plans_vs_reference
 import ray_overhead
 import timing_fidelity
+import torchbench_offline
 import vs_reference
 
 
@@ -177,3 +178,22 @@ def test_gpu_nightly_shows_each_steps_newest_result_on_a_gpu_and_the_steps_never
     assert cells["check-determinism"].endswith("| - | never run on a GPU |")
     assert "harness" in cells and said.startswith("2 run(s) kept, the newest 2026-12-03")
     assert gpu_nightly.standing([])[-1].startswith("No run of this nightly is kept")
+
+
+def test_torchbench_offline_counts_the_newest_rows_models_and_quotes_each_failures_line():
+    def model(status: str, line: str | None = None, stand_ins: tuple[str, ...] = ()) -> dict:
+        return {"status": status, "ms_per_iter": 12.34 if status == "ok" else None, "stand_ins": list(stand_ins),
+                "requirements": ["onnx"] if line else [], "line": line}
+
+    older = {"host": host("2026-11-26"), "checkout_commit": "0e83c440", "listed": 3, "not_in_checkout": [],
+             "batch_size": 2, "packages": {}, "models": {"a": model("error", "ImportError: x")}}
+    newer = {**older, "host": host("2026-12-03"), "not_in_checkout": ["attention_is_all_you_need_pytorch"],
+             "models": {"resnet18": model("ok", stand_ins=("pretrained_weights",)),
+                        "BERT_pytorch": model("ok"), "yolov3": model("error", "DownloadUnreachable: a | b")}}
+    *table, _, said = torchbench_offline.standing([older, newer])
+    assert [line.split(" | ")[0] for line in table[2:]] == ["| BERT_pytorch", "| resnet18", "| yolov3"]
+    assert table[3] == "| resnet18 | ok | 12.3 | pretrained_weights | - |  |"
+    assert table[4] == "| yolov3 | error | - | - | onnx | DownloadUnreachable: a / b |"
+    assert said.startswith("**2 of 3 ok** (pytorch/benchmark @ 0e83c440, 3 listed; not in the checkout: "
+                           "attention_is_all_you_need_pytorch); eager, eval, fp32, batch size 2; 2026-12-03")
+
