@@ -27,8 +27,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import kept_rows  # noqa: E402
 from experiment_runner.core.results import iter_records  # noqa: E402
 
+STUDY = "suite_sweep"
 SUITES = ("torchbench", "huggingface", "timm")
 COLUMNS = ("eval", "train", "inductor eval", "inductor train")
 
@@ -57,20 +59,56 @@ def cause(record: dict[str, Any]) -> str:
     return f"{record['status']}: {error.get('type') or ''}: {first}"[:160]
 
 
+def latest(output: Path, suite: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per model of `suite`, per column, the record of its latest attempt in the suite's run folder."""
+    found: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    path = output / suite / "results.jsonl"
+    for record in iter_records(path) if path.is_file() else ():
+        if not isinstance(record, dict):
+            continue
+        exp = record["experiment"]
+        column = ("inductor " if exp["dynamo"] == "inductor" else "") + exp["test"]
+        found[record["model"]["model_name"]][column] = record  # the latest attempt of the experiment wins
+    return found
+
+
+def kept_row(output: Path, suite: str, where: dict[str, Any], args: argparse.Namespace,
+             seconds: float) -> dict[str, Any]:
+    """What one suite's run gave, per model and column: status, verdict and the cause of a failure."""
+    return {"host": where, "suite": suite, "dynamo": args.dynamo or ["None"], "tests": args.test or ["eval", "train"],
+            "verify": not args.no_verify, "seconds": round(seconds),
+            "models": {model: {column: {"status": r["status"], "verification_code": r.get("verification_code"),
+                                        "why": None if r["status"] == "ok" else cause(r)}
+                               for column, r in columns.items()}
+                       for model, columns in sorted(latest(output, suite).items())}}
+
+
+def standing(rows: list[dict[str, Any]] | None = None) -> list[str]:
+    """The page's present tense: per suite and column, the newest kept run's counts (ok, skipped by
+    the harness's rules, failed; verdicts where it verified), then each failure with its cause."""
+    newest: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in kept_rows.read(STUDY) if rows is None else rows:
+        for column in {c for columns in row["models"].values() for c in columns}:
+            newest[(row["suite"], column)] = row
+    cells, failures = [], []
+    for (suite, column), row in sorted(newest.items()):
+        found = {model: columns[column] for model, columns in row["models"].items() if column in columns}
+        statuses = [f["status"] for f in found.values()]
+        codes = [f["verification_code"] for f in found.values() if f["status"] == "ok" and f["verification_code"]]
+        verdicts = ", ".join(f"{code} {codes.count(code)}" for code in sorted(set(codes))) if row["verify"] else "not verified"
+        cells.append([suite, column, str(len(found)), str(statuses.count("ok")), str(statuses.count("skipped")),
+                      str(len(statuses) - statuses.count("ok") - statuses.count("skipped")), verdicts or "-",
+                      kept_rows.where(row)])
+        failures += [f"{suite} {model} ({column}): {f['why']}" for model, f in found.items()
+                     if f["status"] not in ("ok", "skipped")]
+    return [*kept_rows.table(["suite", "column", "models", "ok", "skipped by rule", "failed", "verification",
+                              "taken"], cells), "",
+            "Failures: " + ("; ".join(failures).replace("|", "/") if failures else "none.")]
+
+
 def table(output: Path) -> list[str]:
     """One row per model: the status of each column that ran, the verification, seconds."""
-    rows: dict[tuple[str, str], dict[str, Any]] = defaultdict(dict)
-    for suite in SUITES:
-        path = output / suite / "results.jsonl"
-        if not path.is_file():
-            continue
-        for record in iter_records(path):
-            if not isinstance(record, dict):
-                continue
-            exp = record["experiment"]
-            column = ("inductor " if exp["dynamo"] == "inductor" else "") + exp["test"]
-            row = rows[(suite, record["model"]["model_name"])]
-            row[column] = record  # the latest attempt of the experiment wins
+    rows = {(suite, model): columns for suite in SUITES for model, columns in latest(output, suite).items()}
     lines = ["| suite | model | loads | " + " | ".join(COLUMNS) + " | verification (eval) | seconds | why not ok |",
              "|---|---|---|" + "---|" * len(COLUMNS) + "---|---|---|"]
     for (suite, model), row in sorted(rows.items()):
@@ -89,7 +127,8 @@ def table(output: Path) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", type=Path, required=True, help="folder of the runs (one per suite)")
+    parser.add_argument("--output", type=Path, help="folder of the runs (one per suite; a fresh one for --rows-out: "
+                                                       "a row takes each experiment's latest attempt in it)")
     parser.add_argument("--suite", action="append", choices=SUITES, help="default: all three")
     parser.add_argument("--dynamo", action="append", default=None,
                         help="None and/or inductor (default: None); repeat for both")
@@ -98,15 +137,23 @@ def main() -> int:
     parser.add_argument("--no-verify", action="store_true",
                         help="skip verification (its float64 copy doubles the time and memory of big models)")
     parser.add_argument("--markdown", action="store_true", help="print the table of what the runs hold; run nothing")
+    kept_rows.add_arguments(parser, STUDY)
     args = parser.parse_args()
+    if args.standing:
+        print("\n".join(standing()))
+        return 0
+    if args.output is None:
+        parser.error("--output is needed (only --standing runs without it)")
     if args.markdown:
         print("\n".join(table(args.output)))
         return 0
     for suite in args.suite or SUITES:
+        where = kept_rows.host()
         seconds = run_suite(suite, args.output, args.dynamo or ["None"], args.test or ["eval", "train"],
                             args.timeout, not args.no_verify)
         print(f"suite_sweep: {suite}: {seconds:.0f} s, load average {os.getloadavg()[0]:.2f} at the end",
               file=sys.stderr)
+        kept_rows.append(args.rows_out, kept_row(args.output, suite, where, args, seconds))
     return 0
 
 

@@ -10,6 +10,10 @@ recipe itself keeps values finite over many more steps than a timed run takes.
     python benchmarks/train_stability.py --suite torchbench --suite dummy --steps 100
     python benchmarks/train_stability.py --markdown             # the table of docs/benchmarks/train_stability.md
     python benchmarks/train_stability.py --suite huggingface --budget 120 --markdown  # at most ~2 min each
+    python benchmarks/train_stability.py --standing             # the head of docs/benchmarks/train_stability.md
+
+With --rows-out FILE a run keeps one row (its settings and every model's figures); --standing
+prints, per suite, the newest kept row's count of models that stayed finite and those that diverged.
 
 Per model: seconds per step, the steps N that ran (fewer than --steps only under --budget), the
 loss at step 1, 10 and N; whether any parameter became non-finite; how
@@ -33,6 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import kept_rows
+
+STUDY = "train_stability"
 SUITES = ("dummy", "torchbench", "huggingface", "timm")
 GROWTH_LIMIT = 100.0
 
@@ -61,10 +68,10 @@ def train_one(suite: str, model: str, steps: int, budget_s: float | None = None)
 
     config = ExperimentConfig(accelerator="cpu", xla=None, xla_flags=None, dynamo=None, test="train",
                               precision="fp32")
-    harness = ExperimentDriver(Experiment(suite, model, config), RunOptions(), DeviceRuntime(config), Path("."))
-    loaded = harness.load()
+    driver = ExperimentDriver(Experiment(suite, model, config), RunOptions(), DeviceRuntime(config), Path("."))
+    loaded = driver.load()
     start = [p.detach().clone() for p in loaded.module.parameters()]
-    step = harness.make_step(loaded)
+    step = driver.make_step(loaded)
     losses: dict[int, float] = {}
     first_nonfinite = first_subnormal = None
     optimizer = loaded.training_state.optimizer
@@ -155,6 +162,30 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def standing(rows: list[dict[str, Any]] | None = None) -> list[str]:
+    """The page's present tense: per suite, the newest kept run's models, how many stayed finite,
+    which diverged (at which step), which failed to train, and how many reached a subnormal value."""
+    newest: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+    for row in kept_rows.read(STUDY) if rows is None else rows:
+        for suite in row["suites"]:
+            newest[suite] = (row, [m for m in row["models"] if m["suite"] == suite])
+    cells = []
+    for suite in SUITES:
+        if suite not in newest:
+            cells.append([suite, "-", "-", "-", "-", "-", "-", "no row kept: the dated table below"])
+            continue
+        row, models = newest[suite]
+        trained = [m for m in models if "error" not in m]
+        diverged = [f"{m['model']} (step {m['first_nonfinite_step']})" if m["first_nonfinite_step"] else m["model"]
+                    for m in trained if m["diverged"]]
+        steps = f"{row['steps']}" + (f", at most {row['budget_s']:g} s each" if row["budget_s"] is not None else "")
+        cells.append([suite, str(len(models)), steps, str(sum(m["finite"] for m in trained)),
+                      ", ".join(diverged) or "none", ", ".join(m["model"] for m in models if "error" in m) or "none",
+                      str(sum(m["first_subnormal_step"] is not None for m in trained)), kept_rows.where(row)])
+    return kept_rows.table(["suite", "models", "steps", "stayed finite", "diverged (first non-finite loss)",
+                            "did not train", "reached a subnormal", "taken"], cells)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", action="append", choices=SUITES, help="suites to train (default: all)")
@@ -166,11 +197,19 @@ def main() -> int:
     parser.add_argument("--markdown", action="store_true",
                         help="print the table of docs/benchmarks/train_stability.md instead of JSON")
     parser.add_argument("--one", nargs=2, metavar=("SUITE", "MODEL"), help=argparse.SUPPRESS)
+    kept_rows.add_arguments(parser, STUDY)
     args = parser.parse_args()
+    if args.standing:
+        print("\n".join(standing()))
+        return 0
     if args.one:
         print(json.dumps(train_one(*args.one, args.steps, args.budget)))
         return 0
-    rows = run_all(args.suite or list(SUITES), args.steps, args.timeout, args.budget)
+    where = kept_rows.host()
+    suites = args.suite or list(SUITES)
+    rows = run_all(suites, args.steps, args.timeout, args.budget)
+    kept_rows.append(args.rows_out, {"host": where, "suites": suites, "steps": args.steps, "budget_s": args.budget,
+                                     "models": rows})
     print(markdown(rows) if args.markdown else json.dumps(rows, indent=2))
     return 1 if any(r.get("diverged") for r in rows) else 0
 

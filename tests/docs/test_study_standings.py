@@ -13,7 +13,9 @@ import kept_rows
 import overhead
 import plans_vs_reference
 import ray_overhead
+import suite_sweep
 import timing_fidelity
+import train_stability
 import torchbench_offline
 import vs_reference
 
@@ -197,3 +199,33 @@ def test_torchbench_offline_counts_the_newest_rows_models_and_quotes_each_failur
     assert said.startswith("**2 of 3 ok** (pytorch/benchmark @ 0e83c440, 3 listed; not in the checkout: "
                            "attention_is_all_you_need_pytorch); eager, eval, fp32, batch size 2; 2026-12-03")
 
+
+def test_suite_sweep_counts_each_suite_and_column_from_its_newest_run_and_names_each_failure():
+    def model(status: str, code: str | None = "PASS", why: str | None = None) -> dict:
+        return {"status": status, "verification_code": code, "why": why}
+
+    old = {"host": host("2026-11-24"), "suite": "timm", "dynamo": ["None"], "tests": ["eval"], "verify": True,
+           "seconds": 9, "models": {"a": {"eval": model("error", None, "error: boom")}}}
+    new = {**old, "host": host("2026-12-03"),
+           "models": {"a": {"eval": model("ok")}, "b": {"eval": model("ok", "FAIL_ACCURACY")},
+                      "c": {"eval": model("skipped", None, "skipped: rule")}}}
+    train = {**old, "tests": ["train"], "verify": False,
+             "models": {"a": {"train": model("timeout", None, "timeout (the host)")}}}
+    *table, _, failures = suite_sweep.standing([old, new, train])
+    assert table[2].startswith("| timm | eval | 3 | 2 | 1 | 0 | FAIL_ACCURACY 1, PASS 1 | 2026-12-03")
+    assert table[3].startswith("| timm | train | 1 | 0 | 0 | 1 | not verified | 2026-11-24")
+    assert failures == "Failures: timm a (train): timeout (the host)"
+
+
+def test_train_stability_shows_each_suites_newest_run_and_its_diverged_models():
+    def model(name: str, diverged: bool, step: int | None = None) -> dict:
+        return {"suite": "torchbench", "model": name, "finite": not diverged, "diverged": diverged,
+                "first_nonfinite_step": step, "first_subnormal_step": 19 if name == "llama" else None}
+
+    row = {"host": host("2026-12-03"), "suites": ["torchbench"], "steps": 100, "budget_s": 60.0,
+           "models": [model("llama", False), model("BERT_pytorch", True, 16),
+                      {"suite": "torchbench", "model": "vgg16", "error": "no result", "diverged": None}]}
+    table = train_stability.standing([row])
+    assert table[3] == ("| torchbench | 3 | 100, at most 60 s each | 1 | BERT_pytorch (step 16) | vgg16 | 1 | "
+                        "2026-12-03, AMD EPYC, 2 CPUs, load 0.4, abc1234 |")
+    assert table[2].endswith("| no row kept: the dated table below |")
