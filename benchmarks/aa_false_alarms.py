@@ -149,11 +149,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--iterations-per-run", type=int, default=20,
                         help="iterations per sample, so that a sample of these small models lasts milliseconds")
-    kept_rows.add_arguments(parser, STUDY)
+    kept_rows.add_arguments(parser, STUDY, standing)
     args = parser.parse_args()
-    if args.standing:
-        print("\n".join(standing()))
-        return
     where = kept_rows.host()
     args.test = args.test or ["eval", "train"]
     env = dict(os.environ)

@@ -164,11 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS),
                         help="default: every variant (the reference only with --reference)")
     parser.add_argument("--reference", type=Path, help="PyTorch/XLA's benchmarks/ folder")
-    kept_rows.add_arguments(parser, STUDY)
+    kept_rows.add_arguments(parser, STUDY, standing)
     args = parser.parse_args(argv)
-    if args.standing:
-        print("\n".join(standing()))
-        return 0
     variants = args.variant or [v for v in VARIANTS if v != "reference" or args.reference]
     if "reference" in variants and (args.reference is None or not (args.reference / "experiment_runner.py").is_file()):
         parser.error("the reference variant needs --reference PATH holding experiment_runner.py")

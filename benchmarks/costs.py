@@ -126,11 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("/tmp/costs"))
     parser.add_argument("--results", type=Path, nargs=2, metavar=("BEFORE", "AFTER"),
                         help="only read two results files")
-    kept_rows.add_arguments(parser, STUDY)
+    kept_rows.add_arguments(parser, STUDY, standing)
     args = parser.parse_args(argv)
-    if args.standing:
-        print("\n".join(standing()))
-        return 0
     where = kept_rows.host()
     if args.results:
         before_path, after_path = args.results

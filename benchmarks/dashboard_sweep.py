@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import kept_rows  # noqa: E402
 from experiment_runner.analysis.expected import PYTORCH_FILE, SHIPPED, read_expected  # noqa: E402
 from experiment_runner.analysis.harness_rows import Exported, exported  # noqa: E402
 from experiment_runner.analysis.loader import read_rows, runs_of  # noqa: E402
@@ -191,7 +192,7 @@ def standing(outputs: list[Path] | None = None, exceptions: Path = EXCEPTIONS) -
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", type=Path, help="folder of the runs (one per suite); not with --standing")
+    parser.add_argument("--output", type=Path, required=True, help="folder of the runs (one per suite)")
     parser.add_argument("--suite", action="append", choices=SUITES, help="default: all three")
     parser.add_argument("--dashboard", action="append", choices=dashboards.choices(),
                         help="configuration(s) to run (default: cpu_inductor)")
@@ -203,15 +204,9 @@ def main() -> int:
     parser.add_argument("--training", action="store_true",
                         help="the jobs' training runs, on the CPU (--accelerator=cpu --test=train)")
     parser.add_argument("--markdown", action="store_true", help="print the tables of what the runs hold; run nothing")
-    parser.add_argument("--standing", action="store_true",
-                        help="print the head of docs/benchmarks/dashboard.md from the records kept under "
-                             "docs/benchmarks/data (inference and training); run nothing")
+    kept_rows.add_standing(parser, standing, "print the head of docs/benchmarks/dashboard.md from the records "
+                                             "kept under docs/benchmarks/data (inference and training); run nothing")
     args = parser.parse_args()
-    if args.standing:
-        print("\n".join(standing()))
-        return 0
-    if args.output is None:
-        parser.error("--output is required (except with --standing)")
     if args.markdown:
         print("\n".join(tables(args.output)))
         return 0

@@ -111,11 +111,8 @@ def standing(rows: list[dict[str, Any]] | None = None) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", nargs="?", choices=("main", "tests"), help="which of the README's commands to time")
-    kept_rows.add_arguments(parser, STUDY)
+    kept_rows.add_arguments(parser, STUDY, standing)
     args = parser.parse_args()
-    if args.standing:
-        print("\n".join(standing()))
-        return 0
     if args.command is None:
         parser.error("say which command to time (main or tests), or --standing")
     where = kept_rows.host()

@@ -308,19 +308,14 @@ def standing(rows: list[dict[str, Any]] | None = None) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path, nargs="?", help="the folder for records, logs and the summary")
+    parser.add_argument("out", type=Path, help="the folder for records, logs and the summary")
     parser.add_argument("--budget", type=float, default=float(BUDGET_S),
                         help=f"seconds for all steps together (default: one device command's {DEVICE_COMMAND_S} s "
                              f"less {TRANSFER_S} s for start-up and the transfer back)")
     parser.add_argument("--harness", type=Path, help="PyTorch's dynamobench folder (benchmarks/dynamo)")
     parser.add_argument("--dry-run", action="store_true", help="print the steps, check their flags, run nothing")
-    kept_rows.add_arguments(parser, STUDY)
+    kept_rows.add_arguments(parser, STUDY, standing)
     args = parser.parse_args(argv)
-    if args.standing:
-        print("\n".join(standing()))
-        return 0
-    if args.out is None:
-        parser.error("the folder OUT is needed (only --standing runs without one)")
     out = args.out.resolve()
     steps = plan(out, harness_folder(args.harness))
     if args.dry_run:

@@ -110,11 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-time", type=float, default=0.05, metavar="S")
     parser.add_argument("--cpu", type=int, help="the CPU every process is pinned to (default: the last one allowed)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    kept_rows.add_arguments(parser, STUDY)
+    kept_rows.add_arguments(parser, STUDY, standing)
     args = parser.parse_args(argv)
-    if args.standing:
-        print("\n".join(standing()))
-        return 0
     if args.processes < 2 or args.samples < 2:
         parser.error("--processes and --samples must be at least 2")
     if args.child:

@@ -2,7 +2,7 @@
 kept under docs/benchmarks/data/STUDY/, each with the host and the tree it ran on.
 
 A study script adds `--rows-out FILE` (append this run's row) and `--standing` (print the
-page's head from the kept rows, run nothing) with add_arguments, writes its figures with
+page's head from the kept rows, run nothing) with add_arguments, given its standing(), writes its figures with
 append, and builds its head with read and table. tests/docs/test_study_heads.py checks every
 page's head against its script's standing().
 """
@@ -15,7 +15,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from experiment_runner.core.cpus import cpu_identity
 
@@ -23,14 +23,30 @@ ROOT = Path(__file__).resolve().parents[1]
 KEPT = ROOT / "docs" / "benchmarks" / "data"
 
 
-def add_arguments(parser: argparse.ArgumentParser, study: str) -> None:
-    """--rows-out and --standing, the same on every study script."""
+def add_arguments(parser: argparse.ArgumentParser, study: str, standing: Callable[[], list[str]]) -> None:
+    """--rows-out and --standing, the same on every study script. --standing prints `standing()` and
+    exits as it is parsed, like --version, so a script's other arguments are not needed for it."""
     parser.add_argument("--rows-out", type=Path, metavar="FILE",
                         help=f"append this run's figures to FILE as a JSON line (keep it under "
                              f"docs/benchmarks/data/{study}/ for the page's head)")
-    parser.add_argument("--standing", action="store_true",
-                        help=f"print the page's head from the rows kept under docs/benchmarks/data/{study}/ "
-                             "and run nothing")
+    add_standing(parser, standing, f"print the page's head from the rows kept under docs/benchmarks/data/{study}/ "
+                                   "and run nothing")
+
+
+def add_standing(parser: argparse.ArgumentParser, standing: Callable[[], list[str]], help: str) -> None:
+    """--standing alone, for a study whose head reads more than its kept rows."""
+    parser.add_argument("--standing", action=_Standing, standing=standing, help=help)
+
+
+class _Standing(argparse.Action):
+    def __init__(self, option_strings: list[str], dest: str, standing: Callable[[], list[str]], help: str) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+        self.standing = standing
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print("\n".join(self.standing()))
+        parser.exit()
 
 
 def host() -> dict[str, Any]:

@@ -292,11 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                   "nights already there from the same flags are reused")
     parser.add_argument("--browser", action="store_true",
                         help="also time the page in /usr/bin/chromium (playwright)")
-    kept_rows.add_arguments(parser, STUDY)
+    kept_rows.add_arguments(parser, STUDY, standing)
     args = parser.parse_args(argv)
-    if args.standing:
-        print("\n".join(standing()))
-        return 0
     spec = HistorySpec(nights=args.nights, models=args.models, seed=args.seed)
     folder = args.keep or Path(tempfile.mkdtemp(prefix="nightly-history-"))
     where = kept_rows.host()

@@ -108,11 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the reference runner's XLA matrix: " + " ".join(REFERENCE_MATRIX))
     parser.add_argument("matrix", nargs="*", help="experiment_runner flags after --; default: "
                         + " ".join(DEFAULT_MATRIX))
-    kept_rows.add_arguments(parser, STUDY)
+    kept_rows.add_arguments(parser, STUDY, standing)
     args = parser.parse_args(argv)
-    if args.standing:
-        print("\n".join(standing()))
-        return 0
     matrix = args.matrix or (REFERENCE_MATRIX if args.reference_matrix else DEFAULT_MATRIX)
     row = {"host": kept_rows.host(), "matrix": matrix, "launchers": {}}
     with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:

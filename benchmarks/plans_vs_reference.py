@@ -163,11 +163,8 @@ def main() -> int:
                              "default: an empty one where the reference looks for it)")
     parser.add_argument("--checkout", type=Path, help="a torchbenchmark checkout (default: a stand-in)")
     parser.add_argument("--python", default=sys.executable, help="the interpreter of both runners")
-    kept_rows.add_arguments(parser, STUDY)
+    kept_rows.add_arguments(parser, STUDY, standing)
     args = parser.parse_args()
-    if args.standing:
-        print("\n".join(standing()))
-        return 0
     if args.reference is None:
         parser.error("--reference is required (except with --standing)")
     differ = 0

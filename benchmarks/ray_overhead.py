@@ -219,11 +219,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2, help="alternated runs per executor for the overhead")
     parser.add_argument("--launcher", choices=("forkserver", "subprocess"), default="forkserver",
                         help="the launcher both executors use for the overhead (scaling: the default)")
-    kept_rows.add_arguments(parser, STUDY)
+    kept_rows.add_arguments(parser, STUDY, standing)
     args = parser.parse_args()
-    if args.standing:
-        print("\n".join(standing()))
-        return
     row: dict[str, object] = {"host": kept_rows.host()}
     with tempfile.TemporaryDirectory(prefix="ray-overhead-") as tmp:
         folder = Path(tmp)

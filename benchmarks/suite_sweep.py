@@ -127,7 +127,7 @@ def table(output: Path) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", type=Path, help="folder of the runs (one per suite; a fresh one for --rows-out: "
+    parser.add_argument("--output", type=Path, required=True, help="folder of the runs (one per suite; a fresh one for --rows-out: "
                                                        "a row takes each experiment's latest attempt in it)")
     parser.add_argument("--suite", action="append", choices=SUITES, help="default: all three")
     parser.add_argument("--dynamo", action="append", default=None,
@@ -137,13 +137,8 @@ def main() -> int:
     parser.add_argument("--no-verify", action="store_true",
                         help="skip verification (its float64 copy doubles the time and memory of big models)")
     parser.add_argument("--markdown", action="store_true", help="print the table of what the runs hold; run nothing")
-    kept_rows.add_arguments(parser, STUDY)
+    kept_rows.add_arguments(parser, STUDY, standing)
     args = parser.parse_args()
-    if args.standing:
-        print("\n".join(standing()))
-        return 0
-    if args.output is None:
-        parser.error("--output is needed (only --standing runs without it)")
     if args.markdown:
         print("\n".join(table(args.output)))
         return 0

@@ -175,11 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="our runner's --min-sample-time (Timer calibrates its own blocks)")
     parser.add_argument("--timer-child", choices=sorted(CASES), help=argparse.SUPPRESS)
     parser.add_argument("--interleaved-child", choices=sorted(CASES), help=argparse.SUPPRESS)
-    kept_rows.add_arguments(parser, STUDY)
+    kept_rows.add_arguments(parser, STUDY, standing)
     args = parser.parse_args(argv)
-    if args.standing:
-        print("\n".join(standing()))
-        return 0
     if args.timer_child:
         print(json.dumps(timer_child(args.timer_child)))
         return 0

@@ -86,18 +86,15 @@ def standing(rows: list[dict[str, Any]] | None = None) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkout", type=Path, help="a pytorch/benchmark checkout (install.py not run)")
+    parser.add_argument("--checkout", type=Path, required=True, help="a pytorch/benchmark checkout (install.py not run)")
     parser.add_argument("--commit", help="the checkout's commit (default: what git says, if it is a clone)")
-    parser.add_argument("--output", type=Path, help="the runner's output folder")
+    parser.add_argument("--output", type=Path, required=True, help="the runner's output folder")
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--subprocess-timeout", type=int, default=900)
-    kept_rows.add_arguments(parser, STUDY)
+    kept_rows.add_arguments(parser, STUDY, standing)
     args = parser.parse_args(argv)
-    if args.standing:
-        print("\n".join(standing()))
-        return 0
-    if args.checkout is None or args.output is None or not (args.checkout / CPU_LIST).is_file():
-        parser.error(f"--checkout (a pytorch/benchmark checkout holding {CPU_LIST}) and --output are needed")
+    if not (args.checkout / CPU_LIST).is_file():
+        parser.error(f"--checkout: {args.checkout} holds no {CPU_LIST}: not a pytorch/benchmark checkout")
     checkout = args.checkout.resolve()
     commit = args.commit or subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
                                            capture_output=True, text=True, check=False).stdout.strip() or "unknown"

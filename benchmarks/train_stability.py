@@ -197,11 +197,8 @@ def main() -> int:
     parser.add_argument("--markdown", action="store_true",
                         help="print the table of docs/benchmarks/train_stability.md instead of JSON")
     parser.add_argument("--one", nargs=2, metavar=("SUITE", "MODEL"), help=argparse.SUPPRESS)
-    kept_rows.add_arguments(parser, STUDY)
+    kept_rows.add_arguments(parser, STUDY, standing)
     args = parser.parse_args()
-    if args.standing:
-        print("\n".join(standing()))
-        return 0
     if args.one:
         print(json.dumps(train_one(*args.one, args.steps, args.budget)))
         return 0

@@ -112,11 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("matrix", nargs="*", help="flags for both runners after --; default: "
                         + " ".join(REFERENCE_MATRIX))
-    kept_rows.add_arguments(parser, STUDY)
+    kept_rows.add_arguments(parser, STUDY, standing)
     args = parser.parse_args(argv)
-    if args.standing:
-        print("\n".join(standing()))
-        return 0
     if args.reference is None:
         parser.error("--reference is required (except with --standing)")
     script = args.reference / "experiment_runner.py"

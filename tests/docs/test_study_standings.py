@@ -3,6 +3,11 @@ checks each page's head against the rows kept under docs/benchmarks/data)."""
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
+import pytest
+
 import aa_false_alarms
 import compile_time
 import costs
@@ -229,3 +234,13 @@ def test_train_stability_shows_each_suites_newest_run_and_its_diverged_models():
     assert table[3] == ("| torchbench | 3 | 100, at most 60 s each | 1 | BERT_pytorch (step 16) | vgg16 | 1 | "
                         "2026-12-03, AMD EPYC, 2 CPUs, load 0.4, abc1234 |")
     assert table[2].endswith("| no row kept: the dated table below |")
+
+
+def test_standing_prints_the_head_and_exits_before_the_scripts_other_arguments_are_asked_for(capsys):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    kept_rows.add_arguments(parser, "study", lambda: ["| head |", "said"])
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["--standing"])
+    assert exited.value.code == 0 and capsys.readouterr().out == "| head |\nsaid\n"
+    assert parser.parse_args(["somewhere"]).out == Path("somewhere")
