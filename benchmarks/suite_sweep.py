@@ -84,14 +84,19 @@ def kept_row(output: Path, suite: str, where: dict[str, Any], args: argparse.Nam
 
 
 def standing(rows: list[dict[str, Any]] | None = None) -> list[str]:
-    """The page's present tense: per suite and column, the newest kept run's counts (ok, skipped by
-    the harness's rules, failed; verdicts where it verified), then each failure with its cause."""
+    """The page's present tense: per suite and column (eval and train at least), the newest kept
+    run's counts (ok, skipped by the harness's rules, failed; verdicts where it verified), then each
+    failure with its cause."""
     newest: dict[tuple[str, str], dict[str, Any]] = {}
     for row in kept_rows.read(STUDY) if rows is None else rows:
         for column in {c for columns in row["models"].values() for c in columns}:
             newest[(row["suite"], column)] = row
     cells, failures = [], []
-    for (suite, column), row in sorted(newest.items()):
+    for suite, column in sorted({*newest, *((suite, test) for suite in SUITES for test in ("eval", "train"))}):
+        if (suite, column) not in newest:
+            cells.append([suite, column, "-", "-", "-", "-", "-", "no row kept: the dated table below"])
+            continue
+        row = newest[(suite, column)]
         found = {model: columns[column] for model, columns in row["models"].items() if column in columns}
         statuses = [f["status"] for f in found.values()]
         codes = [f["verification_code"] for f in found.values() if f["status"] == "ok" and f["verification_code"]]
