@@ -74,13 +74,16 @@ def latest(output: Path, suite: str) -> dict[str, dict[str, dict[str, Any]]]:
 
 def kept_row(output: Path, suite: str, where: dict[str, Any], args: argparse.Namespace,
              seconds: float) -> dict[str, Any]:
-    """What one suite's run gave, per model and column: status, verdict and the cause of a failure."""
-    return {"host": where, "suite": suite, "dynamo": args.dynamo or ["None"], "tests": args.test or ["eval", "train"],
-            "verify": not args.no_verify, "seconds": round(seconds),
+    """What one suite's run gave, per model and column: status, verdict and the cause of a failure;
+    only the columns this run planned, so an earlier run's into the same folder is not kept again."""
+    dynamo, tests = args.dynamo or ["None"], args.test or ["eval", "train"]
+    planned = {("inductor " if d == "inductor" else "") + test for d in dynamo for test in tests}
+    return {"host": where, "suite": suite, "dynamo": dynamo, "tests": tests, "verify": not args.no_verify,
+            "seconds": round(seconds),
             "models": {model: {column: {"status": r["status"], "verification_code": r.get("verification_code"),
                                         "why": None if r["status"] == "ok" else cause(r)}
-                               for column, r in columns.items()}
-                       for model, columns in sorted(latest(output, suite).items())}}
+                               for column, r in columns.items() if column in planned}
+                       for model, columns in sorted(latest(output, suite).items()) if planned & columns.keys()}}
 
 
 def standing(rows: list[dict[str, Any]] | None = None) -> list[str]:
@@ -132,8 +135,8 @@ def table(output: Path) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", type=Path, required=True, help="folder of the runs (one per suite; a fresh one for --rows-out: "
-                                                       "a row takes each experiment's latest attempt in it)")
+    parser.add_argument("--output", type=Path, required=True, help="folder of the runs (one per suite); with --rows-out a run keeps "
+                                                       "the latest attempt in it of each experiment it planned")
     parser.add_argument("--suite", action="append", choices=SUITES, help="default: all three")
     parser.add_argument("--dynamo", action="append", default=None,
                         help="None and/or inductor (default: None); repeat for both")

@@ -4,6 +4,7 @@ checks each page's head against the rows kept under docs/benchmarks/data)."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -246,3 +247,19 @@ def test_standing_prints_the_head_and_exits_before_the_scripts_other_arguments_a
         parser.parse_args(["--standing"])
     assert exited.value.code == 0 and capsys.readouterr().out == "| head |\nsaid\n"
     assert parser.parse_args(["somewhere"]).out == Path("somewhere")
+
+
+def test_a_suite_sweep_row_keeps_only_the_columns_its_run_planned(tmp_path):
+    def record(model: str, test: str, status: str) -> dict:
+        return {"model": {"model_name": model}, "experiment": {"dynamo": None, "test": test}, "status": status,
+                "verification_code": "PASS" if test == "eval" else None,
+                "error": None if status == "ok" else {"type": "Timeout", "message": "no result"}}
+
+    (tmp_path / "timm").mkdir()
+    lines = [record("a", "eval", "ok"), record("b", "eval", "ok"), record("a", "train", "timeout")]
+    (tmp_path / "timm" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    args = argparse.Namespace(dynamo=None, test=["train"], no_verify=True)
+    row = suite_sweep.kept_row(tmp_path, "timm", host("2026-12-03"), args, 12.0)
+    assert row["models"] == {"a": {"train": {"status": "timeout", "verification_code": None,
+                                             "why": "timeout (the host)"}}}
+    assert (row["tests"], row["verify"]) == (["train"], False)
