@@ -2,7 +2,7 @@
 
 For each case the runner times the experiment through the real CLI (default settings:
 calibrated samples, whole-step compilation, threads from the affinity mask), and a fresh
-process times the very same step (our harness builds it: same model, seed, inputs, compiled
+process times the very same step (our ExperimentDriver builds it: same model, seed, inputs, compiled
 region, threads) with Timer. The two alternate, round after round, so a neighbour's load hits
 both alike; each line reports the host's load average and the record's own `host_load`.
 
@@ -72,7 +72,7 @@ def ours(case: str, workdir: Path, min_sample_time: float) -> dict[str, Any]:
 
 
 def build_step(case: str, min_sample_time: float = DEFAULT_MIN_SAMPLE_TIME_S) -> tuple[Any, Any, Any, int]:
-    """In this process: the experiment's step, built by our harness (model, seed, inputs, compiled
+    """In this process: the experiment's step, built by our ExperimentDriver (model, seed, inputs, compiled
     region, threads exactly as a timed run has them), warmed up."""
     from experiment_runner.child.cpu_launch import set_threads
     from experiment_runner.child.devices import runtime_for
@@ -84,8 +84,8 @@ def build_step(case: str, min_sample_time: float = DEFAULT_MIN_SAMPLE_TIME_S) ->
     options = RunOptions(repeat=repeat, min_sample_time=min_sample_time)
     threads = set_threads(options)["threads"]
     device = runtime_for(config)
-    harness = ExperimentDriver(Experiment(suite, model, config), options, device, Path(tempfile.mkdtemp()))
-    step = harness.make_step(harness.load())
+    driver = ExperimentDriver(Experiment(suite, model, config), options, device, Path(tempfile.mkdtemp()))
+    step = driver.make_step(driver.load())
     for _ in range(options.warmup_iterations):
         step()
     return step, device, options, threads

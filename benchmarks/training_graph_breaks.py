@@ -5,7 +5,7 @@ numbers PyTorch's CI wrote, without the compile, timing and verification of a wh
     python benchmarks/training_graph_breaks.py --suite timm --job inductor --out /tmp/gb.jsonl -k 'mobilenet|resnet'
     python benchmarks/training_graph_breaks.py --out /tmp/gb.jsonl --markdown
 
-For each model it builds the harness object the child builds for `--dashboard=JOB --accelerator=cpu
+For each model it builds the driver the child builds for `--dashboard=JOB --accelerator=cpu
 --test=train --verify` at PyTorch's accuracy batch size, and calls the same function the child calls
 after verification, which replays the suite's forward_and_backward_pass with the optimizer the CUDA
 job takes. Graph breaks come from tracing, not the backend, so the count is the experiment's; the
@@ -69,11 +69,11 @@ def count(suite: str, model: str, job: str) -> dict[str, Any]:
                               compile_options=wanted.compile_options, training_recipe=dashboards.HARNESS_RECIPE)
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as artifacts:
-        harness = ExperimentDriver(Experiment(suite, model, config), RunOptions(verify=True), runtime_for(config),
+        driver = ExperimentDriver(Experiment(suite, model, config), RunOptions(verify=True), runtime_for(config),
                                     Path(artifacts))
         try:
             before = Counter(counters["graph_break"])
-            found, method = harness_accuracy_counters(harness)
+            found, method = harness_accuracy_counters(driver)
             return {"harness_count": found["graph_breaks"], "method": method, "seconds": round(time.monotonic() - started, 1),
                     "reasons": dict(Counter(counters["graph_break"]) - before), "versions": versions()}
         except Exception as exc:  # noqa: BLE001 - one model's failure is a row, not the end of the sweep
