@@ -51,7 +51,8 @@ class _Standing(argparse.Action):
 
 def host() -> dict[str, Any]:
     """Where and when a row was taken: the UTC date, the processor, its CPUs, the load average
-    before the run and the commit of this tree (with `+` when it has uncommitted changes)."""
+    before the run and the commit of this tree (with `+` when it has uncommitted changes), or where
+    the tree is a copy without git (a lent device's), the commit $KEPT_ROWS_COMMIT names."""
     def git(*args: str) -> str:
         proc = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=False)
         return proc.stdout.strip()
@@ -59,6 +60,7 @@ def host() -> dict[str, Any]:
     commit = git("rev-parse", "--short", "HEAD") or None
     if commit and git("status", "--porcelain", "--untracked-files=no"):
         commit += "+"
+    commit = commit or os.environ.get("KEPT_ROWS_COMMIT")
     return {"date": time.strftime("%Y-%m-%d", time.gmtime()), "cpu": cpu_identity()["model_name"],
             "cpus": len(os.sched_getaffinity(0)), "load_average": round(os.getloadavg()[0], 2), "commit": commit}
 

@@ -263,3 +263,12 @@ def test_a_suite_sweep_row_keeps_only_the_columns_its_run_planned(tmp_path):
     assert row["models"] == {"a": {"train": {"status": "timeout", "verification_code": None,
                                              "why": "timeout (the host)"}}}
     assert (row["tests"], row["verify"]) == (["train"], False)
+
+
+@pytest.mark.e2e
+def test_a_row_taken_in_a_copy_without_git_names_the_commit_it_was_given(monkeypatch, tmp_path):
+    monkeypatch.setattr(kept_rows, "ROOT", tmp_path)
+    monkeypatch.setenv("KEPT_ROWS_COMMIT", "abc1234")
+    assert kept_rows.host()["commit"] == "abc1234"
+    monkeypatch.setattr(kept_rows, "ROOT", Path(__file__).parents[2])
+    assert kept_rows.host()["commit"] != "abc1234"
