@@ -27,6 +27,7 @@ STUDIES = [
     ("paired_vs_harness", "paired_vs_harness.md"),
     ("plans_vs_reference", "plans_vs_reference.md"),
     ("ray_overhead", "ray_overhead.md"),
+    ("suite_sweep", "suite_sweep.md"),
     ("timing_fidelity", "timing_fidelity.md"),
     ("torchbench_offline", "torchbench_offline.md"),
     ("vs_reference", "vs_reference.md"),
