@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import time
@@ -66,11 +67,23 @@ def host() -> dict[str, Any]:
 
 
 def append(path: Path | None, row: dict[str, Any]) -> None:
-    """Add `row` to the kept rows in `path` (nothing when None); `row` carries host() already."""
+    """Add `row` to the kept rows in `path` (nothing when None); `row` carries host() already.
+    A float that is not finite (a diverged loss) is kept as the string "nan", "inf" or "-inf":
+    JSON has no such number, and jq and DuckDB refuse Python's NaN."""
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as out:
-            out.write(json.dumps(row) + "\n")
+            out.write(json.dumps(_finite(row), allow_nan=False) + "\n")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def read(study: str) -> list[dict[str, Any]]:

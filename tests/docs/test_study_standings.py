@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,14 @@ def test_kept_rows_are_read_oldest_first_whatever_file_holds_them(tmp_path, monk
     kept_rows.append(tmp_path / "study" / "a.jsonl", {"host": host("2026-12-03"), "n": 2})
     kept_rows.append(None, {"host": host("2026-12-04"), "n": 3})  # no --rows-out: nothing kept
     assert [row["n"] for row in kept_rows.read("study")] == [1, 2]
+
+
+def test_a_kept_row_is_strict_json_with_a_diverged_loss_spelled_out(tmp_path):
+    kept_rows.append(tmp_path / "rows.jsonl", {"host": host("2026-12-03"), "losses": [1.5, math.nan, -math.inf],
+                                                "at": {"10": math.inf}})
+    line = (tmp_path / "rows.jsonl").read_text()
+    assert json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in a kept row")) == {
+        "host": host("2026-12-03"), "losses": [1.5, "nan", "-inf"], "at": {"10": "inf"}}
 
 
 def noise(date: str, cpu: str, loop_spread: float) -> dict:
