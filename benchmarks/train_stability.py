@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import subprocess
 import sys
 import time
@@ -134,6 +135,8 @@ def run_all(suites: list[str], steps: int, timeout_s: float, budget_s: float | N
                 continue
             if proc.returncode != 0:
                 tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+                if proc.returncode < 0:  # a signal leaves no traceback: say which (SIGKILL: most often the OOM killer)
+                    tail = f"killed by {signal.Signals(-proc.returncode).name}; {tail}"
                 rows.append({"suite": suite, "model": model, "error": tail[:200], "diverged": None})
             else:
                 rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -180,7 +183,8 @@ def standing(rows: list[dict[str, Any]] | None = None) -> list[str]:
                     for m in trained if m["diverged"]]
         steps = f"{row['steps']}" + (f", at most {row['budget_s']:g} s each" if row["budget_s"] is not None else "")
         cells.append([suite, str(len(models)), steps, str(sum(m["finite"] for m in trained)),
-                      ", ".join(diverged) or "none", ", ".join(m["model"] for m in models if "error" in m) or "none",
+                      ", ".join(diverged) or "none",
+                      ", ".join(f"{m['model']} ({m['error'][:60]})" for m in models if "error" in m) or "none",
                       str(sum(m["first_subnormal_step"] is not None for m in trained)), kept_rows.where(row)])
     return kept_rows.table(["suite", "models", "steps", "stayed finite", "diverged (first non-finite loss)",
                             "did not train", "reached a subnormal", "taken"], cells)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -243,7 +244,7 @@ def test_train_stability_shows_each_suites_newest_run_and_its_diverged_models():
            "models": [model("llama", False), model("BERT_pytorch", True, 16),
                       {"suite": "torchbench", "model": "vgg16", "error": "no result", "diverged": None}]}
     table = train_stability.standing([row])
-    assert table[3] == ("| torchbench | 3 | 100, at most 60 s each | 1 | BERT_pytorch (step 16) | vgg16 | 1 | "
+    assert table[3] == ("| torchbench | 3 | 100, at most 60 s each | 1 | BERT_pytorch (step 16) | vgg16 (no result) | 1 | "
                         "2026-12-03, AMD EPYC, 2 CPUs, load 0.4, abc1234 |")
     assert table[2].endswith("| no row kept: the dated table below |")
 
@@ -281,3 +282,14 @@ def test_a_row_taken_in_a_copy_without_git_names_the_commit_it_was_given(monkeyp
     assert kept_rows.host()["commit"] == "abc1234"
     monkeypatch.setattr(kept_rows, "ROOT", Path(__file__).parents[2])
     assert kept_rows.host()["commit"] != "abc1234"
+
+
+def test_train_stability_says_a_model_whose_process_was_killed_was_killed(monkeypatch):
+    """The OOM killer's SIGKILL leaves no traceback: densenet121 at its CPU training batch (512)
+    read '(no output)' on a 24 GiB host before."""
+    monkeypatch.setattr(train_stability, "models_of", lambda suite: ["densenet121"])
+    monkeypatch.setattr(train_stability.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a[0], -9, stdout="", stderr=""))
+    (row,) = train_stability.run_all(["torchbench"], steps=2, timeout_s=10, budget_s=None)
+    assert row == {"suite": "torchbench", "model": "densenet121", "error": "killed by SIGKILL; (no output)",
+                   "diverged": None}
