@@ -184,7 +184,7 @@ def standing(rows: list[dict[str, Any]] | None = None) -> list[str]:
         steps = f"{row['steps']}" + (f", at most {row['budget_s']:g} s each" if row["budget_s"] is not None else "")
         cells.append([suite, str(len(models)), steps, str(sum(m["finite"] for m in trained)),
                       ", ".join(diverged) or "none",
-                      ", ".join(f"{m['model']} ({m['error'][:60]})" for m in models if "error" in m) or "none",
+                      "; ".join(f"{m['model']}: {m['error'][:60]}" for m in models if "error" in m) or "none",
                       str(sum(m["first_subnormal_step"] is not None for m in trained)), kept_rows.where(row)])
     return kept_rows.table(["suite", "models", "steps", "stayed finite", "diverged (first non-finite loss)",
                             "did not train", "reached a subnormal", "taken"], cells)

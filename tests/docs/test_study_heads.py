@@ -30,6 +30,7 @@ STUDIES = [
     ("suite_sweep", "suite_sweep.md"),
     ("timing_fidelity", "timing_fidelity.md"),
     ("torchbench_offline", "torchbench_offline.md"),
+    ("train_stability", "train_stability.md"),
     ("vs_reference", "vs_reference.md"),
 ]
 

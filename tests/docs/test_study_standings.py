@@ -244,7 +244,7 @@ def test_train_stability_shows_each_suites_newest_run_and_its_diverged_models():
            "models": [model("llama", False), model("BERT_pytorch", True, 16),
                       {"suite": "torchbench", "model": "vgg16", "error": "no result", "diverged": None}]}
     table = train_stability.standing([row])
-    assert table[3] == ("| torchbench | 3 | 100, at most 60 s each | 1 | BERT_pytorch (step 16) | vgg16 (no result) | 1 | "
+    assert table[3] == ("| torchbench | 3 | 100, at most 60 s each | 1 | BERT_pytorch (step 16) | vgg16: no result | 1 | "
                         "2026-12-03, AMD EPYC, 2 CPUs, load 0.4, abc1234 |")
     assert table[2].endswith("| no row kept: the dated table below |")
 
