@@ -126,7 +126,23 @@ def test_no_dynamo_compile_summary_when_nothing_compiled(fresh_dynamo):
 
 
 @pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK), reason="kernel does not allow a VmHWM reset")
+def in_a_fresh_process(body: str) -> None:
+    """Run this module's function `body` in a new interpreter. A resident-set figure depends on the
+    process's heap: in a test worker that earlier tests fragmented, glibc serves a 64 MiB tensor from
+    a freed, still resident hole (no new page, no munmap on free), as no fresh child process does."""
+    here = Path(__file__).parent
+    proc = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(here)!r}); "
+                           f"import test_instrumentation; test_instrumentation.{body}()"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.e2e
 def test_cpu_timed_peak_covers_the_timed_runs_only():
+    in_a_fresh_process("timed_peak_covers_the_timed_runs_only")
+
+
+def timed_peak_covers_the_timed_runs_only():
     runtime = DeviceRuntime(config())
     big = torch.ones(48 * 2**20)  # 192 MiB, touched, then returned to the OS
     del big
@@ -207,13 +223,15 @@ def test_the_harness_warmup_reads_cuda_memory_as_the_harness_does():
     assert (probe.block["iterations"], probe.block["peak_memory_bytes"]) == (3, 3 * 10**9)
 
 
+@pytest.mark.e2e
 def test_the_harness_warmup_reads_the_cpu_resident_set_after_it_not_a_peak():
     """On the CPU the harness reads psutil's memory_percent() x RAM after its warm-up: the resident
     set then. A step that keeps 64 MiB raises it by that much; one that frees its 64 MiB (a block
-    that size is mmapped and unmapped) leaves it where it was. The baseline is read after a
-    collection, as the probe's own start collects: garbage an earlier test left in this worker (a
-    cycle holding a 64 MiB tensor) would otherwise be freed between baseline and warm-up and hide
-    the step's allocation."""
+    that size is mmapped and unmapped) leaves it where it was. In a fresh process, as a child is."""
+    in_a_fresh_process("warmup_reads_the_resident_set_after_it")
+
+
+def warmup_reads_the_resident_set_after_it():
     kept: list[torch.Tensor] = []
     size = 64 * 2**20
     runtime = DeviceRuntime(config())
