@@ -7,6 +7,13 @@ group: the harness's value, ours, and whether they agree within the column's tol
 (TOLERANCES: counters exactly; timings and memory within a share, as they are measurements of
 two processes; the speedup is compared by paired_vs_harness.py itself).
 
+On the CPU the memory columns are each process's whole resident set after a warm-up (100 x GB),
+so they hold what each process held before its model loaded: the harness's imports (pandas,
+scipy, its benchmark modules) are not ours. Where both bases are known (the harness's
+harness_*_performance_base.json, ours' measurements.harness_warmup.base_memory_bytes), the memory
+columns compare above them, and compression_ratio is ours' rebased onto the harness's base; the
+raw figures stay in the table.
+
     python benchmarks/harness_columns.py /tmp/study/b8 /tmp/study/b1
 
 Which columns agree, and by how much the measured ones differ, goes in
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import subprocess
 import sys
 import tempfile
@@ -49,6 +57,40 @@ def ours_rows(results: Path, scratch: Path) -> dict[str, dict[str, str]]:
     return found
 
 
+# The dynamo CSV's CPU memory unit per byte: psutil's memory_percent() x RAM / 10**9 (100 x GB).
+CPU_MEMORY_UNIT = 100 / 10**9
+MEMORY_COLUMNS = ("eager_peak_mem", "dynamo_peak_mem")
+
+
+def harness_base(round_dir: Path, suite: str, model: str) -> float | None:
+    """The harness's performance process's resident set before its model loaded, in the CSV's
+    CPU unit (paired_vs_harness.py's HARNESS_BASE_FILE); None where it was not kept."""
+    path = round_dir / f"harness_{suite}_{model}_performance_base.json"
+    return json.loads(path.read_text())["base_memory_bytes"] * CPU_MEMORY_UNIT if path.exists() else None
+
+
+def ours_base(results: Path) -> float | None:
+    """Our compiled experiment's resident set before its model loaded, in the CSV's CPU unit."""
+    for line in results.read_text().splitlines():
+        record = json.loads(line)
+        if record["experiment"]["dynamo"] is not None and record["experiment"]["accelerator"] == "cpu":
+            base = (record["measurements"].get("harness_warmup") or {}).get("base_memory_bytes")
+            return None if base is None else base * CPU_MEMORY_UNIT
+    return None
+
+
+def above_bases(theirs: dict[str, str], mine: dict[str, str], bases: tuple[float, float]) -> dict[str, tuple[str, str]]:
+    """The memory columns each above its own process's base, and compression_ratio with ours
+    rebased onto the harness's base: (harness's, ours') as the CSV would write them."""
+    theirs_base, ours_base_ = bases
+    figures: dict[str, tuple[str, str]] = {}
+    for column in MEMORY_COLUMNS:
+        figures[column] = (f"{float(theirs[column]) - theirs_base:.6f}", f"{float(mine[column]) - ours_base_:.6f}")
+    eager, dynamo = (float(mine[column]) - ours_base_ + theirs_base for column in MEMORY_COLUMNS)
+    figures["compression_ratio"] = (theirs["compression_ratio"], f"{eager / dynamo:.6f}")
+    return figures
+
+
 def agree(column: str, theirs: str, ours: str) -> str:
     tolerance = TOLERANCES[column]
     if tolerance is None:
@@ -71,6 +113,7 @@ def compare(folders: list[Path]) -> list[str]:
                 for ours_dir in sorted(round_dir.glob("ours_harness_*")):
                     suite, _, model = ours_dir.name.removeprefix("ours_harness_").partition("_")
                     ours = ours_rows(ours_dir / "results.jsonl", Path(scratch) / round_dir.name)
+                    bases = (harness_base(round_dir, suite, model), ours_base(ours_dir / "results.jsonl"))
                     for kind in ("performance", "accuracy"):
                         theirs_csv = round_dir / f"harness_{suite}_{model}_{kind}.csv"
                         if not theirs_csv.exists():
@@ -82,12 +125,17 @@ def compare(folders: list[Path]) -> list[str]:
                                          f"{'-' if theirs is None else 'row'} | {'-' if mine is None else 'row'} | "
                                          "missing |")
                             continue
+                        rebased = (above_bases(theirs, mine, bases) if kind == "performance"
+                                   and None not in bases else {})
                         for column in TOLERANCES:
                             if column in theirs and column in mine:
-                                verdict = agree(column, theirs[column], mine[column])
+                                compared = rebased.get(column, (theirs[column], mine[column]))
+                                verdict = agree(column, *compared)
                                 beyond[column] = beyond.get(column, 0) + ("beyond" in verdict or verdict == "differs")
-                                lines.append(f"| {round_dir.name} | {model} | {kind}: {column} | {theirs[column]} | "
-                                             f"{mine[column]} | {verdict} |")
+                                how = (" above base" if column in MEMORY_COLUMNS else " rebased") if column in rebased else ""
+                                lines.append(f"| {round_dir.name} | {model} | {kind}: {column}{how} | "
+                                             f"{theirs[column]}{f' ({compared[0]})' if how else ''} | "
+                                             f"{mine[column]}{f' ({compared[1]})' if how else ''} | {verdict} |")
     lines += ["", "Beyond tolerance or different, per column: " +
               ", ".join(f"{column} {count}" for column, count in beyond.items())]
     return lines

@@ -60,35 +60,55 @@ from pathlib import Path
 from experiment_runner.analysis.stats import geomean
 
 # Runs one of the harness's suite scripts as __main__ with random weights (no download) and with
-# torchvision's pure-Python parts loadable beside a CPU torch (benchmark_models.optional).
+# torchvision's pure-Python parts loadable beside a CPU torch (benchmark_models.optional). Only the
+# suite's own library is imported and patched here, so the harness's process holds what it holds
+# run alone. Where HARNESS_BASE_FILE is set, the process's resident set right before the harness
+# loads its model is written there: the level its CPU memory columns rise from (harness_columns.py).
 _HARNESS = """
-import runpy, sys
+import json, os, pathlib, runpy, sys
 from benchmark_models.optional import patch_broken_torchvision
 patch_broken_torchvision()
-import timm, timm.models, torchvision.models
-create = timm.models.create_model
-def offline(*args, **kwargs):
-    kwargs["pretrained"] = False
-    return create(*args, **kwargs)
-timm.models.create_model = offline
-timm.create_model = offline
-def weightless(build):
-    def built(*args, weights=None, pretrained=None, **kwargs):
-        return build(*args, weights=None, **kwargs)
-    return built
-for name in torchvision.models.list_models(module=torchvision.models):
-    setattr(torchvision.models, name, weightless(getattr(torchvision.models, name)))
-# The harness reads five huggingface configurations from the hub: ours ship as data.
-import json, pathlib, transformers
-import benchmark_models
-data = pathlib.Path(benchmark_models.__file__).parent / "data" / "huggingface.json"
-hub = json.loads(data.read_text())["hub_configs"]
-def shipped(name, *args, **kwargs):
-    return transformers.AutoConfig.for_model(hub[name]["model_type"], **hub[name]["values"])
-transformers.AutoConfig.from_pretrained = shipped
+script = pathlib.Path(sys.argv[1])
+if script.name == "timm_models.py":
+    import timm, timm.models
+    create = timm.models.create_model
+    def offline(*args, **kwargs):
+        kwargs["pretrained"] = False
+        return create(*args, **kwargs)
+    timm.models.create_model = offline
+    timm.create_model = offline
+if script.name == "torchbench.py":
+    import torchvision.models
+    def weightless(build):
+        def built(*args, weights=None, pretrained=None, **kwargs):
+            return build(*args, weights=None, **kwargs)
+        return built
+    for name in torchvision.models.list_models(module=torchvision.models):
+        setattr(torchvision.models, name, weightless(getattr(torchvision.models, name)))
+if script.name == "huggingface.py":  # it reads five configurations from the hub: ours ship as data
+    import transformers
+    import benchmark_models
+    data = pathlib.Path(benchmark_models.__file__).parent / "data" / "huggingface.json"
+    hub = json.loads(data.read_text())["hub_configs"]
+    def shipped(name, *args, **kwargs):
+        return transformers.AutoConfig.for_model(hub[name]["model_type"], **hub[name]["values"])
+    transformers.AutoConfig.from_pretrained = shipped
 sys.argv = sys.argv[1:]
-sys.path.insert(0, __import__("os").path.dirname(sys.argv[0]))
-runpy.run_path(sys.argv[0], run_name="__main__")
+sys.path.insert(0, str(script.parent))
+base_file = os.environ.get("HARNESS_BASE_FILE")
+if base_file:
+    import common, psutil
+    harness_main = common.main
+    def main(runner, *args, **kwargs):
+        load = runner.load_model
+        def load_model(*load_args, **load_kwargs):
+            if not os.path.exists(base_file):
+                pathlib.Path(base_file).write_text(json.dumps({"base_memory_bytes": psutil.Process().memory_info().rss}))
+            return load(*load_args, **load_kwargs)
+        runner.load_model = load_model
+        return harness_main(runner, *args, **kwargs)
+    common.main = main
+runpy.run_path(str(script), run_name="__main__")
 """
 
 # The harness's script for each suite this script compares.
@@ -145,7 +165,8 @@ def harness(path: Path, model: Model, test: str, device: str, batch_size: int, d
         csv_path = out / f"harness_{model.suite}_{model.name}_{mode}.csv"
         # Each harness process compiles cold, as each of ours does (core/compiler_caches.py), and
         # as the dashboard's accuracy and performance jobs do on their own machines.
-        cold = {**env, "TORCHINDUCTOR_CACHE_DIR": str(out / f"inductor_cache_{model.suite}_{model.name}_{mode}")}
+        cold = {**env, "TORCHINDUCTOR_CACHE_DIR": str(out / f"inductor_cache_{model.suite}_{model.name}_{mode}"),
+                "HARNESS_BASE_FILE": str(out / f"harness_{model.suite}_{model.name}_{mode}_base.json")}
         spent, proc = machine_seconds([sys.executable, "-c", _HARNESS, script, *common, f"--{mode}",
                                        "--output", str(csv_path)], cold, device)
         seconds += spent

@@ -142,6 +142,7 @@ def run_task(task: Task, on_timed: Callable[[ChildResult], None] | None = None) 
 
         with phase(timings, "load_s"):
             write_phase(task, "loading")
+            memory_base = device.harness_memory_base()
             model = driver.model = driver.load()
             result.source, result.batch_size = model.source, model.batch_size
             loaded_state = state_versions(model.module)
@@ -177,7 +178,8 @@ def run_task(task: Task, on_timed: Callable[[ChildResult], None] | None = None) 
                                                    on_timing=lambda: write_phase(task, "timing"),
                                                    timings=timings, warmup_probe=probe)
         if probe is not None:
-            metrics["harness_warmup"] = {"eager": eager_warmup, "compiled": probe.block}
+            metrics["harness_warmup"] = {"eager": eager_warmup, "compiled": probe.block,
+                                         **({} if memory_base is None else {"base_memory_bytes": memory_base})}
         result.iterations_per_run = metrics.pop("iterations_per_run")
         result.iterations_per_run_calibrated = metrics.pop("iterations_per_run_calibrated")
         # The profiling pass repeats the timed runs' shape, calibrated count included.

@@ -43,6 +43,8 @@ def test_a_dashboard_run_alone_gives_a_verdict_graph_breaks_and_the_harness_spee
     warmups = measured["harness_warmup"]
     assert warmups["eager"]["iterations"] == warmups["compiled"]["iterations"] == 5
     assert warmups["eager"]["peak_memory_bytes"] > 0 and warmups["compiled"]["peak_memory_bytes"] > 0
+    # Both rise from the resident set before the model loaded: torch imported, the model not yet.
+    assert 0 < warmups["base_memory_bytes"] < min(warmups[side]["peak_memory_bytes"] for side in ("eager", "compiled"))
     stats = warmups["compiled"]["dynamo_stats"]
     assert stats["calls_captured"] == measured["graph_breaks"]["calls_captured"] > stats["unique_graphs"] == 1
 

@@ -158,6 +158,13 @@ class DeviceRuntime:
         a level, not a high-water mark."""
         return resident_bytes()
 
+    def harness_memory_base(self) -> int | None:
+        """The level harness_memory rises from, read before the model loads: on the CPU the
+        resident set then. The harness's CPU figure is its whole process's resident set, so it
+        holds that process's interpreter and imports; two processes' figures compare only above
+        their own bases (benchmarks/harness_columns.py)."""
+        return resident_bytes()
+
     def lifetime_peak_memory(self) -> dict[str, int]:
         """`lifetime_peak_rss_bytes`: the child's resident peak over its whole life (interpreter,
         imports, compilation, timed runs, profiling, verification); read at the very end."""

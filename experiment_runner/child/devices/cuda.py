@@ -86,6 +86,10 @@ class CudaRuntime(DeviceRuntime):
         """The allocator's peak since harness_memory_start (the harness's get_peak_memory)."""
         return int(self.cuda.max_memory_allocated())
 
+    def harness_memory_base(self) -> int | None:
+        """None: the allocator's peak starts from its reset, whatever the process holds."""
+        return None
+
     def device_memory(self) -> DeviceMemory:
         """This GPU's memory as the verifier plans it: what the process's tensors take now, and what
         it can still take, the driver's free memory (torch.cuda.mem_get_info) and the caching
