@@ -21,7 +21,8 @@ Then:
 - oom: a deliberate CUDA out-of-memory (a batch no device holds), which must be recorded `oom`;
 - forkserver: eager and inductor experiments forked from the fork server on CUDA;
 - mission: `--suite-name=torchbench --accelerator=cuda --filter=llama`;
-- inductor-timm: one timm model in PyTorch's `inductor` job, inference and training, verified;
+- inductor-timm: one timm model in PyTorch's `inductor` job, inference and training, verified, with
+  the harness's columns its warm-ups give on CUDA (device memory not 0; calls_captured dynamo's count);
 - expected-huggingface, expected-timm: `check-expected --pytorch` on check-determinism's and
   inductor-timm's records;
 - harness: one model's speedup beside PyTorch's own harness (benchmarks/paired_vs_harness.py),
@@ -159,6 +160,21 @@ def records(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
 
 
+def harness_columns(record: dict[str, Any]) -> tuple[bool, str]:
+    """The harness's CUDA columns from a dashboard record's warm-ups (measurements.harness_warmup):
+    both memory figures read from the device (not 0), and, in inference, calls_captured dynamo's
+    own count of the calls in its graphs."""
+    measured = record.get("measurements") or {}
+    eager, compiled = ((measured["harness_warmup"].get(side) or {}) for side in ("eager", "compiled"))
+    memory = [eager.get("peak_memory_bytes") or 0, compiled.get("peak_memory_bytes") or 0]
+    calls = (compiled.get("dynamo_stats") or {}).get("calls_captured")
+    counted = (measured.get("graph_breaks") or {}).get("calls_captured")
+    inference = record["experiment"]["test"] == "eval"
+    holds = min(memory) > 0 and (not inference or (calls is not None and calls == counted))
+    return holds, (f"{record['experiment']['test']}: memory {memory[0] / 1e9:.2f}/{memory[1] / 1e9:.2f} GB, "
+                   f"calls_captured {calls}" + (f" (dynamo's {counted})" if inference else ""))
+
+
 def judge(step: Step, out: Path, returncode: int | None, stdout: str) -> tuple[bool, str]:
     """Whether the step holds, and its result in a few words."""
     if not step.records:
@@ -186,7 +202,10 @@ def judge(step: Step, out: Path, returncode: int | None, stdout: str) -> tuple[b
         return returncode == 0 and codes == ["PASS"], f"{said}; verification {codes}"
     verified = [r["verification_code"] for r in found if r.get("verification_code") is not None]
     passed = f"; verified {verified.count('PASS')} of {len(verified)} PASS" if verified else ""
-    return returncode == 0 and bool(found) and statuses == ["ok"], said + passed
+    # A dashboard record's harness columns (issue 68's CUDA half): device memory and dynamo's counters.
+    columns = [harness_columns(r) for r in found if (r.get("measurements") or {}).get("harness_warmup")]
+    passed += "".join(f"; {said_}" for _, said_ in columns)
+    return returncode == 0 and bool(found) and statuses == ["ok"] and all(h for h, _ in columns), said + passed
 
 
 def run_step(step: Step, out: Path, deadline: float) -> Outcome:

@@ -81,6 +81,17 @@ def test_each_step_is_judged_by_its_records(tmp_path: Path) -> None:
     write(tmp_path / "inductor-timm", record("ok", code="PASS"), record("ok", code="FAIL_ACCURACY"))
     assert judge(steps["inductor-timm"], tmp_path, 0, "") == (True, "2 record(s): ok 2; verified 1 of 2 PASS")
     assert judge(steps["mission"], tmp_path, 2, "") == (False, "0 record(s): none")
+    # A dashboard record holds the harness's columns only with device memory and dynamo's call count.
+    dashboard = {**record("ok", code="PASS"), "measurements": {
+        "graph_breaks": {"calls_captured": 321},
+        "harness_warmup": {"eager": {"peak_memory_bytes": 2 * 10**9},
+                           "compiled": {"peak_memory_bytes": 0, "dynamo_stats": {"calls_captured": 321}}}}}
+    (tmp_path / "inductor-timm" / "results.jsonl").write_text(json.dumps(dashboard) + "\n")
+    assert judge(steps["inductor-timm"], tmp_path, 0, "") == (
+        False, "1 record(s): ok 1; verified 1 of 1 PASS; eval: memory 2.00/0.00 GB, calls_captured 321 (dynamo's 321)")
+    dashboard["measurements"]["harness_warmup"]["compiled"]["peak_memory_bytes"] = 3 * 10**9
+    (tmp_path / "inductor-timm" / "results.jsonl").write_text(json.dumps(dashboard) + "\n")
+    assert judge(steps["inductor-timm"], tmp_path, 0, "")[0]
     crashed = {**record("crashed"), "error": {"message": "RuntimeError: Error in dlopen: undefined symbol\nmore"}}
     write(tmp_path / "check-aot-load", crashed)
     assert judge(steps["check-aot-load"], tmp_path, 0, "") == (
