@@ -11,8 +11,8 @@ On the CPU the memory columns are each process's whole resident set after a warm
 so they hold what each process held before its model loaded: the harness's imports (pandas,
 scipy, its benchmark modules) are not ours. Where both bases are known (the harness's
 harness_*_performance_base.json, ours' measurements.harness_warmup.base_memory_bytes), the memory
-columns compare above them, and compression_ratio is ours' rebased onto the harness's base; the
-raw figures stay in the table.
+columns compare above them (within ABOVE_BASE_TOLERANCE), and compression_ratio is ours' rebased
+onto the harness's base; the raw figures stay in the table.
 
     python benchmarks/harness_columns.py /tmp/study/b8 /tmp/study/b1
 
@@ -57,6 +57,11 @@ def ours_rows(results: Path, scratch: Path) -> dict[str, dict[str, str]]:
     return found
 
 
+# Memory above each base: a resident level after a warm-up holds what the allocator kept of the
+# process's own history (how its model was built and its inputs made), which two processes do not
+# share: 2026-12-03, three models, -21% to +42% (docs/benchmarks/paired_vs_harness.md).
+ABOVE_BASE_TOLERANCE = 0.45
+
 # The dynamo CSV's CPU memory unit per byte: psutil's memory_percent() x RAM / 10**9 (100 x GB).
 CPU_MEMORY_UNIT = 100 / 10**9
 MEMORY_COLUMNS = ("eager_peak_mem", "dynamo_peak_mem")
@@ -91,8 +96,8 @@ def above_bases(theirs: dict[str, str], mine: dict[str, str], bases: tuple[float
     return figures
 
 
-def agree(column: str, theirs: str, ours: str) -> str:
-    tolerance = TOLERANCES[column]
+def agree(column: str, theirs: str, ours: str, above_base: bool = False) -> str:
+    tolerance = ABOVE_BASE_TOLERANCE if above_base and column in MEMORY_COLUMNS else TOLERANCES[column]
     if tolerance is None:
         return "=" if theirs == ours else "differs"
     try:
@@ -130,7 +135,7 @@ def compare(folders: list[Path]) -> list[str]:
                         for column in TOLERANCES:
                             if column in theirs and column in mine:
                                 compared = rebased.get(column, (theirs[column], mine[column]))
-                                verdict = agree(column, *compared)
+                                verdict = agree(column, *compared, above_base=column in rebased)
                                 beyond[column] = beyond.get(column, 0) + ("beyond" in verdict or verdict == "differs")
                                 how = (" above base" if column in MEMORY_COLUMNS else " rebased") if column in rebased else ""
                                 lines.append(f"| {round_dir.name} | {model} | {kind}: {column}{how} | "

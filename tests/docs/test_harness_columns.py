@@ -60,5 +60,7 @@ def test_memory_compares_above_each_base_and_the_ratio_rebased() -> None:
     assert figures["eager_peak_mem"] == ("20.970000", "18.870000")
     assert figures["dynamo_peak_mem"] == ("25.900000", "24.680000")
     assert float(figures["compression_ratio"][1]) == pytest.approx((18.87 + 50.6) / (24.68 + 50.6), rel=1e-6)
-    assert harness_columns.agree("eager_peak_mem", *figures["eager_peak_mem"]) == "-10%"
+    assert harness_columns.agree("eager_peak_mem", *figures["eager_peak_mem"], above_base=True) == "-10%"
+    assert harness_columns.agree("eager_peak_mem", "20.0", "10.0", above_base=True) == "-50% (beyond)"
+    assert harness_columns.agree("eager_peak_mem", "20.0", "14.0") == "-30% (beyond)", "raw: 15%"
     assert harness_columns.agree("compression_ratio", *figures["compression_ratio"]) == "-1%"
