@@ -101,9 +101,11 @@ if base_file:
     harness_main = common.main
     def main(runner, *args, **kwargs):
         load = runner.load_model
+        written = []
         def load_model(*load_args, **load_kwargs):
-            if not os.path.exists(base_file):
+            if not written:  # the first load: this process's, whatever an earlier run left in the file
                 pathlib.Path(base_file).write_text(json.dumps({"base_memory_bytes": psutil.Process().memory_info().rss}))
+                written.append(True)
             return load(*load_args, **load_kwargs)
         runner.load_model = load_model
         return harness_main(runner, *args, **kwargs)

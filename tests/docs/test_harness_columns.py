@@ -40,12 +40,14 @@ def test_the_harness_process_writes_its_base_before_the_model_and_imports_only_i
     (tmp_path / "common.py").write_text(FAKE_COMMON)
     (tmp_path / "timm_models.py").write_text(FAKE_SCRIPT)
     base_file = tmp_path / "base.json"
+    base_file.write_text(json.dumps({"base_memory_bytes": 1}))  # an earlier run's: replaced
     proc = subprocess.run([sys.executable, "-c", paired_vs_harness._HARNESS, str(tmp_path / "timm_models.py")],
                           env={**os.environ, "HARNESS_BASE_FILE": str(base_file)},
                           capture_output=True, text=True, check=False, timeout=300)
     assert proc.returncode == 0, proc.stderr
     after = json.loads(proc.stdout.splitlines()[-1])
     base = json.loads(base_file.read_text())["base_memory_bytes"]
+    assert base > 100 * 2**20, "this process's level (torch imported), not the earlier run's"
     assert after["rss"] - base >= 60 * 2**20, "the base is read before the model loads"
     assert "transformers" not in after["imported"], "a timm run imports no other suite's library"
 
