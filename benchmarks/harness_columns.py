@@ -150,6 +150,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", type=Path, nargs="+", help="folders kept by paired_vs_harness.py --keep")
     args = parser.parse_args()
+    empty = [str(folder) for folder in args.folders if not any(folder.glob("round*/ours_harness_*"))]
+    if empty:
+        print(f"harness_columns.py: no round of a paired_vs_harness.py --keep folder in {', '.join(empty)}",
+              file=sys.stderr)
+        return 2
     print("\n".join(compare(args.folders)))
     return 0
 

@@ -66,3 +66,10 @@ def test_memory_compares_above_each_base_and_the_ratio_rebased() -> None:
     assert harness_columns.agree("eager_peak_mem", "20.0", "10.0", above_base=True) == "-50% (beyond)"
     assert harness_columns.agree("eager_peak_mem", "20.0", "14.0") == "-30% (beyond)", "raw: 15%"
     assert harness_columns.agree("compression_ratio", *figures["compression_ratio"]) == "-1%"
+
+
+def test_a_folder_without_a_kept_round_is_one_line_and_exit_2(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(sys, "argv", ["harness_columns.py", str(tmp_path)])
+    assert harness_columns.main() == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and str(tmp_path) in err
