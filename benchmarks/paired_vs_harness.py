@@ -361,6 +361,10 @@ def main() -> int:
         parser.error("--first-round must be 1 or more")
     if args.torchbench is None and any(model.suite == "torchbench" for model in args.model):
         parser.error("torchbench models need --torchbench, a pytorch/benchmark checkout")
+    needed = {_SCRIPTS[model.suite] for model in args.model} | {"common.py"}
+    missing = sorted(needed - {path.name for path in args.harness.glob("*.py")})
+    if missing:
+        parser.error(f"--harness {args.harness}: no {', '.join(missing)} there (a dynamobench or benchmarks/dynamo folder)")
     repo = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
     # Only the harness sees the checkout: with torchbenchmark importable, our torchbench suite
@@ -385,7 +389,11 @@ def main() -> int:
                 # Odd rounds run the harness first, even rounds ours: whatever the order does to the
                 # runs that come later (a host warmed or tired by the first) falls on both sides alike.
                 order = list(runs) if round_ % 2 else list(runs)[::-1]
-                answers = {name: runs[name]() for name in order}
+                try:
+                    answers = {name: runs[name]() for name in order}
+                except RuntimeError as exc:  # the rounds before it are printed and kept
+                    print(f"paired_vs_harness.py: {model}, round {round_}: {exc}", file=sys.stderr)
+                    return 1
                 theirs, mine = answers["theirs"], answers["mine"]
                 row = {"harness": theirs["speedup"], "ours": mine["speedup"], "harness_s": theirs["machine_s"],
                        "ours_s": mine["machine_s"]}

@@ -73,3 +73,15 @@ def test_a_folder_without_a_kept_round_is_one_line_and_exit_2(tmp_path: Path, mo
     assert harness_columns.main() == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and str(tmp_path) in err
+
+
+def test_a_harness_folder_without_the_suites_script_is_refused_before_anything_runs(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    (tmp_path / "common.py").write_text("")
+    monkeypatch.setattr(sys, "argv", ["paired_vs_harness.py", "--harness", str(tmp_path), "--model",
+                                      "huggingface:DistilBertForMaskedLM"])
+    with pytest.raises(SystemExit) as exit_:
+        paired_vs_harness.main()
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        f"--harness {tmp_path}: no huggingface.py there (a dynamobench or benchmarks/dynamo folder)")
