@@ -10,10 +10,12 @@ recipe itself keeps values finite over many more steps than a timed run takes.
     python benchmarks/train_stability.py --suite torchbench --suite dummy --steps 100
     python benchmarks/train_stability.py --markdown             # the table of docs/benchmarks/train_stability.md
     python benchmarks/train_stability.py --suite huggingface --budget 120 --markdown  # at most ~2 min each
+    python benchmarks/train_stability.py --suite huggingface --filter '^[A-D]'        # a piece of a long suite
     python benchmarks/train_stability.py --standing             # the head of docs/benchmarks/train_stability.md
 
 With --rows-out FILE a run keeps one row (its settings and every model's figures); --standing
-prints, per suite, the newest kept row's count of models that stayed finite and those that diverged.
+prints, per suite, each model's newest result (a whole run replaces the suite's, a --filter piece
+adds to it): the count of models that stayed finite and those that diverged.
 
 Per model: seconds per step, the steps N that ran (fewer than --steps only under --budget), the
 loss at step 1, 10 and N; whether any parameter became non-finite; how
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -120,11 +123,22 @@ def models_of(suite: str) -> list[str]:
     return get_suite(suite).model_names()
 
 
-def run_all(suites: list[str], steps: int, timeout_s: float, budget_s: float | None) -> list[dict[str, Any]]:
+def pattern(text: str) -> re.Pattern[str]:
+    """--filter's regular expression, or argparse's one line where it is not one."""
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {exc}") from exc
+
+
+def run_all(suites: list[str], steps: int, timeout_s: float, budget_s: float | None,
+            only: re.Pattern[str] | None = None) -> list[dict[str, Any]]:
     rows = []
     budget = ["--budget", str(budget_s)] if budget_s is not None else []
     for suite in suites:
         for model in models_of(suite):
+            if only is not None and not only.search(model):
+                continue
             try:
                 proc = subprocess.run([sys.executable, __file__, "--one", suite, model, "--steps", str(steps), *budget],
                                       check=False, capture_output=True, text=True, timeout=timeout_s)
@@ -166,26 +180,39 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def standing(rows: list[dict[str, Any]] | None = None) -> list[str]:
-    """The page's present tense: per suite, the newest kept run's models, how many stayed finite,
-    which diverged (at which step), which failed to train, and how many reached a subnormal value."""
-    newest: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+    """The page's present tense: per suite, each model's newest kept result, how many stayed
+    finite, which diverged (at which step), which failed to train, and how many reached a subnormal
+    value. A run of the whole suite replaces what came before it; a --filter run (a piece) adds its
+    models to it, so a suite too long for one sitting is taken in pieces."""
+    newest: dict[str, dict[str, tuple[dict[str, Any], dict[str, Any]]]] = {}
+    sizes: dict[str, int] = {}
     for row in kept_rows.read(STUDY) if rows is None else rows:
         for suite in row["suites"]:
-            newest[suite] = (row, [m for m in row["models"] if m["suite"] == suite])
+            if row.get("filter") is None:
+                newest[suite] = {}
+            for m in row["models"]:
+                if m["suite"] == suite:
+                    newest.setdefault(suite, {})[m["model"]] = (row, m)
+            sizes[suite] = row.get("suite_sizes", {}).get(suite, len(newest[suite]))
     cells = []
     for suite in SUITES:
         if suite not in newest:
             cells.append([suite, "-", "-", "-", "-", "-", "-", "no row kept: the dated table below"])
             continue
-        row, models = newest[suite]
+        models = [m for _, m in newest[suite].values()]
+        taken = list({id(row): row for row, _ in newest[suite].values()}.values())
         trained = [m for m in models if "error" not in m]
         diverged = [f"{m['model']} (step {m['first_nonfinite_step']})" if m["first_nonfinite_step"] else m["model"]
                     for m in trained if m["diverged"]]
-        steps = f"{row['steps']}" + (f", at most {row['budget_s']:g} s each" if row["budget_s"] is not None else "")
-        cells.append([suite, str(len(models)), steps, str(sum(m["finite"] for m in trained)),
+        steps = "; ".join(sorted({f"{row['steps']}" + (f", at most {row['budget_s']:g} s each"
+                                                       if row["budget_s"] is not None else "") for row in taken}))
+        count = str(len(models)) + (f" of {sizes[suite]}" if len(models) < sizes[suite] else "")
+        pieces = f" (and {len(taken) - 1} earlier piece(s))" if len(taken) > 1 else ""
+        cells.append([suite, count, steps, str(sum(m["finite"] for m in trained)),
                       ", ".join(diverged) or "none",
                       "; ".join(f"{m['model']}: {m['error'][:60]}" for m in models if "error" in m) or "none",
-                      str(sum(m["first_subnormal_step"] is not None for m in trained)), kept_rows.where(row)])
+                      str(sum(m["first_subnormal_step"] is not None for m in trained)),
+                      kept_rows.where(taken[-1]) + pieces])
     return kept_rows.table(["suite", "models", "steps", "stayed finite", "diverged (first non-finite loss)",
                             "did not train", "reached a subnormal", "taken"], cells)
 
@@ -198,6 +225,9 @@ def main() -> int:
     parser.add_argument("--budget", type=float,
                         help="stop a model's training after the step that passes this many seconds (N says "
                              "how many steps ran): for models whose 100 steps take hours on a small host")
+    parser.add_argument("--filter", type=pattern, metavar="REGEX",
+                        help="only the models whose name this matches (re.search): a piece of a suite too long "
+                             "for one sitting; the head adds a piece's models to the suite's earlier results")
     parser.add_argument("--markdown", action="store_true",
                         help="print the table of docs/benchmarks/train_stability.md instead of JSON")
     parser.add_argument("--one", nargs=2, metavar=("SUITE", "MODEL"), help=argparse.SUPPRESS)
@@ -208,8 +238,12 @@ def main() -> int:
         return 0
     where = kept_rows.host()
     suites = args.suite or list(SUITES)
-    rows = run_all(suites, args.steps, args.timeout, args.budget)
+    if args.filter and not any(args.filter.search(model) for suite in suites for model in models_of(suite)):
+        parser.error(f"--filter {args.filter.pattern!r} matches no model of {', '.join(suites)}")
+    rows = run_all(suites, args.steps, args.timeout, args.budget, args.filter)
     kept_rows.append(args.rows_out, {"host": where, "suites": suites, "steps": args.steps, "budget_s": args.budget,
+                                     "filter": args.filter.pattern if args.filter else None,
+                                     "suite_sizes": {suite: len(models_of(suite)) for suite in suites},
                                      "models": rows})
     print(markdown(rows) if args.markdown else json.dumps(rows, indent=2))
     return 1 if any(r.get("diverged") for r in rows) else 0

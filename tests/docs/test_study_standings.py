@@ -249,6 +249,25 @@ def test_train_stability_shows_each_suites_newest_run_and_its_diverged_models():
     assert table[2].endswith("| no row kept: the dated table below |")
 
 
+def test_train_stability_adds_a_pieces_models_to_the_suite_and_a_whole_run_replaces_them():
+    def model(name: str, finite: bool = True) -> dict:
+        return {"suite": "huggingface", "model": name, "finite": finite, "diverged": not finite,
+                "first_nonfinite_step": None if finite else 4, "first_subnormal_step": None}
+
+    def run(date: str, names: list[str], only: str | None, steps: int = 10) -> dict:
+        return {"host": host(date), "suites": ["huggingface"], "steps": steps, "budget_s": 60.0, "filter": only,
+                "suite_sizes": {"huggingface": 55}, "models": [model(n, n != "MobileBert") for n in names]}
+
+    pieces = [run("2026-12-01", ["Albert", "Bart"], "^[AB]"), run("2026-12-02", ["Bart", "MobileBert"], "^[BM]", 5)]
+    (line,) = [row for row in train_stability.standing(pieces) if row.startswith("| huggingface")]
+    assert line == ("| huggingface | 3 of 55 | 10, at most 60 s each; 5, at most 60 s each | 2 | MobileBert (step 4) | "
+                    "none | 0 | 2026-12-02, AMD EPYC, 2 CPUs, load 0.4, abc1234 (and 1 earlier piece(s)) |")
+    whole = run("2026-12-03", ["Albert"], None)
+    whole["suite_sizes"] = {"huggingface": 1}
+    (line,) = [row for row in train_stability.standing([*pieces, whole]) if row.startswith("| huggingface")]
+    assert line.startswith("| huggingface | 1 | 10, at most 60 s each | 1 | none | none | 0 | 2026-12-03")
+
+
 def test_standing_prints_the_head_and_exits_before_the_scripts_other_arguments_are_asked_for(capsys):
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
