@@ -221,6 +221,7 @@ def test_the_harness_warmup_reads_cuda_memory_as_the_harness_does():
     assert fake.calls[:3] == ["sync", "reset", "empty_cache"]
     assert probe.block is not None
     assert (probe.block["iterations"], probe.block["peak_memory_bytes"]) == (3, 3 * 10**9)
+    assert runtime.harness_memory_base() is None, "a peak from a reset rises from no process level"
 
 
 @pytest.mark.e2e
