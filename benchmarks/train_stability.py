@@ -131,14 +131,12 @@ def pattern(text: str) -> re.Pattern[str]:
         raise argparse.ArgumentTypeError(f"not a regular expression: {exc}") from exc
 
 
-def run_all(suites: list[str], steps: int, timeout_s: float, budget_s: float | None,
-            only: re.Pattern[str] | None = None) -> list[dict[str, Any]]:
+def run_all(models: dict[str, list[str]], steps: int, timeout_s: float, budget_s: float | None) -> list[dict[str, Any]]:
+    """Train each suite's `models`, each in a fresh process."""
     rows = []
     budget = ["--budget", str(budget_s)] if budget_s is not None else []
-    for suite in suites:
-        for model in models_of(suite):
-            if only is not None and not only.search(model):
-                continue
+    for suite, names in models.items():
+        for model in names:
             try:
                 proc = subprocess.run([sys.executable, __file__, "--one", suite, model, "--steps", str(steps), *budget],
                                       check=False, capture_output=True, text=True, timeout=timeout_s)
@@ -186,7 +184,8 @@ def standing(rows: list[dict[str, Any]] | None = None) -> list[str]:
     models to it, so a suite too long for one sitting is taken in pieces."""
     newest: dict[str, dict[str, tuple[dict[str, Any], dict[str, Any]]]] = {}
     sizes: dict[str, int] = {}
-    for row in kept_rows.read(STUDY) if rows is None else rows:
+    kept = kept_rows.read(STUDY) if rows is None else rows
+    for row in kept:
         for suite in row["suites"]:
             if row.get("filter") is None:
                 newest[suite] = {}
@@ -200,7 +199,8 @@ def standing(rows: list[dict[str, Any]] | None = None) -> list[str]:
             cells.append([suite, "-", "-", "-", "-", "-", "-", "no row kept: the dated table below"])
             continue
         models = [m for _, m in newest[suite].values()]
-        taken = list({id(row): row for row, _ in newest[suite].values()}.values())
+        contributing = {id(row) for row, _ in newest[suite].values()}
+        taken = [row for row in kept if id(row) in contributing]  # oldest first, as kept
         trained = [m for m in models if "error" not in m]
         diverged = [f"{m['model']} (step {m['first_nonfinite_step']})" if m["first_nonfinite_step"] else m["model"]
                     for m in trained if m["diverged"]]
@@ -236,14 +236,16 @@ def main() -> int:
     if args.one:
         print(json.dumps(train_one(*args.one, args.steps, args.budget)))
         return 0
-    where = kept_rows.host()
     suites = args.suite or list(SUITES)
-    if args.filter and not any(args.filter.search(model) for suite in suites for model in models_of(suite)):
+    every = {suite: models_of(suite) for suite in suites}
+    chosen = {suite: [m for m in names if args.filter is None or args.filter.search(m)] for suite, names in every.items()}
+    if not any(chosen.values()):
         parser.error(f"--filter {args.filter.pattern!r} matches no model of {', '.join(suites)}")
-    rows = run_all(suites, args.steps, args.timeout, args.budget, args.filter)
+    where = kept_rows.host()
+    rows = run_all(chosen, args.steps, args.timeout, args.budget)
     kept_rows.append(args.rows_out, {"host": where, "suites": suites, "steps": args.steps, "budget_s": args.budget,
                                      "filter": args.filter.pattern if args.filter else None,
-                                     "suite_sizes": {suite: len(models_of(suite)) for suite in suites},
+                                     "suite_sizes": {suite: len(names) for suite, names in every.items()},
                                      "models": rows})
     print(markdown(rows) if args.markdown else json.dumps(rows, indent=2))
     return 1 if any(r.get("diverged") for r in rows) else 0

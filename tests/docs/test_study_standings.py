@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -262,10 +263,23 @@ def test_train_stability_adds_a_pieces_models_to_the_suite_and_a_whole_run_repla
     (line,) = [row for row in train_stability.standing(pieces) if row.startswith("| huggingface")]
     assert line == ("| huggingface | 3 of 55 | 10, at most 60 s each; 5, at most 60 s each | 2 | MobileBert (step 4) | "
                     "none | 0 | 2026-12-02, AMD EPYC, 2 CPUs, load 0.4, abc1234 (and 1 earlier piece(s)) |")
+    # A newer piece that retakes only an earlier model is still the newest row the head names.
+    retaken = run("2026-12-04", ["Albert"], "^A")
+    (line,) = [row for row in train_stability.standing([*pieces, retaken]) if row.startswith("| huggingface")]
+    assert line.endswith("| 2026-12-04, AMD EPYC, 2 CPUs, load 0.4, abc1234 (and 1 earlier piece(s)) |")
     whole = run("2026-12-03", ["Albert"], None)
     whole["suite_sizes"] = {"huggingface": 1}
     (line,) = [row for row in train_stability.standing([*pieces, whole]) if row.startswith("| huggingface")]
     assert line.startswith("| huggingface | 1 | 10, at most 60 s each | 1 | none | none | 0 | 2026-12-03")
+
+
+def test_train_stability_refuses_a_filter_that_matches_no_model_in_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(train_stability, "models_of", lambda suite: ["dummy"])
+    monkeypatch.setattr(sys, "argv", ["train_stability.py", "--suite", "dummy", "--filter", "^zzz"])
+    with pytest.raises(SystemExit) as exited:
+        train_stability.main()
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith("--filter '^zzz' matches no model of dummy")
 
 
 def test_standing_prints_the_head_and_exits_before_the_scripts_other_arguments_are_asked_for(capsys):
@@ -306,9 +320,8 @@ def test_a_row_taken_in_a_copy_without_git_names_the_commit_it_was_given(monkeyp
 def test_train_stability_says_a_model_whose_process_was_killed_was_killed(monkeypatch):
     """The OOM killer's SIGKILL leaves no traceback: densenet121 at its CPU training batch (512)
     read '(no output)' on a 24 GiB host before."""
-    monkeypatch.setattr(train_stability, "models_of", lambda suite: ["densenet121"])
     monkeypatch.setattr(train_stability.subprocess, "run",
                         lambda *a, **k: subprocess.CompletedProcess(a[0], -9, stdout="", stderr=""))
-    (row,) = train_stability.run_all(["torchbench"], steps=2, timeout_s=10, budget_s=None)
+    (row,) = train_stability.run_all({"torchbench": ["densenet121"]}, steps=2, timeout_s=10, budget_s=None)
     assert row == {"suite": "torchbench", "model": "densenet121", "error": "killed by SIGKILL; (no output)",
                    "diverged": None}
